@@ -1,0 +1,13 @@
+//! Atoms returned by the NIFs. Results are atoms, never strings (OTP's
+//! contract: `true | false | error | badarg`).
+
+rustler::atoms! {
+    /// `pn` with a label in 951..1023: a valid label with no probe.
+    error,
+    /// A bad argument, returned (not raised) as OTP's NIF does.
+    badarg,
+    /// Reason of the exception raised if a NIF panics (never expected).
+    nif_panicked,
+}
+
+pub use rustler::types::atom::{false_, true_};

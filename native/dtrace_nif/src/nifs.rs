@@ -1,0 +1,171 @@
+//! The NIFs of module `dtrace`: one per probe family.
+//!
+//! They are registered by hand ([`raw_nif!`]) rather than with
+//! `#[rustler::nif]`: rustler's wrapper collects the arguments into a heap
+//! `Vec` and decodes them before the body runs, while a disabled probe must
+//! return `false` after reading one semaphore and nothing else.
+//!
+//! Return values follow OTP's `dyntrace` NIF: `false` (not enabled, checked
+//! first), `true` (fired), `badarg` / `error` (returned, not raised). The
+//! only exception ever raised is `nif_panicked`, should a bug panic.
+
+use std::ffi::{c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use rustler::sys::{ErlNifEnv, ErlNifTerm, enif_raise_exception};
+use rustler::{Env, Term};
+
+use crate::args::{PidBuf, StrBuf, int64_or_zero};
+use crate::atoms;
+use crate::probes::{self, I4s4, N_PROBES};
+
+/// Labels `pn` accepts without `badarg` (OTP reserves 0..1023, declares 951).
+const MAX_LABEL: i32 = 1023;
+
+type RawNif = unsafe extern "C" fn(*mut ErlNifEnv, c_int, *const ErlNifTerm) -> ErlNifTerm;
+
+/// Registers `$func` as `dtrace:$name/$arity` in the table `rustler::init!` reads.
+macro_rules! raw_nif {
+    ($name:literal / $arity:literal => $func:ident) => {
+        inventory::submit!(rustler::Nif {
+            name: concat!($name, "\0").as_ptr() as *const c_char,
+            arity: $arity,
+            flags: 0,
+            raw_func: $func as RawNif,
+        });
+    };
+}
+
+raw_nif!("available" / 0 => available);
+raw_nif!("user_trace_s1" / 1 => user_trace_s1);
+raw_nif!("user_trace_i4s4" / 9 => user_trace_i4s4);
+raw_nif!("user_trace_n" / 10 => user_trace_n);
+
+/// Library load: creates the atoms once, so no NIF call allocates them.
+pub fn load(_env: Env, _info: Term) -> bool {
+    let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked());
+    true
+}
+
+/// Runs `body` with the call's env and arguments, turning a panic into the
+/// exception `error:nif_panicked` instead of letting it unwind into the VM.
+///
+/// # Safety
+/// `env`, `argc` and `argv` must be the ones the VM passed to a NIF.
+#[inline(always)]
+unsafe fn call(
+    env: *mut ErlNifEnv,
+    argc: c_int,
+    argv: *const ErlNifTerm,
+    body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>,
+) -> ErlNifTerm {
+    let scope = ();
+    // SAFETY: the VM guarantees `env` is valid for this call and `argv`
+    // holds `argc` (the registered arity, at most 10) valid terms of it.
+    let env_ = unsafe { Env::new(&scope, env) };
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let mut terms = arrayvec::ArrayVec::<Term, 10>::new();
+        for i in 0..argc as usize {
+            // SAFETY: as above; `i < argc`.
+            terms.push(unsafe { Term::new(env_, *argv.add(i)) });
+        }
+        body(env_, &terms).as_c_arg()
+    }));
+    match result {
+        Ok(term) => term,
+        // SAFETY: raising an atom from a NIF with its own env is always valid.
+        Err(_) => unsafe { enif_raise_exception(env, atoms::nif_panicked().as_c_arg()) },
+    }
+}
+
+/// `available() -> boolean()`: `true` where this build has SDT probes.
+unsafe extern "C" fn available(_env: *mut ErlNifEnv, _argc: c_int, _argv: *const ErlNifTerm) -> ErlNifTerm {
+    if probes::AVAILABLE { atoms::true_() } else { atoms::false_() }.as_c_arg()
+}
+
+/// `user_trace_s1(IoList) -> true | false | badarg`. When enabled, an
+/// argument that is not an iolist of at most 1024 bytes returns `badarg`
+/// and does not fire.
+unsafe extern "C" fn user_trace_s1(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
+    if !probes::s1_enabled() {
+        return atoms::false_().as_c_arg();
+    }
+    // SAFETY: called by the VM with its own arguments.
+    unsafe {
+        call(env, argc, argv, |env, args| {
+            let mut message = StrBuf::new();
+            let message = message.iolist_or_null(args[0]);
+            if message.is_null() {
+                return atoms::badarg().to_term(env);
+            }
+            probes::fire_s1(message);
+            atoms::true_().to_term(env)
+        })
+    }
+}
+
+/// Stack buffers for the ten i4s4 arguments, filled only when enabled.
+#[derive(Default)]
+struct I4s4Bufs {
+    pid: PidBuf,
+    user_tag: StrBuf,
+    strs: [StrBuf; 4],
+}
+
+impl I4s4Bufs {
+    /// Converts `(UserTag, I1..I4, S1..S4)` as OTP does and returns the
+    /// probe arguments, which borrow `self`.
+    fn convert(&mut self, env: Env<'_>, args: &[Term<'_>]) -> I4s4 {
+        let [s1, s2, s3, s4] = &mut self.strs;
+        I4s4 {
+            pid: self.pid.self_pid(env),
+            user_tag: self.user_tag.iolist_or_null(args[0]),
+            ints: [1, 2, 3, 4].map(|i| int64_or_zero(args[i])),
+            strs: [
+                s1.iolist_or_null(args[5]),
+                s2.iolist_or_null(args[6]),
+                s3.iolist_or_null(args[7]),
+                s4.iolist_or_null(args[8]),
+            ],
+        }
+    }
+}
+
+/// `user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) -> true | false`.
+unsafe extern "C" fn user_trace_i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
+    if !probes::i4s4_enabled() {
+        return atoms::false_().as_c_arg();
+    }
+    // SAFETY: called by the VM with its own arguments.
+    unsafe {
+        call(env, argc, argv, |env, args| {
+            let mut bufs = I4s4Bufs::default();
+            probes::fire_i4s4(&bufs.convert(env, args));
+            atoms::true_().to_term(env)
+        })
+    }
+}
+
+/// `user_trace_n(Label, UserTag, I1..I4, S1..S4) -> true | false | error | badarg`.
+/// A label that is not an integer in 0..1023 returns `badarg`, one in
+/// 951..1023 returns `error`, both before the enabled check (OTP's order).
+unsafe extern "C" fn user_trace_n(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
+    // SAFETY: called by the VM with its own arguments.
+    unsafe {
+        call(env, argc, argv, |env, args| {
+            let label = match args[0].decode::<i32>() {
+                Ok(label @ 0..=MAX_LABEL) => label as usize,
+                _ => return atoms::badarg().to_term(env),
+            };
+            if label >= N_PROBES {
+                return atoms::error().to_term(env);
+            }
+            if !probes::n_enabled(label) {
+                return atoms::false_().to_term(env);
+            }
+            let mut bufs = I4s4Bufs::default();
+            probes::fire_n(label, &bufs.convert(env, &args[1..]));
+            atoms::true_().to_term(env)
+        })
+    }
+}

@@ -1,0 +1,99 @@
+//! SystemTap SDT backend (Linux).
+//!
+//! The ELF notes (`.note.stapsdt`) and the `nop` at each site are written by
+//! the `probe` crate's `sdt!` macro; the semaphores are ours. We do not use
+//! `probe::probe_lazy!` because each of its expansions owns a hidden
+//! semaphore: the NIFs could not check it before decoding their arguments,
+//! nor return `badarg` without firing (`user_trace_s1`). With our own
+//! semaphores the order is exactly OTP's: is-enabled, convert, fire.
+//! (`usdt`, the other SDT crate, rejects probes of more than six arguments
+//! and renames `__` to `-`, so it cannot express these probes at all.)
+//!
+//! Semaphores are 16-bit counters in the `.probes` section, as `sys/sdt.h`
+//! lays them out; tracers (the kernel's uprobe `ref_ctr`, bpftrace, gdb)
+//! increment them while attached. They are atomics so that the compiler
+//! re-reads them on every call.
+
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+
+use super::{I4s4, N_PROBES};
+
+/// Probes fire on this platform.
+pub const AVAILABLE: bool = true;
+
+#[unsafe(link_section = ".probes")]
+static S1_SEMAPHORE: AtomicU16 = AtomicU16::new(0);
+
+#[unsafe(link_section = ".probes")]
+static I4S4_SEMAPHORE: AtomicU16 = AtomicU16::new(0);
+
+/// One semaphore per numbered probe, indexed by label: the note of
+/// `user_trace__nL` names the address of `N_SEMAPHORES[L]`.
+#[unsafe(link_section = ".probes")]
+static N_SEMAPHORES: [AtomicU16; N_PROBES] = [const { AtomicU16::new(0) }; N_PROBES];
+
+/// Is a tracer listening on `user_trace__s1`?
+#[inline(always)]
+pub fn s1_enabled() -> bool {
+    S1_SEMAPHORE.load(Relaxed) != 0
+}
+
+/// Is a tracer listening on `user_trace__i4s4`?
+#[inline(always)]
+pub fn i4s4_enabled() -> bool {
+    I4S4_SEMAPHORE.load(Relaxed) != 0
+}
+
+/// Is a tracer listening on `user_trace__n<label>`? `false` for a label
+/// with no probe.
+#[inline(always)]
+pub fn n_enabled(label: usize) -> bool {
+    N_SEMAPHORES.get(label).is_some_and(|s| s.load(Relaxed) != 0)
+}
+
+// Soundness of every `probe::sdt!` below: the macro's `asm!` block is a
+// single `nop` plus an ELF note in a non-loaded section; it reads the
+// argument registers, writes no memory and no register, and does not touch
+// the stack (`nostack`, `readonly`, `preserves_flags`). The string pointers
+// it passes are either NULL or point to NUL-terminated stack buffers that
+// outlive the call; only an attached tracer reads through them.
+
+/// Fires `user_trace__s1(char *message)`.
+#[inline(never)]
+pub fn fire_s1(message: *const c_char) {
+    probe::sdt!([sym "{}" S1_SEMAPHORE], erlang, user_trace__s1, message,);
+}
+
+/// Fires `user_trace__i4s4(pid, user_tag, i1..i4, s1..s4)`.
+#[inline(never)]
+pub fn fire_i4s4(a: &I4s4) {
+    probe::sdt!(
+        [sym "{}" I4S4_SEMAPHORE], erlang, user_trace__i4s4,
+        a.pid, a.user_tag, a.ints[0], a.ints[1], a.ints[2], a.ints[3],
+        a.strs[0], a.strs[1], a.strs[2], a.strs[3],
+    );
+}
+
+/// One site per numbered probe, generated from the table in build.rs.
+macro_rules! define_fire_n {
+    ($(($label:literal $name:ident $semaphore:literal))*) => {
+        /// Fires `user_trace__n<label>` with the i4s4 arguments; does
+        /// nothing for a label with no probe.
+        #[inline(never)]
+        pub fn fire_n(label: usize, a: &I4s4) {
+            match label {
+                $($label => {
+                    probe::sdt!(
+                        [sym $semaphore N_SEMAPHORES], erlang, $name,
+                        a.pid, a.user_tag, a.ints[0], a.ints[1], a.ints[2], a.ints[3],
+                        a.strs[0], a.strs[1], a.strs[2], a.strs[3],
+                    );
+                })*
+                _ => {}
+            }
+        }
+    };
+}
+
+n_probe_sites!(define_fire_n);

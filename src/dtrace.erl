@@ -1,0 +1,444 @@
+%%% @doc Dynamic-trace user probes for any stock BEAM.
+%%%
+%%% This module is OTP's `dyntrace' user-probe API (same functions, same
+%%% arguments, same return values) backed by a NIF that carries its own
+%%% USDT/SDT probes, provider `erlang'. OTP's own `dyntrace' only fires on a
+%%% VM built with `--with-dynamic-trace', which no common distribution ships;
+%%% this one fires on every VM, and bpftrace, perf, gdb and SystemTap see the
+%%% probes in `priv/dtrace_nif.so'.
+%%%
+%%% == Safe in production ==
+%%% A probe call with no tracer listening reads one semaphore in the NIF and
+%%% returns `false': it does not look at its arguments, allocates nothing and
+%%% sends nothing anywhere. Leave the calls in hot code.
+%%% ```
+%%% 1> dtrace:available().
+%%% true
+%%% 2> dtrace:put_tag(<<"req-42">>).
+%%% undefined
+%%% 3> dtrace:p(7, 8, "one", "four").      % nobody listening
+%%% false
+%%% '''
+%%% Now, as root, attach a tracer to the node's OS process (see the README for
+%%% the library path and more tracers):
+%%% ```
+%%% # bpftrace -p $(pgrep -f beam.smp) -e 'usdt:/path/to/priv/dtrace_nif.so:erlang:user_trace__i4s4
+%%%     { printf("%s %s %d %d\n", str(arg0), str(arg1), arg2, arg3); }'
+%%% '''
+%%% and the same call returns `true', the tracer printing
+%%% `<0.88.0> req-42 7 8'. The count of `true' returns is the count of
+%%% events the tracer received.
+%%%
+%%% == Limits ==
+%%% <ul>
+%%% <li>Strings are at most 1024 bytes; a longer one, or one that is not an
+%%%   iolist, reaches the tracer as NULL (never truncated). The NIF stops
+%%%   reading an iolist as soon as it knows it is too long, after 4096
+%%%   terms, or below 256 levels of nesting.</li>
+%%% <li>Integers are signed 64-bit; a bignum reaches the tracer as 0.</li>
+%%% <li>bpftrace older than 0.24 reads USDT arguments `arg0'..`arg5' only:
+%%%   for `user_trace__i4s4' that is pid, tag and i1..i4, not s1..s4. gdb
+%%%   reads all ten.</li>
+%%% <li>Tags are per process, kept in the process dictionary
+%%%   (key `` '$dtrace_tag' ``).</li>
+%%% </ul>
+%%%
+%%% Everything here is copied from OTP's `dyntrace' (runtime_tools,
+%%% `dyntrace.erl' and `c_src/dyntrace.c'), except where a function's doc
+%%% says otherwise.
+%%% @end
+-module(dtrace).
+
+-export([available/0,
+         user_trace_s1/1,
+         p/0, p/1, p/2, p/3, p/4, p/5, p/6, p/7, p/8,
+         pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
+-export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1]).
+-export([user_trace_i4s4/9]).
+
+-on_load(on_load/0).
+-nifs([available/0, user_trace_s1/1, user_trace_i4s4/9, user_trace_n/10]).
+
+-define(TAG_KEY, '$dtrace_tag').
+-define(SPREAD_KEY, '$dtrace_spread').
+-define(SPREADING, 1).
+
+-type probe_arg() :: integer() | iodata().
+%% An integer (for i1..i4) or an iolist/binary (for s1..s4).
+-type n_probe_label() :: 0..1023.
+%% Labels 0..950 have a probe, `user_trace__n<Label>'.
+-type integer_maybe() :: integer() | atom().
+%% Any atom means "absent" (0).
+-type iolist_maybe() :: iodata() | atom().
+%% Any atom means "absent" (NULL).
+-type probe_result() :: true | false | error | badarg.
+%% `false': not enabled (no tracer), or the NIF is not loaded.
+%% `true': fired. `badarg' / `error': see the function.
+-type tag_state() :: {non_neg_integer(), binary() | []}.
+%% What {@link spread_tag/1} returns and {@link restore_tag/1} takes.
+
+-export_type([probe_arg/0, n_probe_label/0, probe_result/0, tag_state/0]).
+
+%%%===================================================================
+%%% NIF loading
+%%%===================================================================
+
+%% Loads priv/dtrace_nif.so. If it cannot be loaded the module still loads,
+%% with a warning, and every probe function returns `false' (as OTP's
+%% dyntrace does on a VM without dynamic trace).
+on_load() ->
+    case nif_path() of
+        {ok, Path} ->
+            case erlang:load_nif(Path, 0) of
+                ok -> ok;
+                {error, {reload, _}} -> ok;
+                {error, {Reason, Text}} ->
+                    logger:warning("dtrace: NIF ~ts not loaded (~p: ~ts); "
+                                   "probes are disabled", [Path, Reason, Text]),
+                    ok
+            end;
+        {error, Why} ->
+            logger:warning("dtrace: NIF not found (~p); probes are disabled", [Why]),
+            ok
+    end.
+
+nif_path() ->
+    case code:priv_dir(dtrace) of
+        {error, bad_name} ->
+            %% Not loaded as an application (e.g. the beam file on the code
+            %% path by hand): look next to ebin/.
+            case code:which(?MODULE) of
+                Beam when is_list(Beam) ->
+                    {ok, filename:join([filename:dirname(filename:dirname(Beam)),
+                                        "priv", "dtrace_nif"])};
+                Other ->
+                    {error, Other}
+            end;
+        Priv ->
+            {ok, filename:join(Priv, "dtrace_nif")}
+    end.
+
+%%%===================================================================
+%%% NIFs. The bodies run only when the NIF is not loaded.
+%%%===================================================================
+
+%% @doc `true' when probes can fire: the NIF is loaded on a platform with
+%% SDT probes (Linux). `false' otherwise.
+-spec available() -> boolean().
+available() ->
+    false.
+
+%% @doc Fires `user_trace__s1(char *message)' with `Message' (an iolist or
+%% binary of at most 1024 bytes).
+%%
+%% Returns `false' when no tracer listens (the argument is not looked at),
+%% `true' when fired, and `badarg' when a tracer listens and `Message' is
+%% not an iolist of at most 1024 bytes (nothing fires). Deprecated in OTP
+%% in favour of {@link p/1}; kept for compatibility.
+-spec user_trace_s1(iodata()) -> probe_result().
+user_trace_s1(_Message) ->
+    false.
+
+%% @doc The raw form behind {@link p/8}: fires `user_trace__i4s4' with the
+%% caller's pid, `UserTag' and the arguments as given, without routing.
+%%
+%% `UserTag' and `S1'..`S4' are iolists of at most 1024 bytes, passed as
+%% NULL otherwise (any atom means absent); `I1'..`I4' are integers, passed
+%% as 0 unless they fit a signed 64-bit word. Returns `false' (not enabled)
+%% or `true' (fired).
+-spec user_trace_i4s4(iolist_maybe(), integer_maybe(), integer_maybe(),
+                      integer_maybe(), integer_maybe(), iolist_maybe(),
+                      iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
+          probe_result().
+user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
+    false.
+
+%% Fires user_trace__n<Label>. Returns badarg for a Label that is not an
+%% integer in 0..1023 and error for 951..1023, both before the enabled check.
+-spec user_trace_n(term(), iolist_maybe(), integer_maybe(), integer_maybe(),
+                   integer_maybe(), integer_maybe(), iolist_maybe(),
+                   iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
+          probe_result().
+user_trace_n(_Label, _UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
+    false.
+
+%%%===================================================================
+%%% p/0..8: fire user_trace__i4s4
+%%%===================================================================
+
+%% @doc Fires `user_trace__i4s4' with no arguments: i1..i4 are 0 and s1..s4
+%% NULL. `pid' is the caller's, `user_tag' the caller's tag or NULL.
+%% Returns `false' (no tracer listening) or `true' (fired).
+-spec p() -> probe_result().
+p() ->
+    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, undef, undef, undef, undef).
+
+%% @doc Fires `user_trace__i4s4' with one argument: an integer fills i1,
+%% anything else fills s1 (NULL unless an iolist of at most 1024 bytes).
+%% Returns `false' or `true', as {@link p/0}.
+-spec p(probe_arg()) -> probe_result().
+p(I1) when is_integer(I1) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, undef, undef, undef, undef);
+p(S1) ->
+    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, undef, undef, undef).
+
+%% @doc Fires `user_trace__i4s4': leading integers fill i1, i2; the rest
+%% fill s1, s2 in order. As in OTP, the last clause takes anything, so
+%% `p("x", 1)' passes s1 = "x" and s2 = NULL (`1' is not an iolist).
+%% Returns `false' or `true', as {@link p/0}.
+-spec p(probe_arg(), probe_arg()) -> probe_result().
+p(I1, I2) when is_integer(I1), is_integer(I2) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, undef, undef, undef, undef);
+p(I1, S1) when is_integer(I1) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, undef, undef, undef);
+p(S1, S2) ->
+    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, S2, undef, undef).
+
+%% @doc Fires `user_trace__i4s4' with three arguments, routed as in
+%% {@link p/2}. Returns `false' or `true'.
+-spec p(probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+p(I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, undef, undef, undef, undef);
+p(I1, I2, S1) when is_integer(I1), is_integer(I2) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, undef, undef, undef);
+p(I1, S1, S2) when is_integer(I1) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, S2, undef, undef);
+p(S1, S2, S3) ->
+    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, undef).
+
+%% @doc Fires `user_trace__i4s4' with four arguments, routed as in
+%% {@link p/2}. Returns `false' or `true'.
+-spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+p(I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, undef, undef, undef, undef);
+p(I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, undef, undef, undef);
+p(I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, S2, undef, undef);
+p(I1, S1, S2, S3) when is_integer(I1) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, undef);
+p(S1, S2, S3, S4) ->
+    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, S4).
+
+%% @doc Fires `user_trace__i4s4' with five arguments. From five arguments
+%% on, the integers must come first (at most four of them, then strings):
+%% any other order raises `function_clause', as in OTP.
+%% Returns `false' or `true'.
+-spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+p(I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, undef, undef, undef);
+p(I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, S2, undef, undef);
+p(I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, undef);
+p(I1, S1, S2, S3, S4) when is_integer(I1) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, S4).
+
+%% @doc Fires `user_trace__i4s4' with six arguments, integers first (see
+%% {@link p/5}). Returns `false' or `true'.
+-spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+        probe_arg()) -> probe_result().
+p(I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, S2, undef, undef);
+p(I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, undef);
+p(I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, S4).
+
+%% @doc Fires `user_trace__i4s4' with seven arguments, integers first (see
+%% {@link p/5}). Returns `false' or `true'.
+-spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+        probe_arg(), probe_arg()) -> probe_result().
+p(I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, undef);
+p(I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, S4).
+
+%% @doc Fires `user_trace__i4s4' with all eight arguments: four integers,
+%% then four strings. Returns `false' or `true'.
+-spec p(integer(), integer(), integer(), integer(), probe_arg(), probe_arg(),
+        probe_arg(), probe_arg()) -> probe_result().
+p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, S4).
+
+%%%===================================================================
+%%% pn/1..9: fire user_trace__n<Label>
+%%%===================================================================
+
+%% @doc Fires `user_trace__n<Label>' with no arguments; the argument layout
+%% is `user_trace__i4s4''s. `Label' in 0..950 names a probe.
+%%
+%% Returns `badarg' when `Label' is not an integer in 0..1023 and `error'
+%% for 951..1023 (both checked before the enabled check, as in OTP);
+%% otherwise `false' (not enabled) or `true' (fired).
+-spec pn(n_probe_label()) -> probe_result().
+pn(Label) ->
+    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, undef, undef, undef, undef).
+
+%% @doc `pn' with one argument, routed as in {@link p/1}; results as
+%% {@link pn/1}.
+-spec pn(n_probe_label(), probe_arg()) -> probe_result().
+pn(Label, I1) when is_integer(I1) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, undef, undef, undef, undef);
+pn(Label, S1) ->
+    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, undef, undef, undef).
+
+%% @doc `pn' with two arguments, routed as in {@link p/2}; results as
+%% {@link pn/1}.
+-spec pn(n_probe_label(), probe_arg(), probe_arg()) -> probe_result().
+pn(Label, I1, I2) when is_integer(I1), is_integer(I2) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, undef, undef, undef, undef);
+pn(Label, I1, S1) when is_integer(I1) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, undef, undef, undef);
+pn(Label, S1, S2) ->
+    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, S2, undef, undef).
+
+%% @doc `pn' with three arguments, routed as in {@link p/3}; results as
+%% {@link pn/1}.
+-spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+pn(Label, I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, undef, undef, undef, undef);
+pn(Label, I1, I2, S1) when is_integer(I1), is_integer(I2) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, undef, undef, undef);
+pn(Label, I1, S1, S2) when is_integer(I1) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, S2, undef, undef);
+pn(Label, S1, S2, S3) ->
+    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, undef).
+
+%% @doc `pn' with four arguments, routed as in {@link p/4}; results as
+%% {@link pn/1}.
+-spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) ->
+          probe_result().
+pn(Label, I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, undef, undef, undef, undef);
+pn(Label, I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, undef, undef, undef);
+pn(Label, I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, S2, undef, undef);
+pn(Label, I1, S1, S2, S3) when is_integer(I1) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, undef);
+pn(Label, S1, S2, S3, S4) ->
+    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, S4).
+
+%% @doc `pn' with five arguments, integers first (see {@link p/5});
+%% results as {@link pn/1}.
+-spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+         probe_arg()) -> probe_result().
+pn(Label, I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, undef, undef, undef);
+pn(Label, I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, S2, undef, undef);
+pn(Label, I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, undef);
+pn(Label, I1, S1, S2, S3, S4) when is_integer(I1) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, S4).
+
+%% @doc `pn' with six arguments, integers first (see {@link p/5});
+%% results as {@link pn/1}.
+-spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+         probe_arg(), probe_arg()) -> probe_result().
+pn(Label, I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, S2, undef, undef);
+pn(Label, I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, undef);
+pn(Label, I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, S4).
+
+%% @doc `pn' with seven arguments, integers first (see {@link p/5});
+%% results as {@link pn/1}.
+-spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+         probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+pn(Label, I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, undef);
+pn(Label, I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, S4).
+
+%% @doc `pn' with all eight arguments: four integers, then four strings;
+%% results as {@link pn/1}.
+-spec pn(n_probe_label(), integer(), integer(), integer(), integer(),
+         probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
+    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, S4).
+
+%%%===================================================================
+%%% User tags
+%%%===================================================================
+
+%% @doc Sets the calling process's user tag, which every probe it fires
+%% passes as `user_tag'. `Data' is chardata, converted with
+%% `unicode:characters_to_binary/1' as in OTP; `undefined' clears the tag
+%% (OTP's spec allows it; OTP's implementation raises).
+%%
+%% Returns the previous tag (a binary) or `undefined'. Raises `badarg' if
+%% `Data' is not valid chardata. A tag over 1024 bytes is kept but reaches
+%% tracers as NULL.
+-spec put_tag(undefined | unicode:chardata()) -> binary() | undefined.
+put_tag(undefined) ->
+    erase(?TAG_KEY);
+put_tag(Data) ->
+    case unicode:characters_to_binary(Data) of
+        Tag when is_binary(Tag) -> put(?TAG_KEY, Tag);
+        _ -> erlang:error(badarg, [Data])
+    end.
+
+%% @doc The calling process's own user tag, or `undefined'. A new process
+%% has none.
+-spec get_tag() -> binary() | undefined.
+get_tag() ->
+    get(?TAG_KEY).
+
+%% @doc The process's own tag if it has one, otherwise a tag it received
+%% through spreading, otherwise `undefined'. Until spreading lands this is
+%% {@link get_tag/0}.
+-spec get_tag_data() -> binary() | undefined.
+get_tag_data() ->
+    get(?TAG_KEY).
+
+%% @doc Turns spreading of the caller's tag with the messages it sends on
+%% (`true') or off (`false'). Returns the previous state, to pass to
+%% {@link restore_tag/1}: `{Flags, Tag}' where `Flags' is 1 while spreading
+%% and 0 otherwise, and `Tag' is the tag binary or `[]'. Raises `badarg'
+%% for anything but a boolean.
+%%
+%% The state is recorded, but messages do not carry tags yet: spreading
+%% across processes and nodes is a separate piece of work.
+-spec spread_tag(boolean()) -> tag_state().
+spread_tag(Spread) when is_boolean(Spread) ->
+    Old = tag_state(),
+    case Spread of
+        true -> put(?SPREAD_KEY, true);
+        false -> erase(?SPREAD_KEY)
+    end,
+    Old;
+spread_tag(Other) ->
+    erlang:error(badarg, [Other]).
+
+%% @doc Restores a state returned by {@link spread_tag/1}, also in another
+%% process: the spreading flag and the tag. `true' is accepted and changes
+%% nothing, as in OTP. Returns `true'; raises `badarg' for a bad state.
+-spec restore_tag(true | tag_state()) -> true.
+restore_tag(true) ->
+    true;
+restore_tag({Flags, Tag})
+  when is_integer(Flags), Flags >= 0, (is_binary(Tag) orelse Tag =:= []) ->
+    case Flags band ?SPREADING of
+        0 -> erase(?SPREAD_KEY);
+        _ -> put(?SPREAD_KEY, true)
+    end,
+    case Tag of
+        [] -> erase(?TAG_KEY);
+        _ -> put(?TAG_KEY, Tag)
+    end,
+    true;
+restore_tag(Other) ->
+    erlang:error(badarg, [Other]).
+
+tag_state() ->
+    Flags = case get(?SPREAD_KEY) of
+                true -> ?SPREADING;
+                undefined -> 0
+            end,
+    case get(?TAG_KEY) of
+        undefined -> {Flags, []};
+        Tag -> {Flags, Tag}
+    end.
