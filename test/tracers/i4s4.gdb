@@ -4,6 +4,7 @@
 set pagination off
 set confirm off
 set print thread-events off
+set print elements 0
 define dtrace_str
   if $arg0 != 0
     printf "%s", (char *) $arg0

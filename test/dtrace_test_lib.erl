@@ -1,0 +1,184 @@
+%%% Helpers for the dtrace suites: traced peer nodes, tracers run as ports,
+%%% and the policy for tracers that cannot attach (skip locally, fail in CI).
+-module(dtrace_test_lib).
+
+-export([nif_path/0, start_peer/0, start_peer/1, stop_peer/1, os_pid/1,
+         require_tracer/1, in_ci/0,
+         bpftrace_start/2, bpftrace_stop/1,
+         bpftrace_window/5, gdb_run/3, run/2]).
+%% Run inside the traced peer.
+-export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1]).
+
+-define(TIMEOUT, 60000).
+
+%% Absolute path of the NIF the tests trace.
+nif_path() ->
+    filename:join(code:priv_dir(dtrace), "dtrace_nif.so").
+
+%% A separate node to trace, so that a tracer stopping the traced OS
+%% process (gdb) never stops the test runner. No distribution is needed:
+%% the peer is driven over its standard input/output.
+start_peer() ->
+    start_peer([]).
+
+start_peer(ExtraArgs) ->
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, ?MODULE]]),
+    Args = lists:append([["-pa", P] || P <- Paths]) ++ ExtraArgs,
+    {ok, Peer, _Node} = peer:start_link(#{connection => standard_io, args => Args}),
+    %% Load the NIF before any tracer attaches: `bpftrace -p' finds the
+    %% probes in the libraries the process has mapped.
+    true = peer:call(Peer, dtrace, available, []),
+    Peer.
+
+stop_peer(Peer) ->
+    catch peer:stop(Peer),
+    ok.
+
+os_pid(Peer) ->
+    peer:call(Peer, os, getpid, []).
+
+in_ci() ->
+    os:getenv("CI") =:= "true".
+
+%% ok when Tool (bpftrace | gdb | readelf) can be used. Otherwise
+%% {skip, Why} locally; in CI the test fails, because tracer tests are
+%% mandatory there.
+require_tracer(Tool) ->
+    Why = case os:find_executable(atom_to_list(Tool)) of
+              false -> io_lib:format("~s is not installed", [Tool]);
+              _ when Tool =:= readelf -> ok;
+              _ ->
+                  case string:trim(os:cmd("id -u")) of
+                      "0" -> ok;
+                      _ -> io_lib:format("~s needs root (or CAP_BPF/CAP_PERFMON/"
+                                         "CAP_SYS_PTRACE) to attach", [Tool])
+                  end
+          end,
+    case {Why, in_ci()} of
+        {ok, _} -> ok;
+        {_, true} -> ct:fail("CI=true and ~ts", [Why]);
+        {_, false} -> {skip, lists:flatten(Why)}
+    end.
+
+%% Starts bpftrace on OsPid with Program (in which "$SO" stands for the NIF
+%% path) and returns once it says it is attaching.
+bpftrace_start(OsPid, Program) ->
+    Prog = string:replace(Program, "$SO", nif_path(), all),
+    Port = open_port({spawn_executable, os:find_executable("bpftrace")},
+                     [{args, ["-p", OsPid, "-e", unicode:characters_to_list(Prog)]},
+                      {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    case collect_until(Port, <<"Attaching">>, []) of
+        {ok, Lines} -> {Port, Lines};
+        {exit, Status, Lines} ->
+            ct:fail("bpftrace exited (~p) before attaching: ~p", [Status, Lines])
+    end.
+
+%% Stops bpftrace with SIGINT (it then prints its maps) and returns all the
+%% lines it printed.
+bpftrace_stop({Port, Lines0}) ->
+    {os_pid, Pid} = erlang:port_info(Port, os_pid),
+    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
+    {exit, _Status, Lines} = collect_until(Port, undefined, Lines0),
+    Lines.
+
+%% Counts need a window in which the tracer is known to be fully attached:
+%% the kernel raises a probe's semaphore a little before the tracer's event
+%% is enabled (and lowers it a little after it is disabled), so a call in
+%% that gap returns true and no event arrives. So: start bpftrace with
+%% Program; in the peer, fire Ready() every few milliseconds until bpftrace
+%% has printed every line in SeenLines (its program prints one when it sees
+%% a Ready() event of a probe); then run Workload() in the peer, stop
+%% bpftrace, and return {WorkloadResult, BpftraceLines}. Ready() events must
+%% be told apart from the workload's in Program.
+bpftrace_window(Peer, Program, Ready, SeenLines, Workload) ->
+    {Port, Lines0} = bpftrace_start(os_pid(Peer), Program),
+    ok = peer:call(Peer, ?MODULE, start_ready_loop, [Ready]),
+    Lines1 = collect_lines(Port, SeenLines, Lines0),
+    Result = peer:call(Peer, ?MODULE, stop_ready_loop_and_run, [Workload], 120000),
+    {Result, bpftrace_stop({Port, Lines1})}.
+
+collect_lines(_Port, [], Acc) ->
+    Acc;
+collect_lines(Port, Wanted, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} ->
+            collect_lines(Port, lists:delete(Line, Wanted), Acc ++ [Line]);
+        {Port, {exit_status, Status}} ->
+            ct:fail("bpftrace exited (~p) before it saw ~p: ~p", [Status, Wanted, Acc])
+    after ?TIMEOUT ->
+            ct:fail("bpftrace did not see ~p within ~p ms: ~p", [Wanted, ?TIMEOUT, Acc])
+    end.
+
+%% Runs gdb in batch mode with Script attached to OsPid, while Workload()
+%% runs in this process; returns {WorkloadResult, GdbLines}.
+gdb_run(OsPid, Script, Workload) ->
+    Port = open_port({spawn_executable, os:find_executable("gdb")},
+                     [{args, ["-q", "-batch", "-nx", "-x", Script, "-p", OsPid]},
+                      {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    Result = Workload(),
+    {exit, _Status, Lines} = collect_until(Port, undefined, []),
+    {Result, Lines}.
+
+%% Runs an executable with arguments, returning {ExitStatus, Output}.
+run(Exe, Args) ->
+    Port = open_port({spawn_executable, os:find_executable(Exe)},
+                     [{args, Args}, {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    {exit, Status, Lines} = collect_until(Port, undefined, []),
+    {Status, Lines}.
+
+collect_until(Port, Marker, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} ->
+            Acc1 = [Line | Acc],
+            case Marker =/= undefined andalso binary:match(Line, Marker) =/= nomatch of
+                true -> {ok, lists:reverse(Acc1)};
+                false -> collect_until(Port, Marker, Acc1)
+            end;
+        {Port, {data, {noeol, Part}}} ->
+            collect_until(Port, Marker, [Part | Acc]);
+        {Port, {exit_status, Status}} ->
+            {exit, Status, lists:reverse(Acc)}
+    after ?TIMEOUT ->
+            catch port_close(Port),
+            ct:fail("tracer did not answer within ~p ms: ~p", [?TIMEOUT, lists:reverse(Acc)])
+    end.
+
+%%% In the traced peer
+
+%% Calls Probe() until it returns true (the tracer has raised the
+%% semaphore), at most for 30 s. Returns the number of true returns (1).
+fire_until_true(Probe) ->
+    fire_until_true(Probe, erlang:monotonic_time(millisecond) + 30000).
+
+fire_until_true(Probe, Deadline) ->
+    case Probe() of
+        true -> 1;
+        false ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> erlang:error(tracer_never_attached);
+                false -> timer:sleep(10), fire_until_true(Probe, Deadline)
+            end
+    end.
+
+%% Fires Ready() every 5 ms, in a process of its own, until told to stop.
+start_ready_loop(Ready) ->
+    Pid = spawn(fun() -> ready_loop(Ready) end),
+    register(dtrace_test_ready_loop, Pid),
+    ok.
+
+ready_loop(Ready) ->
+    _ = Ready(),
+    receive
+        {stop, From} -> From ! {stopped, self()}
+    after 5 -> ready_loop(Ready)
+    end.
+
+stop_ready_loop_and_run(Workload) ->
+    Pid = whereis(dtrace_test_ready_loop),
+    Pid ! {stop, self()},
+    receive {stopped, Pid} -> ok end,
+    Workload().
+
+%% Calls Probe(I) for I in 1..N and returns how many calls returned true.
+count_trues(Probe, N) ->
+    length([I || I <- lists:seq(1, N), Probe(I) =:= true]).
