@@ -97,3 +97,52 @@ macro_rules! define_fire_n {
 }
 
 n_probe_sites!(define_fire_n);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr;
+
+    /// Raises a semaphore as a tracer would, and lowers it on drop.
+    struct Attached(&'static AtomicU16);
+    impl Attached {
+        fn new(s: &'static AtomicU16) -> Self {
+            s.fetch_add(1, Relaxed);
+            Self(s)
+        }
+    }
+    impl Drop for Attached {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn each_numbered_probe_reads_its_own_semaphore() {
+        assert_eq!(N_PROBES, 951);
+        for label in [0, 1, 475, 949, 950] {
+            let _t = Attached::new(&N_SEMAPHORES[label]);
+            let enabled: Vec<usize> = (0..N_PROBES).filter(|&l| n_enabled(l)).collect();
+            assert_eq!(enabled, vec![label]);
+            assert!(!i4s4_enabled() && !s1_enabled());
+        }
+        assert!(!n_enabled(N_PROBES) && !n_enabled(usize::MAX));
+    }
+
+    #[test]
+    fn s1_and_i4s4_semaphores_are_separate() {
+        let _t = Attached::new(&I4S4_SEMAPHORE);
+        assert!(i4s4_enabled() && !s1_enabled());
+        assert!((0..N_PROBES).all(|l| !n_enabled(l)));
+    }
+
+    #[test]
+    fn firing_without_a_tracer_is_a_nop() {
+        let a = I4s4 { pid: ptr::null(), user_tag: ptr::null(), ints: [1, 2, 3, 4], strs: [ptr::null(); 4] };
+        fire_s1(ptr::null());
+        fire_i4s4(&a);
+        for label in [0, 950, 951, usize::MAX] {
+            fire_n(label, &a);
+        }
+    }
+}

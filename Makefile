@@ -1,0 +1,34 @@
+# dtrace: the two commands a newcomer needs are `make demo` and `make test`.
+# Both install missing system packages first (Debian/Ubuntu; root or sudo).
+
+REBAR3 ?= rebar3
+CARGO  ?= cargo
+
+.PHONY: all deps build nif test test-rust test-erlang demo bench clean
+
+all: build
+
+deps:
+	@scripts/ensure-deps.sh
+
+nif:
+	sh native/build-nif.sh release
+
+build: deps
+	$(REBAR3) compile
+
+test: deps
+	@scripts/tracefs.sh
+	$(CARGO) test --release
+	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(REBAR3) ct
+
+demo: deps
+	@scripts/tracefs.sh
+	$(REBAR3) compile
+	sh examples/demo.sh
+
+clean:
+	$(REBAR3) clean
+	$(CARGO) clean
+	rm -f priv/dtrace_nif.so

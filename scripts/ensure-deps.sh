@@ -1,0 +1,52 @@
+#!/bin/sh
+# Installs the system packages dtrace's build, tests and demo need, when
+# they are missing. Debian/Ubuntu: apt-get (as root, or through sudo).
+# Elsewhere: says plainly what is missing and stops.
+#   scripts/ensure-deps.sh            build + tests + demo
+set -eu
+
+# command -> Debian package
+need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb readelf:binutils cc:gcc"
+# Erlang applications (no command to look for) -> Debian package
+need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-dialyzer runtime_tools:erlang-runtime-tools"
+
+missing=
+for pair in $need; do
+    cmd=${pair%%:*}; pkg=${pair#*:}
+    command -v "$cmd" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if command -v erl >/dev/null 2>&1; then
+    for pair in $need_apps; do
+        app=${pair%%:*}; pkg=${pair#*:}
+        erl -noshell -eval "case code:lib_dir($app) of {error, _} -> halt(1); _ -> halt(0) end." \
+            >/dev/null 2>&1 || missing="$missing $pkg"
+    done
+else
+    for pair in $need_apps; do missing="$missing ${pair#*:}"; done
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "dtrace: cargo is missing. Install Rust >= 1.91 with rustup (https://rustup.rs);" >&2
+    echo "        distribution packages of Rust are too old for rustler 0.39." >&2
+    exit 1
+fi
+
+[ -z "$missing" ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "dtrace: missing system packages (Debian names):$missing" >&2
+    echo "        install their equivalents with your package manager and run again." >&2
+    exit 1
+fi
+if [ "$(id -u)" -eq 0 ]; then
+    sudo=
+elif command -v sudo >/dev/null 2>&1; then
+    echo "dtrace: installing$missing with sudo"
+    sudo=sudo
+else
+    echo "dtrace: missing packages:$missing; run as root: apt-get install$missing" >&2
+    exit 1
+fi
+echo "dtrace: installing$missing"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
