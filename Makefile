@@ -21,7 +21,7 @@ test: deps
 	@scripts/tracefs.sh
 	$(CARGO) test --release
 	$(CARGO) clippy --release --all-targets -- -D warnings
-	$(REBAR3) ct
+	REBAR3=$(REBAR3) sh scripts/ct.sh
 
 demo: deps
 	@scripts/tracefs.sh

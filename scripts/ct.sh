@@ -1,0 +1,17 @@
+#!/bin/sh
+# Runs the Common Test suites (rebar3 ct, arguments passed on) and ends with
+# one plain summary line, "ct: N passed, N failed, N skipped", from CT's own
+# closing line. Exits with rebar3's status.
+set -u
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+{ ${REBAR3:-rebar3} ct "$@"; echo $? > "$log.status"; } 2>&1 | tee "$log"
+status=$(cat "$log.status"); rm -f "$log.status"
+# CT prints e.g. "All 15 tests passed." or
+# "Failed 1 tests. Passed 13 tests. Skipped 1 (1, 0) tests."
+line=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^(All [0-9]+ tests passed|Failed [0-9]+ tests|Passed [0-9]+ tests|.*Skipped [0-9]+)' | tail -1)
+num() { printf '%s\n' "$line" | sed -n "s/.*$1 \([0-9][0-9]*\).*/\1/p" | head -1; }
+passed=$(num Passed); failed=$(num Failed); skipped=$(num Skipped)
+case "$line" in "All "*) passed=$(printf '%s\n' "$line" | sed 's/All \([0-9]*\).*/\1/') ;; esac
+echo "ct: ${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+exit "$status"
