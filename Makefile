@@ -28,6 +28,11 @@ demo: deps
 	$(REBAR3) compile
 	sh examples/demo.sh
 
+bench: deps
+	@scripts/tracefs.sh
+	$(REBAR3) compile
+	sh bench/run.sh
+
 clean:
 	$(REBAR3) clean
 	$(CARGO) clean

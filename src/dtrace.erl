@@ -57,7 +57,7 @@
 -export([user_trace_i4s4/9]).
 
 -on_load(on_load/0).
--nifs([available/0, user_trace_s1/1, user_trace_i4s4/9, user_trace_n/10]).
+-nifs([available/0, user_trace_s1/1, user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
 
 -define(TAG_KEY, '$dtrace_tag').
 -define(SPREAD_KEY, '$dtrace_spread').
@@ -153,13 +153,25 @@ user_trace_s1(_Message) ->
 user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
     false.
 
+%% The NIFs behind p/N and pn/N take the user tag last: the routing
+%% clauses then pass their arguments in the registers they arrived in,
+%% where a leading tag would make every call rotate them (BEAM `swap's,
+%% about 4 ns each on OTP 25's JIT).
+
+%% user_trace_i4s4/9 with the tag last.
+-spec i4s4(integer_maybe(), integer_maybe(), integer_maybe(), integer_maybe(),
+           iolist_maybe(), iolist_maybe(), iolist_maybe(), iolist_maybe(),
+           iolist_maybe()) -> probe_result().
+i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
+    false.
+
 %% Fires user_trace__n<Label>. Returns badarg for a Label that is not an
 %% integer in 0..1023 and error for 951..1023, both before the enabled check.
--spec user_trace_n(term(), iolist_maybe(), integer_maybe(), integer_maybe(),
-                   integer_maybe(), integer_maybe(), iolist_maybe(),
+-spec user_trace_n(term(), integer_maybe(), integer_maybe(), integer_maybe(),
+                   integer_maybe(), iolist_maybe(), iolist_maybe(),
                    iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
           probe_result().
-user_trace_n(_Label, _UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
+user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
     false.
 
 %%%===================================================================
@@ -171,16 +183,16 @@ user_trace_n(_Label, _UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
 %% Returns `false' (no tracer listening) or `true' (fired).
 -spec p() -> probe_result().
 p() ->
-    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, undef, undef, undef, undef).
+    i4s4(undef, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4' with one argument: an integer fills i1,
 %% anything else fills s1 (NULL unless an iolist of at most 1024 bytes).
 %% Returns `false' or `true', as {@link p/0}.
 -spec p(probe_arg()) -> probe_result().
 p(I1) when is_integer(I1) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, undef, undef, undef, undef);
+    i4s4(I1, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
 p(S1) ->
-    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, undef, undef, undef).
+    i4s4(undef, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4': leading integers fill i1, i2; the rest
 %% fill s1, s2 in order. As in OTP, the last clause takes anything, so
@@ -188,37 +200,37 @@ p(S1) ->
 %% Returns `false' or `true', as {@link p/0}.
 -spec p(probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2) when is_integer(I1), is_integer(I2) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, undef, undef, undef, undef);
+    i4s4(I1, I2, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
 p(I1, S1) when is_integer(I1) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, undef, undef, undef);
+    i4s4(I1, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
 p(S1, S2) ->
-    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, S2, undef, undef).
+    i4s4(undef, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4' with three arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, undef, undef, undef, undef);
+    i4s4(I1, I2, I3, undef, undef, undef, undef, undef, get(?TAG_KEY));
 p(I1, I2, S1) when is_integer(I1), is_integer(I2) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, undef, undef, undef);
+    i4s4(I1, I2, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
 p(I1, S1, S2) when is_integer(I1) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, S2, undef, undef);
+    i4s4(I1, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
 p(S1, S2, S3) ->
-    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, undef).
+    i4s4(undef, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4' with four arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, undef, undef, undef, undef);
+    i4s4(I1, I2, I3, I4, undef, undef, undef, undef, get(?TAG_KEY));
 p(I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, undef, undef, undef);
+    i4s4(I1, I2, I3, undef, S1, undef, undef, undef, get(?TAG_KEY));
 p(I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, S2, undef, undef);
+    i4s4(I1, I2, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
 p(I1, S1, S2, S3) when is_integer(I1) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, undef);
+    i4s4(I1, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
 p(S1, S2, S3, S4) ->
-    user_trace_i4s4(get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, S4).
+    i4s4(undef, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4' with five arguments. From five arguments
 %% on, the integers must come first (at most four of them, then strings):
@@ -226,40 +238,40 @@ p(S1, S2, S3, S4) ->
 %% Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, undef, undef, undef);
+    i4s4(I1, I2, I3, I4, S1, undef, undef, undef, get(?TAG_KEY));
 p(I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, S2, undef, undef);
+    i4s4(I1, I2, I3, undef, S1, S2, undef, undef, get(?TAG_KEY));
 p(I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, undef);
+    i4s4(I1, I2, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
 p(I1, S1, S2, S3, S4) when is_integer(I1) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, S4).
+    i4s4(I1, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4' with six arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
         probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, S2, undef, undef);
+    i4s4(I1, I2, I3, I4, S1, S2, undef, undef, get(?TAG_KEY));
 p(I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, undef);
+    i4s4(I1, I2, I3, undef, S1, S2, S3, undef, get(?TAG_KEY));
 p(I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, S4).
+    i4s4(I1, I2, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4' with seven arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
         probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, undef);
+    i4s4(I1, I2, I3, I4, S1, S2, S3, undef, get(?TAG_KEY));
 p(I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, S4).
+    i4s4(I1, I2, I3, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc Fires `user_trace__i4s4' with all eight arguments: four integers,
 %% then four strings. Returns `false' or `true'.
 -spec p(integer(), integer(), integer(), integer(), probe_arg(), probe_arg(),
         probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_i4s4(get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, S4).
+    i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %%%===================================================================
 %%% pn/1..9: fire user_trace__n<Label>
@@ -273,92 +285,92 @@ p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_intege
 %% otherwise `false' (not enabled) or `true' (fired).
 -spec pn(n_probe_label()) -> probe_result().
 pn(Label) ->
-    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, undef, undef, undef, undef).
+    user_trace_n(Label, undef, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY)).
 
 %% @doc `pn' with one argument, routed as in {@link p/1}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg()) -> probe_result().
 pn(Label, I1) when is_integer(I1) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, undef, undef, undef, undef);
+    user_trace_n(Label, I1, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
 pn(Label, S1) ->
-    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, undef, undef, undef).
+    user_trace_n(Label, undef, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY)).
 
 %% @doc `pn' with two arguments, routed as in {@link p/2}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, undef, undef, undef, undef);
+    user_trace_n(Label, I1, I2, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
 pn(Label, I1, S1) when is_integer(I1) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, undef, undef, undef);
+    user_trace_n(Label, I1, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
 pn(Label, S1, S2) ->
-    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, S2, undef, undef).
+    user_trace_n(Label, undef, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY)).
 
 %% @doc `pn' with three arguments, routed as in {@link p/3}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, undef, undef, undef, undef);
+    user_trace_n(Label, I1, I2, I3, undef, undef, undef, undef, undef, get(?TAG_KEY));
 pn(Label, I1, I2, S1) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, undef, undef, undef);
+    user_trace_n(Label, I1, I2, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
 pn(Label, I1, S1, S2) when is_integer(I1) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, S2, undef, undef);
+    user_trace_n(Label, I1, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
 pn(Label, S1, S2, S3) ->
-    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, undef).
+    user_trace_n(Label, undef, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY)).
 
 %% @doc `pn' with four arguments, routed as in {@link p/4}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) ->
           probe_result().
 pn(Label, I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, undef, undef, undef, undef);
+    user_trace_n(Label, I1, I2, I3, I4, undef, undef, undef, undef, get(?TAG_KEY));
 pn(Label, I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, undef, undef, undef);
+    user_trace_n(Label, I1, I2, I3, undef, S1, undef, undef, undef, get(?TAG_KEY));
 pn(Label, I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, S2, undef, undef);
+    user_trace_n(Label, I1, I2, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
 pn(Label, I1, S1, S2, S3) when is_integer(I1) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, undef);
+    user_trace_n(Label, I1, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
 pn(Label, S1, S2, S3, S4) ->
-    user_trace_n(Label, get(?TAG_KEY), undef, undef, undef, undef, S1, S2, S3, S4).
+    user_trace_n(Label, undef, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc `pn' with five arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, undef, undef, undef);
+    user_trace_n(Label, I1, I2, I3, I4, S1, undef, undef, undef, get(?TAG_KEY));
 pn(Label, I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, S2, undef, undef);
+    user_trace_n(Label, I1, I2, I3, undef, S1, S2, undef, undef, get(?TAG_KEY));
 pn(Label, I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, undef);
+    user_trace_n(Label, I1, I2, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
 pn(Label, I1, S1, S2, S3, S4) when is_integer(I1) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, undef, undef, undef, S1, S2, S3, S4).
+    user_trace_n(Label, I1, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc `pn' with six arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, S2, undef, undef);
+    user_trace_n(Label, I1, I2, I3, I4, S1, S2, undef, undef, get(?TAG_KEY));
 pn(Label, I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, undef);
+    user_trace_n(Label, I1, I2, I3, undef, S1, S2, S3, undef, get(?TAG_KEY));
 pn(Label, I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, undef, undef, S1, S2, S3, S4).
+    user_trace_n(Label, I1, I2, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc `pn' with seven arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, undef);
+    user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, undef, get(?TAG_KEY));
 pn(Label, I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, undef, S1, S2, S3, S4).
+    user_trace_n(Label, I1, I2, I3, undef, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %% @doc `pn' with all eight arguments: four integers, then four strings;
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), integer(), integer(), integer(), integer(),
          probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, get(?TAG_KEY), I1, I2, I3, I4, S1, S2, S3, S4).
+    user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)).
 
 %%%===================================================================
 %%% User tags

@@ -17,11 +17,16 @@
 //! fixed stack of pending tails instead of recursion. Such an argument is
 //! passed as NULL, as an over-long one is. No heap memory is used.
 
+use std::cell::Cell;
 use std::ffi::c_char;
 use std::ptr;
+use std::sync::OnceLock;
 
 use arrayvec::ArrayVec;
+use rustler::sys::ErlNifTerm;
 use rustler::{Binary, Env, Term};
+
+use crate::atoms;
 
 /// The longest string argument passed, in bytes (OTP's `MESSAGE_BUFSIZ`).
 pub const MAX_STRING_BYTES: usize = 1024;
@@ -32,6 +37,44 @@ pub const MAX_VISITS: usize = 4 * MAX_STRING_BYTES;
 
 /// The deepest nesting of lists inside one string argument.
 pub const MAX_DEPTH: usize = 256;
+
+/// Immediate terms an argument is compared with before any call into the
+/// VM: the atoms `p/N` passes for absent arguments, and `[]`. Atoms and
+/// `[]` are immediates, the same value in every env for the life of the VM,
+/// so comparing raw values is exact. A pure shortcut: the general path
+/// gives the same result (NULL / 0) for them, after up to three VM calls.
+struct Immediates {
+    undef: ErlNifTerm,
+    undefined: ErlNifTerm,
+    nil: ErlNifTerm,
+}
+
+static IMMEDIATES: OnceLock<Immediates> = OnceLock::new();
+
+/// Records the immediates; called once when the library is loaded.
+pub fn init(env: Env<'_>) {
+    let _ = IMMEDIATES.set(Immediates {
+        undef: atoms::undef().as_c_arg(),
+        undefined: atoms::undefined().as_c_arg(),
+        nil: Term::list_new_empty(env).as_c_arg(),
+    });
+}
+
+/// Is `term` the atom `undef` or `undefined` (an absent argument)?
+#[inline(always)]
+fn is_absent(term: Term<'_>) -> bool {
+    let raw = term.as_c_arg();
+    IMMEDIATES.get().is_some_and(|im| raw == im.undef || raw == im.undefined)
+}
+
+/// Is `term` the empty list?
+#[inline(always)]
+fn is_nil(term: Term<'_>) -> bool {
+    match IMMEDIATES.get() {
+        Some(im) => term.as_c_arg() == im.nil,
+        None => term.is_empty_list(),
+    }
+}
 
 /// A stack buffer for one string argument: up to 1024 bytes and its NUL.
 #[derive(Default)]
@@ -51,12 +94,24 @@ impl StrBuf {
     /// otherwise returns NULL. The pointer is valid while `self` is.
     pub fn iolist_or_null(&mut self, term: Term<'_>) -> *const c_char {
         self.bytes.clear();
-        match self.fill(term) {
-            Some(()) if self.bytes.len() <= MAX_STRING_BYTES => {
-                self.bytes.push(0);
-                self.bytes.as_ptr().cast()
+        // Fast paths first: absent (`undef`), a binary (Elixir strings), a
+        // flat charlist (Erlang strings); the general walk for the rest.
+        let complete = if is_absent(term) {
+            false
+        } else if let Ok(binary) = Binary::from_term(term) {
+            self.bytes.try_extend_from_slice(binary.as_slice()).is_ok()
+        } else {
+            match self.copy_flat_bytes(term) {
+                Flat::Copied => true,
+                Flat::TooLong => false,
+                Flat::Other => self.fill(term).is_some(),
             }
-            _ => ptr::null(),
+        };
+        if complete && self.bytes.len() <= MAX_STRING_BYTES {
+            self.bytes.push(0);
+            self.bytes.as_ptr().cast()
+        } else {
+            ptr::null()
         }
     }
 
@@ -66,6 +121,39 @@ impl StrBuf {
         self.bytes.strip_suffix(&[0]).unwrap_or(&self.bytes)
     }
 
+    /// The common case of a charlist, `"abc"`, in one call into the VM
+    /// instead of two per character: `enif_get_string` copies a flat list
+    /// of bytes and stops after the buffer's size, so its work is bounded.
+    fn copy_flat_bytes(&mut self, term: Term<'_>) -> Flat {
+        const CAPACITY: usize = MAX_STRING_BYTES + 1;
+        // SAFETY: the buffer is empty and holds CAPACITY bytes;
+        // `enif_get_string` writes at most `len` = CAPACITY bytes into it
+        // (the characters and a NUL) and reads only `term`, a valid term of
+        // its env.
+        let written = unsafe {
+            rustler::sys::enif_get_string(
+                term.get_env().as_c_arg(),
+                term.as_c_arg(),
+                self.bytes.as_mut_ptr().cast(),
+                CAPACITY as u32,
+                rustler::sys::ErlNifCharEncoding::ERL_NIF_LATIN1,
+            )
+        };
+        match usize::try_from(written) {
+            // `written` counts the NUL: 1..=CAPACITY.
+            Ok(n @ 1..=CAPACITY) => {
+                // SAFETY: `enif_get_string` initialised the first n - 1 bytes
+                // (n - 1 <= MAX_STRING_BYTES < CAPACITY).
+                unsafe { self.bytes.set_len(n - 1) };
+                Flat::Copied
+            }
+            // 0: not a flat list of bytes; the general walk decides.
+            Ok(_) => Flat::Other,
+            // -CAPACITY: a flat list of bytes longer than the limit.
+            Err(_) => Flat::TooLong,
+        }
+    }
+
     /// Appends the bytes of the iolist `term`; `None` when it is not an
     /// iolist or is over the limits. The buffer holds one byte more than
     /// the limit, so a string of 1025 bytes fills it and is then refused.
@@ -73,24 +161,24 @@ impl StrBuf {
         let mut pending: ArrayVec<Term<'_>, MAX_DEPTH> = ArrayVec::new();
         let mut current = term;
         for _ in 0..MAX_VISITS {
-            if let Ok((head, tail)) = current.list_get_cell() {
-                if let Ok(n) = head.decode::<u32>() {
-                    self.bytes.try_push(u8::try_from(n).ok()?).ok()?;
-                    current = tail;
-                } else {
-                    // A nested iolist (binary or list): read it, then the tail.
-                    if !tail.is_empty_list() {
-                        pending.try_push(tail).ok()?;
+            if !is_nil(current) {
+                if let Ok((head, tail)) = current.list_get_cell() {
+                    if let Ok(n) = head.decode::<u32>() {
+                        self.bytes.try_push(u8::try_from(n).ok()?).ok()?;
+                        current = tail;
+                    } else {
+                        // A nested iolist (binary or list): read it, then the tail.
+                        if !is_nil(tail) {
+                            pending.try_push(tail).ok()?;
+                        }
+                        current = head;
                     }
-                    current = head;
+                    continue;
                 }
-                continue;
-            }
-            if let Ok(binary) = Binary::from_term(current) {
+                let binary = Binary::from_term(current).ok()?;
                 self.bytes.try_extend_from_slice(binary.as_slice()).ok()?;
-            } else if !current.is_empty_list() {
-                return None;
             }
+            // `current` is done: go on with the innermost pending tail.
             match pending.pop() {
                 Some(tail) => current = tail,
                 None => return Some(()),
@@ -100,10 +188,23 @@ impl StrBuf {
     }
 }
 
+/// What [`StrBuf::copy_flat_bytes`] found.
+enum Flat {
+    /// A flat list of at most 1024 bytes, now in the buffer.
+    Copied,
+    /// A flat list of more than 1024 bytes.
+    TooLong,
+    /// Anything else: a nested iolist, or not an iolist.
+    Other,
+}
+
 /// A signed 64-bit integer argument: the value when `term` is an integer
 /// that fits, otherwise 0.
 #[inline]
 pub fn int64_or_zero(term: Term<'_>) -> i64 {
+    if is_absent(term) {
+        return 0;
+    }
     term.decode::<i64>().unwrap_or(0)
 }
 
@@ -112,6 +213,7 @@ pub fn int64_or_zero(term: Term<'_>) -> i64 {
 const PID_BYTES: usize = 40;
 
 /// A stack buffer for the calling process's pid text.
+#[derive(Clone, Copy)]
 pub struct PidBuf {
     bytes: [u8; PID_BYTES],
 }
@@ -120,6 +222,15 @@ impl Default for PidBuf {
     fn default() -> Self {
         Self::new()
     }
+}
+
+thread_local! {
+    /// The last pid formatted on this scheduler thread, and its text.
+    /// Formatting (`enif_snprintf("%T")`) is the costliest step of an
+    /// enabled probe, and a process usually fires many in a row. The key is
+    /// the pid term, an immediate whose value names one process, so a hit
+    /// is always the right text.
+    static LAST_PID: Cell<Option<(ErlNifTerm, PidBuf)>> = const { Cell::new(None) };
 }
 
 impl PidBuf {
@@ -134,12 +245,18 @@ impl PidBuf {
     /// while `self` is. Returns NULL if the VM cannot format it.
     pub fn self_pid(&mut self, env: Env<'_>) -> *const c_char {
         let pid = env.pid();
-        // SAFETY: `enif_make_pid` only reads the pid we were just given by
-        // `enif_self` for this env. `enif_snprintf` writes at most
-        // `PID_BYTES` bytes, NUL included, into our buffer of that size, and
-        // `%T` consumes exactly one term argument, which we pass.
+        // SAFETY: `enif_make_pid` only reads the pid `enif_self` just gave us.
+        let term = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_c_arg()) };
+        if let Some((key, text)) = LAST_PID.get() {
+            if key == term {
+                *self = text;
+                return self.bytes.as_ptr().cast();
+            }
+        }
+        // SAFETY: `enif_snprintf` writes at most `PID_BYTES` bytes, NUL
+        // included, into our buffer of that size, and `%T` consumes exactly
+        // one term argument, which we pass.
         let written = unsafe {
-            let term = rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_c_arg());
             rustler::sys::get_enif_snprintf()(
                 self.bytes.as_mut_ptr().cast(),
                 PID_BYTES,
@@ -148,6 +265,7 @@ impl PidBuf {
             )
         };
         if written > 0 && (written as usize) < PID_BYTES {
+            LAST_PID.set(Some((term, *self)));
             self.bytes.as_ptr().cast()
         } else {
             ptr::null()

@@ -8,6 +8,8 @@ rustler::atoms! {
     badarg,
     /// Reason of the exception raised if a NIF panics (never expected).
     nif_panicked,
+    /// What `p/N` passes for an absent argument.
+    undef,
+    /// What `p/N` passes for an absent user tag.
+    undefined,
 }
-
-pub use rustler::types::atom::{false_, true_};

@@ -17,6 +17,7 @@ use rustler::{Env, Term};
 
 use crate::args::{PidBuf, StrBuf, int64_or_zero};
 use crate::atoms;
+use rustler::types::atom::{false_, true_};
 use crate::probes::{self, I4s4, N_PROBES};
 
 /// Labels `pn` accepts without `badarg` (OTP reserves 0..1023, declares 951).
@@ -39,11 +40,14 @@ macro_rules! raw_nif {
 raw_nif!("available" / 0 => available);
 raw_nif!("user_trace_s1" / 1 => user_trace_s1);
 raw_nif!("user_trace_i4s4" / 9 => user_trace_i4s4);
+raw_nif!("i4s4" / 9 => i4s4);
 raw_nif!("user_trace_n" / 10 => user_trace_n);
 
-/// Library load: creates the atoms once, so no NIF call allocates them.
-pub fn load(_env: Env, _info: Term) -> bool {
+/// Library load: creates the atoms once, so no NIF call allocates them,
+/// and records the immediates argument conversion compares with.
+pub fn load(env: Env, _info: Term) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked());
+    crate::args::init(env);
     true
 }
 
@@ -80,7 +84,7 @@ unsafe fn call(
 
 /// `available() -> boolean()`: `true` where this build has SDT probes.
 unsafe extern "C" fn available(_env: *mut ErlNifEnv, _argc: c_int, _argv: *const ErlNifTerm) -> ErlNifTerm {
-    if probes::AVAILABLE { atoms::true_() } else { atoms::false_() }.as_c_arg()
+    if probes::AVAILABLE { true_() } else { false_() }.as_c_arg()
 }
 
 /// `user_trace_s1(IoList) -> true | false | badarg`. When enabled, an
@@ -88,7 +92,7 @@ unsafe extern "C" fn available(_env: *mut ErlNifEnv, _argc: c_int, _argv: *const
 /// and does not fire.
 unsafe extern "C" fn user_trace_s1(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
     if !probes::s1_enabled() {
-        return atoms::false_().as_c_arg();
+        return false_().as_c_arg();
     }
     // SAFETY: called by the VM with its own arguments.
     unsafe {
@@ -99,7 +103,7 @@ unsafe extern "C" fn user_trace_s1(env: *mut ErlNifEnv, argc: c_int, argv: *cons
                 return atoms::badarg().to_term(env);
             }
             probes::fire_s1(message);
-            atoms::true_().to_term(env)
+            true_().to_term(env)
         })
     }
 }
@@ -113,40 +117,59 @@ struct I4s4Bufs {
 }
 
 impl I4s4Bufs {
-    /// Converts `(UserTag, I1..I4, S1..S4)` as OTP does and returns the
-    /// probe arguments, which borrow `self`.
-    fn convert(&mut self, env: Env<'_>, args: &[Term<'_>]) -> I4s4 {
+    /// Converts the user tag, `I1..I4` (`args[0..4]`) and `S1..S4`
+    /// (`args[4..8]`) as OTP does, and returns the probe arguments, which
+    /// borrow `self`.
+    fn convert(&mut self, env: Env<'_>, user_tag: Term<'_>, args: &[Term<'_>]) -> I4s4 {
         let [s1, s2, s3, s4] = &mut self.strs;
         I4s4 {
             pid: self.pid.self_pid(env),
-            user_tag: self.user_tag.iolist_or_null(args[0]),
-            ints: [1, 2, 3, 4].map(|i| int64_or_zero(args[i])),
+            user_tag: self.user_tag.iolist_or_null(user_tag),
+            ints: [0, 1, 2, 3].map(|i| int64_or_zero(args[i])),
             strs: [
-                s1.iolist_or_null(args[5]),
-                s2.iolist_or_null(args[6]),
-                s3.iolist_or_null(args[7]),
-                s4.iolist_or_null(args[8]),
+                s1.iolist_or_null(args[4]),
+                s2.iolist_or_null(args[5]),
+                s3.iolist_or_null(args[6]),
+                s4.iolist_or_null(args[7]),
             ],
         }
     }
 }
 
-/// `user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) -> true | false`.
+/// `user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) -> true | false`:
+/// OTP's raw form, tag first.
 unsafe extern "C" fn user_trace_i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
     if !probes::i4s4_enabled() {
-        return atoms::false_().as_c_arg();
+        return false_().as_c_arg();
     }
     // SAFETY: called by the VM with its own arguments.
     unsafe {
         call(env, argc, argv, |env, args| {
             let mut bufs = I4s4Bufs::default();
-            probes::fire_i4s4(&bufs.convert(env, args));
-            atoms::true_().to_term(env)
+            probes::fire_i4s4(&bufs.convert(env, args[0], &args[1..]));
+            true_().to_term(env)
         })
     }
 }
 
-/// `user_trace_n(Label, UserTag, I1..I4, S1..S4) -> true | false | error | badarg`.
+/// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false`: the
+/// same with the tag last, as `p/N` calls it (no argument rotation).
+unsafe extern "C" fn i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
+    if !probes::i4s4_enabled() {
+        return false_().as_c_arg();
+    }
+    // SAFETY: called by the VM with its own arguments.
+    unsafe {
+        call(env, argc, argv, |env, args| {
+            let mut bufs = I4s4Bufs::default();
+            probes::fire_i4s4(&bufs.convert(env, args[8], args));
+            true_().to_term(env)
+        })
+    }
+}
+
+/// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg`
+/// (tag last, as `pn/N` calls it).
 /// A label that is not an integer in 0..1023 returns `badarg`, one in
 /// 951..1023 returns `error`, both before the enabled check (OTP's order).
 unsafe extern "C" fn user_trace_n(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
@@ -161,11 +184,11 @@ unsafe extern "C" fn user_trace_n(env: *mut ErlNifEnv, argc: c_int, argv: *const
                 return atoms::error().to_term(env);
             }
             if !probes::n_enabled(label) {
-                return atoms::false_().to_term(env);
+                return false_().to_term(env);
             }
             let mut bufs = I4s4Bufs::default();
-            probes::fire_n(label, &bufs.convert(env, &args[1..]));
-            atoms::true_().to_term(env)
+            probes::fire_n(label, &bufs.convert(env, args[9], &args[1..]));
+            true_().to_term(env)
         })
     }
 }

@@ -1,0 +1,248 @@
+%%% `make bench`: the cost of dtrace's probe paths, against baselines,
+%%% measured in one run on one VM, and the budgets they must meet.
+%%%
+%%% Every row is the time per call of a loop of N calls through a fun (the
+%%% fun call is in every row, baselines included). Rows are measured in
+%%% rounds, every row once per round, after a warm-up round: the first
+%%% loop of a fresh VM runs slow, and measuring rows one after the other
+%%% would charge that to whichever row comes first. A row reports the
+%%% median of its rounds and the spread (min..max).
+%%%
+%%% Enabled rows run with bpftrace attached to this node and counting; the
+%%% floor is a bare SDT hit from a native program (bare_probe) with the same
+%%% tracer program shape. Without root or bpftrace those rows are skipped.
+-module(dtrace_bench).
+
+-export([main/1, empty/0]).
+
+-define(ROUNDS, 7).
+-define(N_DISABLED, 2000000).
+-define(N_ENABLED, 200000).
+-define(N_THROUGHPUT, 4000000).
+
+main([OutFile, BareProbe]) ->
+    {module, dtrace} = code:ensure_loaded(dtrace),
+    true = dtrace:available(),
+    S1K = lists:duplicate(1024, $x),
+    B1K = list_to_binary(S1K),
+    MB = lists:duplicate(1024, B1K),
+    Disabled =
+        [{"empty Erlang call", fun() -> dtrace_bench:empty() end},
+         {"empty NIF call (dtrace:available/0)", fun() -> dtrace:available() end},
+         {"stock dyntrace:p/4 (runtime_tools)", fun() -> dyntrace:p(1, 2, "ab", "cd") end},
+         {"dtrace:p/0", fun() -> dtrace:p() end},
+         {"dtrace:p/4 (2 ints, 2 strings)", fun() -> dtrace:p(1, 2, "ab", "cd") end},
+         {"dtrace:p/8", fun() -> dtrace:p(1, 2, 3, 4, "ab", "cd", "ef", "gh") end},
+         {"dtrace:pn/5", fun() -> dtrace:pn(5, 1, 2, "ab", "cd") end}],
+    io:format("~nDisabled (no tracer), ~b calls per round, ~b rounds:~n", [?N_DISABLED, ?ROUNDS]),
+    DisRows = measure(Disabled, ?N_DISABLED),
+    print(DisRows),
+    io:format("~nDisabled throughput, dtrace:p/4, ~b calls per process:~n", [?N_THROUGHPUT]),
+    Tput = [{K, throughput(K)} || K <- [1, 2]],
+    [io:format("  ~b scheduler(s) busy: ~.1f M calls/s (~.1f..~.1f)~n",
+               [K, Med / 1.0e6, Min / 1.0e6, Max / 1.0e6]) || {K, {Med, Min, Max}} <- Tput],
+    Enabled =
+        [{"dtrace:p/0", fun() -> dtrace:p() end},
+         {"dtrace:p/4 (2 ints, 2 strings)", fun() -> dtrace:p(1, 2, "ab", "cd") end},
+         {"dtrace:p/8", fun() -> dtrace:p(1, 2, 3, 4, "ab", "cd", "ef", "gh") end},
+         {"dtrace:pn/5", fun() -> dtrace:pn(5, 1, 2, "ab", "cd") end},
+         {"dtrace:p/4, 1024-byte binary", fun() -> dtrace:p(1, 2, B1K, "cd") end},
+         {"dtrace:p/4, 1024-byte charlist", fun() -> dtrace:p(1, 2, S1K, "cd") end},
+         {"dtrace:p/4, 1 MB iolist (passed as NULL)", fun() -> dtrace:p(1, 2, MB, "cd") end}],
+    {EnRows, Floor, Why} =
+        case can_trace() of
+            ok ->
+                io:format("~nEnabled (bpftrace attached, counting), ~b calls per round:~n", [?N_ENABLED]),
+                Tracer = bpftrace(os:getpid(),
+                                  "usdt:" ++ nif() ++ ":erlang:user_trace__i4s4 { @i4s4 = count(); } "
+                                  "usdt:" ++ nif() ++ ":erlang:user_trace__n5 { @n5 = count(); }"),
+                wait_enabled(),
+                Rows = measure(Enabled, ?N_ENABLED),
+                stop(Tracer),
+                print(Rows),
+                F = bare_floor(BareProbe),
+                io:format("  ~-44s ~8.1f ns  (~.1f..~.1f)~n",
+                          ["bare SDT hit, native program (floor)" | tuple_to_list(F)]),
+                {Rows, F, ""};
+            {skip, W} ->
+                io:format("~nEnabled rows skipped: ~s~n", [W]),
+                {[], undefined, W}
+        end,
+    Budgets = budgets(DisRows, Tput, EnRows, Floor),
+    io:format("~nBudgets:~n"),
+    [io:format("  ~-62s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
+    write_md(OutFile, DisRows, Tput, EnRows, Floor, Why, Budgets),
+    io:format("~nWritten to ~s~n", [OutFile]),
+    halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
+
+empty() -> ok.
+
+%%% Measuring
+
+loop(_F, 0) -> ok;
+loop(F, N) -> _ = F(), loop(F, N - 1).
+
+ns_per_call(F, N) ->
+    T0 = erlang:monotonic_time(nanosecond),
+    loop(F, N),
+    (erlang:monotonic_time(nanosecond) - T0) / N.
+
+%% [{Name, {Median, Min, Max}}], in the order given.
+measure(Cases, N) ->
+    [ns_per_call(F, N div 10) || {_, F} <- Cases],
+    Rounds = [[ns_per_call(F, N) || {_, F} <- Cases] || _ <- lists:seq(1, ?ROUNDS)],
+    Columns = transpose(Rounds),
+    [{Name, stats(Col)} || {{Name, _}, Col} <- lists:zip(Cases, Columns)].
+
+transpose([[] | _]) -> [];
+transpose(Rows) -> [[hd(R) || R <- Rows] | transpose([tl(R) || R <- Rows])].
+
+stats(Xs) ->
+    S = lists:sort(Xs),
+    {lists:nth((length(S) + 1) div 2, S), hd(S), lists:last(S)}.
+
+print(Rows) ->
+    [io:format("  ~-44s ~8.1f ns  (~.1f..~.1f)~n", [Name, Med, Min, Max])
+     || {Name, {Med, Min, Max}} <- Rows],
+    ok.
+
+%% Calls per second of disabled dtrace:p/4 with K processes, one per
+%% scheduler, each making N_THROUGHPUT calls: {Median, Min, Max} of 5 runs.
+throughput(K) ->
+    Run = fun() ->
+                  Self = self(),
+                  T0 = erlang:monotonic_time(nanosecond),
+                  Pids = [spawn_opt(fun() ->
+                                            loop(fun() -> dtrace:p(1, 2, "ab", "cd") end, ?N_THROUGHPUT),
+                                            Self ! {done, self()}
+                                    end, [link, {scheduler, I}]) || I <- lists:seq(1, K)],
+                  [receive {done, P} -> ok end || P <- Pids],
+                  K * ?N_THROUGHPUT / ((erlang:monotonic_time(nanosecond) - T0) / 1.0e9)
+          end,
+    _ = Run(),
+    stats([Run() || _ <- lists:seq(1, 5)]).
+
+%%% Tracers
+
+nif() ->
+    filename:join(code:priv_dir(dtrace), "dtrace_nif.so").
+
+can_trace() ->
+    case {os:find_executable("bpftrace"), string:trim(os:cmd("id -u"))} of
+        {false, _} -> {skip, "bpftrace is not installed"};
+        {_, "0"} -> ok;
+        _ -> {skip, "attaching bpftrace needs root"}
+    end.
+
+bpftrace(OsPid, Prog) ->
+    Port = open_port({spawn_executable, os:find_executable("bpftrace")},
+                     [{args, ["-p", OsPid, "-e", Prog]}, {line, 4096},
+                      stderr_to_stdout, exit_status, binary]),
+    wait_line(Port, <<"Attaching">>),
+    Port.
+
+stop(Port) ->
+    {os_pid, Pid} = erlang:port_info(Port, os_pid),
+    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
+    drain(Port).
+
+drain(Port) ->
+    receive
+        {Port, {exit_status, _}} -> ok;
+        {Port, _} -> drain(Port)
+    after 30000 -> error(bpftrace_did_not_stop)
+    end.
+
+wait_line(Port, Prefix) ->
+    receive
+        {Port, {data, {eol, Line}}} ->
+            case binary:match(Line, Prefix) of
+                nomatch -> wait_line(Port, Prefix);
+                _ -> Line
+            end;
+        {Port, {exit_status, S}} -> error({tracer_exited, S})
+    after 60000 -> error({no_line, Prefix})
+    end.
+
+wait_enabled() ->
+    case dtrace:p() andalso dtrace:pn(5) of
+        true -> ok;
+        false -> timer:sleep(10), wait_enabled()
+    end.
+
+%% The bare hit, five runs: {Median, Min, Max} ns per hit.
+bare_floor(Exe) ->
+    stats([bare_once(Exe) || _ <- lists:seq(1, 5)]).
+
+bare_once(Exe) ->
+    Port = open_port({spawn_executable, Exe},
+                     [{args, [integer_to_list(?N_ENABLED * 5)]}, {line, 4096}, exit_status, binary]),
+    <<"pid ", Pid/binary>> = wait_line(Port, <<"pid ">>),
+    Tracer = bpftrace(binary_to_list(Pid),
+                      "usdt:" ++ Exe ++ ":dtrace_bench:bare_hit { @hits = count(); }"),
+    <<"bare_hit_ns ", Ns/binary>> = wait_line(Port, <<"bare_hit_ns">>),
+    drain(Port),
+    stop(Tracer),
+    binary_to_float(Ns).
+
+%%% Budgets (issue: performance budgets), as ratios measured in this run.
+
+budgets(Dis, Tput, En, Floor) ->
+    Med = fun(Rows, Name) -> element(1, proplists:get_value(Name, Rows)) end,
+    Stock = Med(Dis, "stock dyntrace:p/4 (runtime_tools)"),
+    P4 = Med(Dis, "dtrace:p/4 (2 ints, 2 strings)"),
+    {T1, _, _} = proplists:get_value(1, Tput),
+    {T2, _, _} = proplists:get_value(2, Tput),
+    [{io_lib:format("disabled dtrace:p/4 <= 0.9 x stock dyntrace:p/4: ~.2fx", [P4 / Stock]),
+      P4 =< 0.9 * Stock},
+     {io_lib:format("2-scheduler disabled throughput >= 1.8 x 1-scheduler: ~.2fx", [T2 / T1]),
+      T2 >= 1.8 * T1}
+     | case {En, Floor} of
+           {[], _} -> [{"enabled dtrace:p/4 - bare SDT hit <= 150 ns: not measured", skipped}];
+           {_, {F, _, _}} ->
+               E = Med(En, "dtrace:p/4 (2 ints, 2 strings)"),
+               [{io_lib:format("enabled dtrace:p/4 - bare SDT hit <= 150 ns: ~.1f ns", [E - F]),
+                 E - F =< 150}]
+       end].
+
+verdict(true) -> "PASS";
+verdict(false) -> "FAIL";
+verdict(skipped) -> "skipped".
+
+%%% BENCHMARKS.md
+
+write_md(File, Dis, Tput, En, Floor, Why, Budgets) ->
+    Row = fun({Name, {Med, Min, Max}}) ->
+                  io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [Name, Med, Min, Max])
+          end,
+    Cpu = case re:run(os:cmd("grep -m1 'model name' /proc/cpuinfo"), ":\\s*(.*)",
+                      [{capture, all_but_first, list}]) of
+              {match, [C]} -> string:trim(C);
+              _ -> "unknown"
+          end,
+    Text =
+        ["# Benchmarks\n\n",
+         "Written by `make bench` (bench/dtrace_bench.erl); numbers from one run on one VM.\n",
+         "Each row is the time per call of a loop of calls through a fun, as the median of ",
+         integer_to_list(?ROUNDS), " rounds after a warm-up round, with the spread (min..max).\n\n",
+         io_lib:format("- date: ~s~n", [calendar:system_time_to_rfc3339(erlang:system_time(second))]),
+         io_lib:format("- machine: ~s, ~b schedulers online~n", [Cpu, erlang:system_info(schedulers_online)]),
+         io_lib:format("- kernel: ~s~n", [string:trim(os:cmd("uname -sr"))]),
+         io_lib:format("- OTP: ~s (erts ~s), dynamic_trace: ~p~n",
+                       [erlang:system_info(otp_release), erlang:system_info(version),
+                        erlang:system_info(dynamic_trace)]),
+         io_lib:format("- tracer: ~s~n~n", [string:trim(os:cmd("bpftrace --version 2>/dev/null"))]),
+         "## Disabled probes (no tracer attached)\n\n| call | ns/call | spread |\n|---|---|---|\n",
+         [Row(R) || R <- Dis],
+         "\n## Disabled throughput, `dtrace:p/4`\n\n| schedulers busy | M calls/s | spread |\n|---|---|---|\n",
+         [io_lib:format("| ~b | ~.1f | ~.1f..~.1f |~n", [K, M / 1.0e6, Mi / 1.0e6, Ma / 1.0e6])
+          || {K, {M, Mi, Ma}} <- Tput],
+         "\n## Enabled probes (bpftrace attached, counting)\n\n",
+         case En of
+             [] -> ["Skipped: ", Why, ".\n"];
+             _ -> ["| call | ns/call | spread |\n|---|---|---|\n", [Row(R) || R <- En],
+                   Row({"bare SDT hit, native program (the floor)", Floor})]
+         end,
+         "\n## Budgets\n\n",
+         [io_lib:format("- ~s: **~s**~n", [T, verdict(OK)]) || {T, OK} <- Budgets]],
+    ok = file:write_file(File, Text).
