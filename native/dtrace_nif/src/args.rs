@@ -79,7 +79,7 @@ fn is_nil(term: Term<'_>) -> bool {
 /// A stack buffer for one string argument: up to 1024 bytes and its NUL.
 #[derive(Default)]
 pub struct StrBuf {
-    bytes: ArrayVec<u8, { MAX_STRING_BYTES + 1 }>,
+    bytes: Bytes,
 }
 
 impl StrBuf {
@@ -104,7 +104,7 @@ impl StrBuf {
             match self.copy_flat_bytes(term) {
                 Flat::Copied => true,
                 Flat::TooLong => false,
-                Flat::Other => self.fill(term).is_some(),
+                Flat::Other => read_iolist(term, &mut self.bytes),
             }
         };
         if complete && self.bytes.len() <= MAX_STRING_BYTES {
@@ -113,12 +113,6 @@ impl StrBuf {
         } else {
             ptr::null()
         }
-    }
-
-    /// The bytes copied by the last successful [`Self::iolist_or_null`],
-    /// without the NUL.
-    pub fn as_bytes(&self) -> &[u8] {
-        self.bytes.strip_suffix(&[0]).unwrap_or(&self.bytes)
     }
 
     /// The common case of a charlist, `"abc"`, in one call into the VM
@@ -153,39 +147,82 @@ impl StrBuf {
             Err(_) => Flat::TooLong,
         }
     }
+}
 
-    /// Appends the bytes of the iolist `term`; `None` when it is not an
-    /// iolist or is over the limits. The buffer holds one byte more than
-    /// the limit, so a string of 1025 bytes fills it and is then refused.
-    fn fill(&mut self, term: Term<'_>) -> Option<()> {
-        let mut pending: ArrayVec<Term<'_>, MAX_DEPTH> = ArrayVec::new();
-        let mut current = term;
-        for _ in 0..MAX_VISITS {
-            if !is_nil(current) {
-                if let Ok((head, tail)) = current.list_get_cell() {
-                    if let Ok(n) = head.decode::<u32>() {
-                        self.bytes.try_push(u8::try_from(n).ok()?).ok()?;
-                        current = tail;
-                    } else {
-                        // A nested iolist (binary or list): read it, then the tail.
-                        if !is_nil(tail) {
-                            pending.try_push(tail).ok()?;
-                        }
-                        current = head;
-                    }
-                    continue;
-                }
-                let binary = Binary::from_term(current).ok()?;
-                self.bytes.try_extend_from_slice(binary.as_slice()).ok()?;
-            }
-            // `current` is done: go on with the innermost pending tail.
-            match pending.pop() {
-                Some(tail) => current = tail,
-                None => return Some(()),
-            }
-        }
-        None
+/// What the iolist walk needs to know about a term. Implemented for
+/// rustler's [`Term`], and in the unit tests for a model of terms, so that
+/// the walk's semantics and bounds are tested without a VM.
+pub trait IoTerm<'a>: Copy {
+    /// Is this `[]`?
+    fn is_nil(self) -> bool;
+    /// Head and tail of a non-empty list.
+    fn cons(self) -> Option<(Self, Self)>;
+    /// The value of a non-negative integer that fits 32 bits.
+    fn small_uint(self) -> Option<u32>;
+    /// The bytes of a binary (not a bitstring).
+    fn binary(self) -> Option<&'a [u8]>;
+}
+
+impl<'a> IoTerm<'a> for Term<'a> {
+    #[inline]
+    fn is_nil(self) -> bool {
+        is_nil(self)
     }
+    #[inline]
+    fn cons(self) -> Option<(Self, Self)> {
+        self.list_get_cell().ok()
+    }
+    #[inline]
+    fn small_uint(self) -> Option<u32> {
+        self.decode::<u32>().ok()
+    }
+    #[inline]
+    fn binary(self) -> Option<&'a [u8]> {
+        Binary::from_term(self).ok().map(|b| b.as_slice())
+    }
+}
+
+/// Room for [`MAX_STRING_BYTES`] and one more byte, so that a string one
+/// byte over the limit fills it and is then refused.
+pub type Bytes = ArrayVec<u8, { MAX_STRING_BYTES + 1 }>;
+
+/// Reads the iolist `term` into `out` (emptied first). `true` when `term`
+/// is an iolist of at most [`MAX_STRING_BYTES`] bytes that could be read
+/// within [`MAX_VISITS`] terms and [`MAX_DEPTH`] nested lists.
+pub fn read_iolist<'a, T: IoTerm<'a>>(term: T, out: &mut Bytes) -> bool {
+    out.clear();
+    walk(term, out).is_some() && out.len() <= MAX_STRING_BYTES
+}
+
+/// The walk behind [`read_iolist`]: `None` when `term` is not an iolist or
+/// is over a limit. Iterative, with a fixed stack of pending tails.
+fn walk<'a, T: IoTerm<'a>>(term: T, out: &mut Bytes) -> Option<()> {
+    let mut pending: ArrayVec<T, MAX_DEPTH> = ArrayVec::new();
+    let mut current = term;
+    for _ in 0..MAX_VISITS {
+        if !current.is_nil() {
+            if let Some((head, tail)) = current.cons() {
+                if let Some(n) = head.small_uint() {
+                    out.try_push(u8::try_from(n).ok()?).ok()?;
+                    current = tail;
+                } else {
+                    // A nested iolist (binary or list): read it, then the tail.
+                    if !tail.is_nil() {
+                        pending.try_push(tail).ok()?;
+                    }
+                    current = head;
+                }
+                continue;
+            }
+            out.try_extend_from_slice(current.binary()?).ok()?;
+        }
+        // `current` is done: go on with the innermost pending tail.
+        match pending.pop() {
+            Some(tail) => current = tail,
+            None => return Some(()),
+        }
+    }
+    None
 }
 
 /// What [`StrBuf::copy_flat_bytes`] found.
@@ -270,5 +307,226 @@ impl PidBuf {
         } else {
             ptr::null()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The walk on a model of terms: its semantics (OTP's iolist rules),
+    //! its bounds (work and depth), and that it allocates nothing.
+
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    /// A term of the model: an index into an arena of nodes.
+    enum Node {
+        Nil,
+        Cons(usize, usize),
+        Int(i64),
+        Bin(Vec<u8>),
+        Atom,
+    }
+
+    #[derive(Default)]
+    struct Arena {
+        nodes: Vec<Node>,
+        /// Questions the walk asked (each would be a call into the VM).
+        asked: Cell<usize>,
+    }
+
+    #[derive(Clone, Copy)]
+    struct M<'a>(&'a Arena, usize);
+
+    impl Arena {
+        fn add(&mut self, n: Node) -> usize {
+            self.nodes.push(n);
+            self.nodes.len() - 1
+        }
+        fn list(&mut self, items: &[usize], tail: usize) -> usize {
+            items.iter().rev().fold(tail, |t, &h| self.add(Node::Cons(h, t)))
+        }
+        fn nil(&mut self) -> usize {
+            self.add(Node::Nil)
+        }
+        fn chars(&mut self, s: &str) -> usize {
+            let items: Vec<usize> = s.bytes().map(|b| self.add(Node::Int(b.into()))).collect();
+            let nil = self.nil();
+            self.list(&items, nil)
+        }
+        fn read(&self, t: usize) -> Option<Vec<u8>> {
+            self.asked.set(0);
+            let mut out = Bytes::new();
+            read_iolist(M(self, t), &mut out).then(|| out.to_vec())
+        }
+    }
+
+    impl<'a> IoTerm<'a> for M<'a> {
+        fn is_nil(self) -> bool {
+            self.0.asked.set(self.0.asked.get() + 1);
+            matches!(self.0.nodes[self.1], Node::Nil)
+        }
+        fn cons(self) -> Option<(Self, Self)> {
+            self.0.asked.set(self.0.asked.get() + 1);
+            match self.0.nodes[self.1] {
+                Node::Cons(h, t) => Some((M(self.0, h), M(self.0, t))),
+                _ => None,
+            }
+        }
+        fn small_uint(self) -> Option<u32> {
+            self.0.asked.set(self.0.asked.get() + 1);
+            match self.0.nodes[self.1] {
+                Node::Int(i) => u32::try_from(i).ok(),
+                _ => None,
+            }
+        }
+        fn binary(self) -> Option<&'a [u8]> {
+            self.0.asked.set(self.0.asked.get() + 1);
+            match &self.0.nodes[self.1] {
+                Node::Bin(b) => Some(b),
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn iolists_as_otp_reads_them() {
+        let mut a = Arena::default();
+        let nil = a.nil();
+        assert_eq!(a.read(nil), Some(vec![]));
+        let abc = a.chars("abc");
+        assert_eq!(a.read(abc), Some(b"abc".to_vec()));
+        // [$a, <<"bc">>, [$d | <<"e">>], [], [[]]]
+        let ch_a = a.add(Node::Int(97));
+        let bc = a.add(Node::Bin(b"bc".to_vec()));
+        let d = a.add(Node::Int(100));
+        let e = a.add(Node::Bin(b"e".to_vec()));
+        let de = a.add(Node::Cons(d, e));
+        let nil2 = a.nil();
+        let inner = a.list(&[nil2], nil);
+        let top = a.list(&[ch_a, bc, de, nil2, inner], nil);
+        assert_eq!(a.read(top), Some(b"abcde".to_vec()));
+        let bin = a.add(Node::Bin(b"xyz".to_vec()));
+        assert_eq!(a.read(bin), Some(b"xyz".to_vec()));
+    }
+
+    #[test]
+    fn non_iolists_are_refused() {
+        let mut a = Arena::default();
+        let nil = a.nil();
+        for bad in [Node::Int(256), Node::Int(-1), Node::Int(1 << 40), Node::Atom] {
+            let b = a.add(bad);
+            let l = a.list(&[b], nil);
+            assert_eq!(a.read(l), None);
+        }
+        let atom = a.add(Node::Atom);
+        assert_eq!(a.read(atom), None);
+        let int = a.add(Node::Int(65));
+        assert_eq!(a.read(int), None, "a bare integer is not an iolist");
+        let improper = a.add(Node::Cons(int, int));
+        assert_eq!(a.read(improper), None, "an integer tail is not an iolist");
+    }
+
+    #[test]
+    fn at_most_1024_bytes() {
+        let mut a = Arena::default();
+        let s1024 = a.chars(&"x".repeat(1024));
+        assert_eq!(a.read(s1024).map(|v| v.len()), Some(1024));
+        let s1025 = a.chars(&"x".repeat(1025));
+        assert_eq!(a.read(s1025), None);
+        let b1025 = a.add(Node::Bin(vec![b'x'; 1025]));
+        assert_eq!(a.read(b1025), None);
+        let half = a.add(Node::Bin(vec![b'x'; 512]));
+        let one = a.add(Node::Int(120));
+        let nil = a.nil();
+        let exact = a.list(&[half, half], nil);
+        assert_eq!(a.read(exact).map(|v| v.len()), Some(1024));
+        let over = a.list(&[half, half, one], nil);
+        assert_eq!(a.read(over), None);
+    }
+
+    /// 100 MB as 100,000 binaries of 1000 bytes: refused after two.
+    #[test]
+    fn a_huge_iolist_costs_what_its_first_kilobyte_costs() {
+        let mut a = Arena::default();
+        let kb = a.add(Node::Bin(vec![b'x'; 1000]));
+        let nil = a.nil();
+        let huge = a.list(&vec![kb; 100_000], nil);
+        assert_eq!(a.read(huge), None);
+        assert!(a.asked.get() < 20, "asked {} questions", a.asked.get());
+    }
+
+    /// Work is bounded by MAX_VISITS whatever the shape: a million empty
+    /// binaries (an iolist of 0 bytes), a list nested a million deep.
+    #[test]
+    fn work_is_bounded_by_the_visit_budget() {
+        let mut a = Arena::default();
+        let empty = a.add(Node::Bin(vec![]));
+        let nil = a.nil();
+        let many = a.list(&vec![empty; 1_000_000], nil);
+        assert_eq!(a.read(many), None);
+        assert!(a.asked.get() <= 4 * MAX_VISITS, "asked {}", a.asked.get());
+
+        let mut deep = a.nil();
+        for _ in 0..1_000_000 {
+            deep = a.add(Node::Cons(deep, nil));
+        }
+        assert_eq!(a.read(deep), None);
+        assert!(a.asked.get() <= 4 * MAX_VISITS, "asked {}", a.asked.get());
+    }
+
+    /// Nesting that keeps tails pending stops at MAX_DEPTH; below it, fine.
+    #[test]
+    fn depth_is_bounded() {
+        let mut a = Arena::default();
+        let x = a.add(Node::Bin(b"x".to_vec()));
+        let nest = |a: &mut Arena, levels: usize| {
+            let mut t = a.nil();
+            for _ in 0..levels {
+                t = a.add(Node::Cons(t, x));
+            }
+            t
+        };
+        let ok = nest(&mut a, MAX_DEPTH);
+        assert_eq!(a.read(ok).map(|v| v.len()), Some(MAX_DEPTH));
+        let too_deep = nest(&mut a, MAX_DEPTH + 2);
+        assert_eq!(a.read(too_deep), None);
+    }
+
+    /// Counts this thread's heap allocations (tests run on several threads).
+    struct CountingAlloc;
+    thread_local! {
+        static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    }
+    // SAFETY: delegates to the system allocator; the counter is a
+    // const-initialised thread-local Cell, which never allocates.
+    unsafe impl GlobalAlloc for CountingAlloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+            // SAFETY: same contract as ours.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: same contract as ours.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+    #[global_allocator]
+    static GLOBAL: CountingAlloc = CountingAlloc;
+
+    #[test]
+    fn reading_allocates_nothing() {
+        let mut a = Arena::default();
+        let s = a.chars(&"y".repeat(1024));
+        let kb = a.add(Node::Bin(vec![b'x'; 1000]));
+        let nil = a.nil();
+        let huge = a.list(&vec![kb; 10_000], nil);
+        let nested = a.list(&[s], nil);
+        let mut out = Bytes::new();
+        let before = ALLOCATIONS.get();
+        assert!(read_iolist(M(&a, s), &mut out));
+        assert!(read_iolist(M(&a, nested), &mut out));
+        assert!(!read_iolist(M(&a, huge), &mut out));
+        assert_eq!(ALLOCATIONS.get(), before);
     }
 }
