@@ -258,5 +258,5 @@ write_md(File, Dis, Tput, En, Floor, Why, Budgets) ->
          "  even while disabled), hence a few ns more than `p`.\n"
          "- Enabled rows are dominated by the kernel's uprobe trap (the floor row); the difference\n"
          "  is this library's work: pid text (cached per scheduler thread), tag and argument\n"
-         "  conversion into stack buffers, and the call itself.\n"]],
+         "  conversion into stack buffers, and the call itself.\n"],
     ok = file:write_file(File, Text).
