@@ -16,14 +16,15 @@
          tags_are_per_process/1,
          put_tag_converts_chardata/1,
          spread_and_restore_shapes/1,
-         nif_missing_module_still_loads/1]).
+         nif_missing_module_still_loads/1,
+         reloading_the_module_keeps_the_nif/1]).
 
 all() ->
     [available_on_linux, disabled_probes_return_false,
      disabled_probes_ignore_arguments, pn_label_checks_come_first,
      p_routing_clauses, user_trace_s1_disabled, tags_are_per_process,
      put_tag_converts_chardata, spread_and_restore_shapes,
-     nif_missing_module_still_loads].
+     nif_missing_module_still_loads, reloading_the_module_keeps_the_nif].
 
 init_per_suite(Config) ->
     {module, dtrace} = code:ensure_loaded(dtrace),
@@ -151,4 +152,27 @@ nif_missing_module_still_loads(Config) ->
         ?assertEqual(undefined, peer:call(Peer, dtrace, put_tag, ["x"]))
     after
         peer:stop(Peer)
+    end.
+
+%% A new version of the module (l(dtrace), a relup) binds to the library the
+%% old version holds: the NIF's upgrade callback accepts it. Then purging
+%% the old version, and deleting and loading again, keep the NIF too.
+reloading_the_module_keeps_the_nif(_Config) ->
+    Peer = dtrace_test_lib:start_peer(),
+    try
+        Call = fun(M, F, A) -> peer:call(Peer, M, F, A) end,
+        ?assertEqual({module, dtrace}, Call(code, load_file, [dtrace])),
+        ?assertEqual(true, Call(erlang, check_old_code, [dtrace])),
+        ?assertEqual(true, Call(dtrace, available, [])),
+        ?assertEqual(false, Call(dtrace, p, [1])),
+        ?assertEqual(true, Call(code, soft_purge, [dtrace])),
+        ?assertEqual({module, dtrace}, Call(code, load_file, [dtrace])),
+        ?assertEqual(true, Call(dtrace, available, [])),
+        ?assertEqual(true, Call(code, soft_purge, [dtrace])),
+        ?assertEqual(true, Call(code, delete, [dtrace])),
+        ?assertEqual(true, Call(code, soft_purge, [dtrace])),
+        ?assertEqual({module, dtrace}, Call(code, load_file, [dtrace])),
+        ?assertEqual(true, Call(dtrace, available, []))
+    after
+        dtrace_test_lib:stop_peer(Peer)
     end.

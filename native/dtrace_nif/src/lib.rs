@@ -11,10 +11,16 @@ pub mod args;
 mod atoms;
 pub mod probes;
 
-// The NIF table. Left out of unit-test builds: its registrations reference
-// the VM's enif_* functions, which only exist once the VM loads the library,
-// and the unit tests never call into the VM.
+// The NIFs and the library entry. Left out of unit-test builds: they
+// reference the VM's enif_* functions, which only exist once the VM loads
+// the library, and the unit tests never call into the VM.
 #[cfg(not(test))]
 mod nifs;
-#[cfg(not(test))]
+// `nif_init`: rustler's entry plus an `upgrade` callback (see entry.rs).
+#[cfg(not(any(test, windows)))]
+mod entry;
+// On Windows the VM passes its function table to `nif_init`; rustler's own
+// entry does that (without `upgrade`: reloading module dtrace there needs a
+// purge first).
+#[cfg(all(windows, not(test)))]
 rustler::init!("dtrace", load = nifs::load);

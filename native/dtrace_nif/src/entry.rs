@@ -1,0 +1,75 @@
+//! The NIF library entry the VM looks up, `nif_init`.
+//!
+//! It is what `rustler::init!("dtrace", load = ...)` builds (the functions
+//! in rustler's registry, rustler's symbol set-up and resource
+//! registration, our `load`) plus an `upgrade` callback, which
+//! `rustler::init!` 0.39 cannot register. Without one, the VM refuses the
+//! library to a new version of the `dtrace` module while the old version is
+//! still loaded (`l(dtrace)`, a relup, `code:load_file/1`): the new code's
+//! probes would return `false` for good. With it, the new code binds to the
+//! same loaded library: same semaphores, so attached tracers keep working.
+
+use std::ffi::{c_int, c_void};
+use std::panic::catch_unwind;
+use std::sync::OnceLock;
+
+use rustler::codegen_runtime::{ErlNifEntry, ErlNifEnv, ErlNifTerm, ResourceRegistration};
+use rustler::sys::ErlNifFunc;
+use rustler::{Env, Nif, Term};
+
+/// The entry, built once. The VM only reads it.
+struct Entry(ErlNifEntry);
+
+// SAFETY: the entry is written once, inside `OnceLock::get_or_init`, and
+// only read afterwards; its pointers point to 'static data (a leaked
+// function table, string literals).
+unsafe impl Send for Entry {}
+// SAFETY: as above.
+unsafe impl Sync for Entry {}
+
+static ENTRY: OnceLock<Entry> = OnceLock::new();
+
+/// Called by the VM when `erlang:load_nif/2` opens the library.
+#[unsafe(no_mangle)]
+pub extern "C" fn nif_init() -> *const ErlNifEntry {
+    // SAFETY: rustler's own first step in `nif_init`: fills its table of
+    // VM functions where they are looked up at run time (a no-op on Linux,
+    // where they are linked directly).
+    unsafe { rustler::codegen_runtime::internal_write_symbols() };
+    &ENTRY
+        .get_or_init(|| {
+            let funcs: &'static [ErlNifFunc] =
+                Box::leak(inventory::iter::<Nif>().map(Nif::get_def).collect());
+            let mut entry = ErlNifEntry::new(c"dtrace", funcs, load);
+            entry.upgrade = Some(upgrade);
+            Entry(entry)
+        })
+        .0
+}
+
+/// First load of the library.
+unsafe extern "C" fn load(env: *mut ErlNifEnv, _priv: *mut *mut c_void, info: ErlNifTerm) -> c_int {
+    let scope = ();
+    // SAFETY: the VM passes a valid env, and a load-info term of it, for the
+    // duration of this call.
+    let (env, info) = unsafe {
+        let env = Env::new_init_env(&scope, env);
+        (env, Term::new(env, info))
+    };
+    let loaded = catch_unwind(|| {
+        ResourceRegistration::register_all_collected(env).is_ok() && crate::nifs::load(env, info)
+    });
+    if matches!(loaded, Ok(true)) { 0 } else { 1 }
+}
+
+/// A new version of module `dtrace` loads the library the old version
+/// holds. Everything the library keeps (atoms, immediates, semaphores) is
+/// in statics that stay as they are, so there is nothing to do.
+unsafe extern "C" fn upgrade(
+    _env: *mut ErlNifEnv,
+    _priv: *mut *mut c_void,
+    _old_priv: *mut *mut c_void,
+    _info: ErlNifTerm,
+) -> c_int {
+    0
+}
