@@ -4,7 +4,7 @@
 REBAR3 ?= rebar3
 CARGO  ?= cargo
 
-.PHONY: all deps build nif test test-rust test-erlang demo bench clean
+.PHONY: all deps build nif test demo bench soak clean
 
 all: build
 
@@ -32,6 +32,11 @@ bench: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh bench/run.sh
+
+soak: deps
+	@scripts/tracefs.sh
+	$(REBAR3) compile
+	sh test/soak.sh
 
 clean:
 	$(REBAR3) clean

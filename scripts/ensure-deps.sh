@@ -9,6 +9,8 @@ set -eu
 need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb readelf:binutils cc:gcc"
 # Erlang applications (no command to look for) -> Debian package
 need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-dialyzer runtime_tools:erlang-runtime-tools"
+# Header files (no command, no application to look for) -> Debian package
+need_files="/usr/lib/erlang/lib/proper-*/include/proper.hrl:erlang-proper-dev"
 
 missing=
 for pair in $need; do
@@ -24,6 +26,12 @@ if command -v erl >/dev/null 2>&1; then
 else
     for pair in $need_apps; do missing="$missing ${pair#*:}"; done
 fi
+
+for pair in $need_files; do
+    pattern=${pair%%:*}; pkg=${pair#*:}
+    # shellcheck disable=SC2086 # the pattern is meant to glob
+    ls $pattern >/dev/null 2>&1 || missing="$missing $pkg"
+done
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "dtrace: cargo is missing. Install Rust >= 1.91 with rustup (https://rustup.rs);" >&2

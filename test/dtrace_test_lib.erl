@@ -8,6 +8,7 @@
          bpftrace_window/5, gdb_run/3, run/2]).
 %% Run inside the traced peer.
 -export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1]).
+-export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
 
 -define(TIMEOUT, 60000).
 
@@ -181,4 +182,80 @@ stop_ready_loop_and_run(Workload) ->
 
 %% Calls Probe(I) for I in 1..N and returns how many calls returned true.
 count_trues(Probe, N) ->
-    length([I || I <- lists:seq(1, N), Probe(I) =:= true]).
+    count_trues(Probe, 1, N, 0).
+
+count_trues(_Probe, I, N, Acc) when I > N ->
+    Acc;
+count_trues(Probe, I, N, Acc) ->
+    count_trues(Probe, I + 1, N, case Probe(I) of true -> Acc + 1; _ -> Acc end).
+
+%%% Churn: processes firing all the time while tracers come and go.
+%%%
+%%% A window E (3, 4, ...) is "open" while the tracer is known to be
+%%% attached. Workers fire with i1 = E while a window is open and with
+%%% i1 = 1 otherwise (not counted); the tracer counts events per i1. To
+%%% count exactly, each worker marks a call as started in window E, then
+%%% checks that E is still open, fires, counts a true return, and marks the
+%%% call finished. The coordinator closes E, then waits until every call
+%%% started in E has finished: a call that checked after the close sees it
+%%% closed, and one that checked before is waited for, so every counted
+%%% call ran while the tracer was attached.
+
+-define(WINDOWS, 128).
+-define(CLOSED, 1).
+
+%% Starts N workers on all schedulers (runs in the traced peer).
+churn_start(N) ->
+    State = #{window => atomics:new(1, [{signed, false}]),
+              started => atomics:new(?WINDOWS, [{signed, false}]),
+              finished => atomics:new(?WINDOWS, [{signed, false}]),
+              trues => atomics:new(?WINDOWS, [{signed, false}])},
+    atomics:put(maps:get(window, State), 1, ?CLOSED),
+    persistent_term:put(dtrace_churn, State),
+    Pids = [spawn(fun() -> churn_worker(State, I, 0) end) || I <- lists:seq(1, N)],
+    persistent_term:put(dtrace_churn_pids, Pids),
+    ok.
+
+churn_worker(#{window := W, started := S, finished := F, trues := T} = State, Id, K) ->
+    receive stop -> ok
+    after 0 ->
+            E = atomics:get(W, 1),
+            atomics:add(S, E, 1),
+            R = case atomics:get(W, 1) of
+                    E when K rem 2 =:= 0 -> dtrace:p(E, Id, "churn", <<"worker">>);
+                    E -> dtrace:pn(3, E, Id, [<<"churn">>, $!]);
+                    _ -> skipped
+                end,
+            R =:= true andalso E =/= ?CLOSED andalso atomics:add(T, E, 1),
+            atomics:add(F, E, 1),
+            %% Let the other 9,999 run too.
+            K rem 8 =:= 0 andalso erlang:yield(),
+            churn_worker(State, Id, K + 1)
+    end.
+
+churn_open(E) when E > ?CLOSED, E =< ?WINDOWS ->
+    #{window := W} = persistent_term:get(dtrace_churn),
+    atomics:put(W, 1, E).
+
+%% Closes window E; returns the true returns counted in it once every call
+%% started in it has finished.
+churn_close(E) ->
+    #{window := W, started := S, finished := F, trues := T} = persistent_term:get(dtrace_churn),
+    %% exchange, not put: a full barrier, so the reads below cannot move
+    %% before the close (a worker's add is one too).
+    E = atomics:exchange(W, 1, ?CLOSED),
+    wait_finished(S, F, E),
+    atomics:get(T, E).
+
+wait_finished(S, F, E) ->
+    case atomics:get(S, E) =:= atomics:get(F, E) of
+        true -> ok;
+        false -> timer:sleep(1), wait_finished(S, F, E)
+    end.
+
+churn_workers_alive() ->
+    length([P || P <- persistent_term:get(dtrace_churn_pids), is_process_alive(P)]).
+
+churn_stop() ->
+    [P ! stop || P <- persistent_term:get(dtrace_churn_pids)],
+    ok.

@@ -176,6 +176,10 @@ unsafe extern "C" fn user_trace_n(env: *mut ErlNifEnv, argc: c_int, argv: *const
     // SAFETY: called by the VM with its own arguments.
     unsafe {
         call(env, argc, argv, |env, args| {
+            #[cfg(feature = "test-panic")]
+            if matches!(args[0].decode::<i32>(), Ok(-1_000_000)) {
+                panic!("dtrace_nif built with feature test-panic: pn(-1000000) panics");
+            }
             let label = match args[0].decode::<i32>() {
                 Ok(label @ 0..=MAX_LABEL) => label as usize,
                 _ => return atoms::badarg().to_term(env),

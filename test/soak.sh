@@ -1,0 +1,10 @@
+#!/bin/sh
+# `make soak`: 10 million calls of the any-term property, disabled and (as
+# root, with bpftrace) enabled. SOAK_CALLS overrides the count.
+set -eu
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+erlc -o "$work" test/dtrace_props.erl test/dtrace_test_lib.erl test/dtrace_soak.erl
+exec erl -noshell +P 1000000 -pa _build/default/lib/dtrace/ebin -pa "$work" \
+    -eval "dtrace_soak:main([\"${SOAK_CALLS:-10000000}\"])."
