@@ -3,6 +3,7 @@
 
 REBAR3 ?= rebar3
 CARGO  ?= cargo
+MIX    ?= mix
 
 .PHONY: all deps build nif test demo bench soak clean
 
@@ -21,6 +22,8 @@ test: deps
 	@scripts/tracefs.sh
 	$(CARGO) test --release
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --all-targets --features test-panic -- -D warnings
+	MIX_ENV=test $(MIX) test
 	REBAR3=$(REBAR3) sh scripts/ct.sh
 
 demo: deps

@@ -1,5 +1,7 @@
 #!/bin/sh
-# Builds the NIF with cargo and installs it as priv/dtrace_nif.so.
+# Builds the NIF with cargo and installs it as priv/dtrace_nif.so, and
+# compiles the dyntrace compatibility module to priv/compat/dyntrace.beam
+# (kept out of ebin: see src/dtrace_compat.erl).
 # Used by rebar3 (pre_hooks), mix (the compiler in mix.exs) and make, so a
 # project that depends on dtrace needs only cargo, not rustler's hex package.
 #   native/build-nif.sh [release|debug]     (default: release)
@@ -14,6 +16,8 @@ flag=; [ "$profile" = release ] && flag=--release
 cargo build $flag --quiet --manifest-path "$here/Cargo.toml" -p dtrace_nif
 target=${CARGO_TARGET_DIR:-$here/target}
 case "$target" in /*) ;; *) target=$here/$target ;; esac
+mkdir -p "$here/priv/compat"
+erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
 for lib in libdtrace_nif.so libdtrace_nif.dylib; do
     if [ -f "$target/$profile/$lib" ]; then
         mkdir -p "$here/priv"

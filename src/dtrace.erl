@@ -49,7 +49,7 @@
 %%% @end
 -module(dtrace).
 
--export([available/0,
+-export([available/0, is_enabled/0, is_enabled/1,
          user_trace_s1/1,
          p/0, p/1, p/2, p/3, p/4, p/5, p/6, p/7, p/8,
          pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
@@ -57,7 +57,8 @@
 -export([user_trace_i4s4/9]).
 
 -on_load(on_load/0).
--nifs([available/0, user_trace_s1/1, user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
+-nifs([available/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
+       user_trace_n/10]).
 
 -define(TAG_KEY, '$dtrace_tag').
 -define(SPREAD_KEY, '$dtrace_spread').
@@ -126,6 +127,27 @@ nif_path() ->
 %% SDT probes (Linux). `false' otherwise.
 -spec available() -> boolean().
 available() ->
+    false.
+
+%% @doc `true' while a tracer listens on `user_trace__i4s4', the probe of
+%% {@link p/0}..{@link p/8}: one semaphore read, nothing else. For
+%% arguments that are costly to compute:
+%% ```
+%% case dtrace:is_enabled() of
+%%     true -> dtrace:p(Id, describe(State));
+%%     false -> false
+%% end
+%% '''
+%% Not in OTP's dyntrace (an extension). `false' when the NIF is not loaded.
+-spec is_enabled() -> boolean().
+is_enabled() ->
+    false.
+
+%% @doc `true' while a tracer listens on `user_trace__n<Label>', the probe
+%% of `pn(Label, ...)'. `false' for anything that names no probe (not an
+%% integer in 0..950). Not in OTP's dyntrace (an extension).
+-spec is_enabled(term()) -> boolean().
+is_enabled(_Label) ->
     false.
 
 %% @doc Fires `user_trace__s1(char *message)' with `Message' (an iolist or

@@ -56,6 +56,7 @@ take(N, L) ->
 
 %% What each function's documentation allows.
 documented(available, [], {ok, B}) -> is_boolean(B);
+documented(is_enabled, _, {ok, B}) -> is_boolean(B);
 documented(F, _, {ok, R}) when F =:= p; F =:= pn; F =:= user_trace_i4s4; F =:= user_trace_s1 ->
     lists:member(R, [true, false, error, badarg]);
 %% p/5..8 and pn/6..9 need their integers first: function_clause otherwise.
@@ -78,7 +79,7 @@ documented(_, _, _) -> false.
 %% conversion code: labels of attached probes, iolist-like shapes.
 probe_term() ->
     frequency([{6, integer(0, ?ATTACHED_LABELS)},
-               {3, any()},
+               {3, any_term()},
                {3, iolist_like()},
                {2, large_integer()},
                {1, oneof([undef, undefined, [], <<>>, 1.5, -0.0])},
@@ -86,6 +87,29 @@ probe_term() ->
                                               fun() -> ok end, fun erlang:node/0,
                                               #{a => [1]}, {x, "y"}]])},
                {1, huge()}]).
+
+%% Like PropEr's any(), but its atoms come from a fixed pool: any() and
+%% atom() make new atoms, and 10 million calls (make soak) would fill the
+%% VM's atom table (1,048,576 atoms), which ends any VM.
+any_term() ->
+    ?SIZED(S, any_term(S)).
+
+any_term(S) when S =< 1 ->
+    oneof([integer(), float(), binary(), bitstring(), known_atom(), char(),
+           exactly(self()), exactly(make_ref())]);
+any_term(S) ->
+    frequency([{4, any_term(0)},
+               {1, ?LAZY(?LET(N, range(0, 5), vector(N, any_term(S div 4))))},
+               {1, ?LAZY(?LET(N, range(0, 4), ?LET(L, vector(N, any_term(S div 4)),
+                                                   list_to_tuple(L))))},
+               {1, ?LAZY(?LET(N, range(0, 3), ?LET(L, vector(N, {any_term(S div 4),
+                                                                 any_term(S div 4)}),
+                                                   maps:from_list(L))))},
+               {1, ?LAZY(?LET({H, T}, {any_term(S div 2), any_term(0)}, [H | T]))}]).
+
+known_atom() ->
+    oneof([a, undef, undefined, true, false, nil, ok, error, badarg, '', 'with space',
+           '\x{444}\x{443}', 'dtrace']).
 
 large_integer() ->
     oneof([integer(-1 bsl 70, -1 bsl 63), integer(1 bsl 63 - 2, 1 bsl 63 + 2),
@@ -103,7 +127,7 @@ iolist_like(0) ->
 iolist_like(Depth) ->
     frequency([{3, ?LAZY(?LET(N, range(0, 6), vector(N, iolist_like(Depth - 1))))},
                {1, ?LAZY(?LET({H, T}, {iolist_like(Depth - 1),
-                                       oneof([binary(), [], byte(), atom()])},
+                                       oneof([binary(), [], byte(), known_atom()])},
                               [H | T]))},
                {1, ?LET(B, binary(), sub_binary(B))},
                {2, iolist_like(0)}]).

@@ -38,6 +38,8 @@ macro_rules! raw_nif {
 }
 
 raw_nif!("available" / 0 => available);
+raw_nif!("is_enabled" / 0 => is_enabled_i4s4);
+raw_nif!("is_enabled" / 1 => is_enabled_n);
 raw_nif!("user_trace_s1" / 1 => user_trace_s1);
 raw_nif!("user_trace_i4s4" / 9 => user_trace_i4s4);
 raw_nif!("i4s4" / 9 => i4s4);
@@ -85,6 +87,27 @@ unsafe fn call(
 /// `available() -> boolean()`: `true` where this build has SDT probes.
 unsafe extern "C" fn available(_env: *mut ErlNifEnv, _argc: c_int, _argv: *const ErlNifTerm) -> ErlNifTerm {
     if probes::AVAILABLE { true_() } else { false_() }.as_c_arg()
+}
+
+/// `is_enabled() -> boolean()`: is a tracer listening on `user_trace__i4s4`
+/// (the probe of `p/N`)? One semaphore read.
+unsafe extern "C" fn is_enabled_i4s4(_env: *mut ErlNifEnv, _argc: c_int, _argv: *const ErlNifTerm) -> ErlNifTerm {
+    if probes::i4s4_enabled() { true_() } else { false_() }.as_c_arg()
+}
+
+/// `is_enabled(Label) -> boolean()`: is a tracer listening on
+/// `user_trace__n<Label>`? `false` for anything that names no probe.
+unsafe extern "C" fn is_enabled_n(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
+    // SAFETY: called by the VM with its own arguments.
+    unsafe {
+        call(env, argc, argv, |env, args| {
+            let enabled = match args[0].decode::<i32>() {
+                Ok(label @ 0..) => probes::n_enabled(label as usize),
+                _ => false,
+            };
+            if enabled { true_() } else { false_() }.to_term(env)
+        })
+    }
 }
 
 /// `user_trace_s1(IoList) -> true | false | badarg`. When enabled, an

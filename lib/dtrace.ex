@@ -1,0 +1,190 @@
+defmodule DTrace do
+  @moduledoc """
+  Dynamic-trace user probes for any stock BEAM, from Elixir.
+
+  A thin layer over the Erlang module `:dtrace`, which is canonical: OTP's
+  `dyntrace` API (same arguments, same return values) backed by a NIF with
+  its own USDT/SDT probes, provider `erlang`. While no tracer listens, a
+  probe call reads one semaphore and returns `false`; with one attached
+  (bpftrace, perf, gdb, SystemTap) it fires and returns `true`.
+
+      iex> DTrace.available?()
+      true
+      iex> DTrace.p(42, "nobody listening")
+      false
+
+  Arguments: up to four integers (64-bit; anything else is passed as 0),
+  then up to four strings (binaries or iolists of at most 1024 bytes;
+  anything else is passed as NULL). Probe functions return `true` (fired),
+  `false` (not enabled), and `pn/1..9` also `:badarg` (a label that is not
+  an integer in 0..1023) or `:error` (951..1023). They never raise, except
+  `FunctionClauseError` from `p/5..8` and `pn/6..9` when a string comes
+  before an integer, as in OTP.
+
+  For arguments that are costly to compute, `lazy/1` evaluates them only
+  while a tracer listens.
+  """
+
+  @typedoc "An integer (i1..i4) or a binary/iolist (s1..s4)."
+  @type probe_arg :: integer() | iodata()
+  @typedoc "Labels 0..950 name `user_trace__n0` .. `user_trace__n950`."
+  @type label :: 0..1023
+  @typedoc "`true` fired; `false` not enabled; `:badarg`/`:error` see `pn/1`."
+  @type result :: boolean() | :badarg | :error
+  @typedoc "What `spread_tag/1` returns and `restore_tag/1` takes."
+  @type tag_state :: {non_neg_integer(), binary() | []}
+
+  @doc "`true` when probes can fire: the NIF is loaded on a platform with SDT probes."
+  @spec available?() :: boolean()
+  def available?, do: :dtrace.available()
+
+  @doc """
+  `true` while a tracer listens on `user_trace__i4s4` (the probe of `p/0..8`),
+  or, given a label, on `user_trace__n<label>`. One semaphore read.
+
+      iex> DTrace.enabled?()
+      false
+      iex> DTrace.enabled?(7)
+      false
+  """
+  @spec enabled?() :: boolean()
+  def enabled?, do: :dtrace.is_enabled()
+  @spec enabled?(term()) :: boolean()
+  def enabled?(label), do: :dtrace.is_enabled(label)
+
+  @doc """
+  Fires `user_trace__i4s4` with the caller's pid and user tag and up to eight
+  arguments: leading integers fill i1..i4, the rest fill s1..s4 (OTP's
+  `dyntrace:p/N` routing). Returns `true` when fired, `false` when no tracer
+  listens.
+
+      iex> DTrace.p()
+      false
+      iex> DTrace.p(1, 2, "get", "user:42")
+      false
+  """
+  @spec p() :: result()
+  def p, do: :dtrace.p()
+  @spec p(probe_arg()) :: result()
+  def p(a1), do: :dtrace.p(a1)
+  @spec p(probe_arg(), probe_arg()) :: result()
+  def p(a1, a2), do: :dtrace.p(a1, a2)
+  @spec p(probe_arg(), probe_arg(), probe_arg()) :: result()
+  def p(a1, a2, a3), do: :dtrace.p(a1, a2, a3)
+  @spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg()) :: result()
+  def p(a1, a2, a3, a4), do: :dtrace.p(a1, a2, a3, a4)
+  @spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) :: result()
+  def p(a1, a2, a3, a4, a5), do: :dtrace.p(a1, a2, a3, a4, a5)
+  @spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) ::
+          result()
+  def p(a1, a2, a3, a4, a5, a6), do: :dtrace.p(a1, a2, a3, a4, a5, a6)
+  @spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+          probe_arg()) :: result()
+  def p(a1, a2, a3, a4, a5, a6, a7), do: :dtrace.p(a1, a2, a3, a4, a5, a6, a7)
+  @spec p(integer(), integer(), integer(), integer(), probe_arg(), probe_arg(), probe_arg(),
+          probe_arg()) :: result()
+  def p(a1, a2, a3, a4, a5, a6, a7, a8), do: :dtrace.p(a1, a2, a3, a4, a5, a6, a7, a8)
+
+  @doc """
+  Fires `user_trace__n<label>` with the same argument layout as `p/0..8`.
+  Returns `:badarg` for a label that is not an integer in 0..1023 and
+  `:error` for 951..1023, whatever the probe's state; otherwise `true` or
+  `false`.
+
+      iex> DTrace.pn(3, 10, "begin")
+      false
+      iex> DTrace.pn(1000)
+      :error
+  """
+  @spec pn(label()) :: result()
+  def pn(label), do: :dtrace.pn(label)
+  @spec pn(label(), probe_arg()) :: result()
+  def pn(label, a1), do: :dtrace.pn(label, a1)
+  @spec pn(label(), probe_arg(), probe_arg()) :: result()
+  def pn(label, a1, a2), do: :dtrace.pn(label, a1, a2)
+  @spec pn(label(), probe_arg(), probe_arg(), probe_arg()) :: result()
+  def pn(label, a1, a2, a3), do: :dtrace.pn(label, a1, a2, a3)
+  @spec pn(label(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) :: result()
+  def pn(label, a1, a2, a3, a4), do: :dtrace.pn(label, a1, a2, a3, a4)
+  @spec pn(label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) :: result()
+  def pn(label, a1, a2, a3, a4, a5), do: :dtrace.pn(label, a1, a2, a3, a4, a5)
+  @spec pn(label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+           probe_arg()) :: result()
+  def pn(label, a1, a2, a3, a4, a5, a6), do: :dtrace.pn(label, a1, a2, a3, a4, a5, a6)
+  @spec pn(label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
+           probe_arg(), probe_arg()) :: result()
+  def pn(label, a1, a2, a3, a4, a5, a6, a7), do: :dtrace.pn(label, a1, a2, a3, a4, a5, a6, a7)
+  @spec pn(label(), integer(), integer(), integer(), integer(), probe_arg(), probe_arg(),
+           probe_arg(), probe_arg()) :: result()
+  def pn(label, a1, a2, a3, a4, a5, a6, a7, a8),
+    do: :dtrace.pn(label, a1, a2, a3, a4, a5, a6, a7, a8)
+
+  @doc """
+  Fires a probe only while a tracer listens on it, and only then evaluates
+  the arguments: costly arguments cost nothing the rest of the time.
+
+  Takes a call to `p/0..8` or `pn/1..9`, written without the module. For
+  `pn`, the label is evaluated first (it names the probe to check). Returns
+  what the call returns, or `false` without evaluating anything.
+
+      iex> require DTrace
+      iex> DTrace.lazy(p(1, raise("never evaluated while disabled")))
+      false
+      iex> DTrace.lazy(pn(7, 1, raise("nor this")))
+      false
+  """
+  defmacro lazy({:p, _, args} = call) when is_list(args) and length(args) <= 8 do
+    quote do
+      if DTrace.enabled?(), do: DTrace.unquote(call), else: false
+    end
+  end
+
+  defmacro lazy({:pn, meta, [label | args]}) when length(args) <= 8 do
+    var = Macro.unique_var(:label, __MODULE__)
+
+    quote do
+      unquote(var) = unquote(label)
+
+      if DTrace.enabled?(unquote(var)),
+        do: DTrace.unquote({:pn, meta, [var | args]}),
+        else: DTrace.pn(unquote(var))
+    end
+  end
+
+  defmacro lazy(other) do
+    raise ArgumentError,
+          "DTrace.lazy/1 takes a call to p/0..8 or pn/1..9, got: #{Macro.to_string(other)}"
+  end
+
+  @doc """
+  Sets the calling process's user tag (chardata), which every probe it fires
+  passes as `user_tag`; `nil` or `:undefined` clears it. Returns the previous
+  tag or `:undefined`. Raises `ArgumentError` for data that is not chardata.
+
+      iex> DTrace.put_tag("req-42")
+      :undefined
+      iex> DTrace.get_tag()
+      "req-42"
+      iex> DTrace.put_tag(nil)
+      "req-42"
+  """
+  @spec put_tag(nil | :undefined | IO.chardata()) :: binary() | :undefined
+  def put_tag(nil), do: :dtrace.put_tag(:undefined)
+  def put_tag(data), do: :dtrace.put_tag(data)
+
+  @doc "The calling process's own user tag, or `:undefined`."
+  @spec get_tag() :: binary() | :undefined
+  def get_tag, do: :dtrace.get_tag()
+
+  @doc "The own tag, else one received through spreading, else `:undefined`."
+  @spec get_tag_data() :: binary() | :undefined
+  def get_tag_data, do: :dtrace.get_tag_data()
+
+  @doc "Turns spreading of the tag on or off; returns the previous state (see `:dtrace`)."
+  @spec spread_tag(boolean()) :: tag_state()
+  def spread_tag(spread), do: :dtrace.spread_tag(spread)
+
+  @doc "Restores a state returned by `spread_tag/1`, also in another process; returns `true`."
+  @spec restore_tag(true | tag_state()) :: true
+  def restore_tag(state), do: :dtrace.restore_tag(state)
+end
