@@ -8,6 +8,8 @@
          bpftrace_window/5, gdb_run/3, run/2]).
 %% Run inside the traced peer.
 -export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1]).
+%% A logger handler that sends {log, Level, Text} to the pid in its config.
+-export([log/2]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
 
 -define(TIMEOUT, 60000).
@@ -259,3 +261,13 @@ churn_workers_alive() ->
 churn_stop() ->
     [P ! stop || P <- persistent_term:get(dtrace_churn_pids)],
     ok.
+
+%%% Logger handler for tests
+
+log(#{level := Level, msg := Msg}, #{config := Pid}) ->
+    Text = case Msg of
+               {string, S} -> unicode:characters_to_list(S);
+               {report, R} -> lists:flatten(io_lib:format("~p", [R]));
+               {Format, Args} -> lists:flatten(io_lib:format(Format, Args))
+           end,
+    Pid ! {log, Level, Text}.
