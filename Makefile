@@ -24,6 +24,7 @@ test: deps
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) clippy --release --all-targets --features test-panic -- -D warnings
 	MIX_ENV=test $(MIX) test
+	$(REBAR3) edoc
 	REBAR3=$(REBAR3) sh scripts/ct.sh
 
 demo: deps

@@ -19,15 +19,17 @@
 %%% 3> dtrace:p(7, 8, "one", "four").      % nobody listening
 %%% false
 %%% '''
-%%% Now, as root, attach a tracer to the node's OS process (see the README for
-%%% the library path and more tracers):
+%%% Now, as root, attach a tracer to the node's OS process with the script
+%%% shipped in `priv/' (see the README for more tracers):
 %%% ```
-%%% # bpftrace -p $(pgrep -f beam.smp) -e 'usdt:/path/to/priv/dtrace_nif.so:erlang:user_trace__i4s4
-%%%     { printf("%s %s %d %d\n", str(arg0), str(arg1), arg2, arg3); }'
+%%% # bpftrace -p 5821 priv/user-probe.bt
+%%% Attaching 1 probe...
+%%% <0.9.0> req-42 7 8 0 0
 %%% '''
-%%% and the same call returns `true', the tracer printing
-%%% `<0.88.0> req-42 7 8'. The count of `true' returns is the count of
-%%% events the tracer received.
+%%% The same call now returns `true', and the tracer prints pid, tag and
+%%% i1..i4 (output of a real session). The count of `true' returns is the
+%%% count of events the tracer received. Check for a listener before
+%%% computing costly arguments with {@link is_enabled/0}.
 %%%
 %%% == Limits ==
 %%% <ul>
@@ -40,7 +42,7 @@
 %%%   for `user_trace__i4s4' that is pid, tag and i1..i4, not s1..s4. gdb
 %%%   reads all ten.</li>
 %%% <li>Tags are per process, kept in the process dictionary
-%%%   (key `` '$dtrace_tag' ``).</li>
+%%%   (key <code>'$dtrace_tag'</code>).</li>
 %%% </ul>
 %%%
 %%% Everything here is copied from OTP's `dyntrace' (runtime_tools,

@@ -101,28 +101,21 @@ any_term_enabled(Config) ->
 %% and the node is fine. (The walk's bounds are asserted exactly by the
 %% unit tests in args.rs; this is the same in a real VM.)
 huge_and_deep_iolists_cost_little(Config) ->
-    Script = filename:join(filename:dirname(?FILE), "tracers/i4s4.gdb"),
-    {{Results, Reductions}, Lines} =
-        dtrace_test_lib:gdb_run(
-          ?config(os_pid, Config), Script,
+    {{Results, Reductions}, Events} =
+        dtrace_test_lib:gdb_events(
+          ?config(peer, Config),
           fun() ->
-                  in_peer(Config,
-                          fun() ->
-                                  Huge = lists:duplicate(100000, binary:copy(<<"x">>, 1000)),
-                                  100000000 = iolist_size(Huge),
-                                  Deep = lists:foldl(fun(_, A) -> [A] end, [], lists:seq(1, 1000000)),
-                                  DeepTails = lists:foldl(fun(_, A) -> [A, $t] end, [],
-                                                          lists:seq(1, 1000000)),
-                                  1 = dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(1) end),
-                                  {reductions, R0} = process_info(self(), reductions),
-                                  R = dtrace:p(1, 2, 3, 4, Huge, Deep, DeepTails, "ok"),
-                                  {reductions, R1} = process_info(self(), reductions),
-                                  true = dtrace:pn(950),
-                                  {R, R1 - R0}
-                          end)
+                  Huge = lists:duplicate(100000, binary:copy(<<"x">>, 1000)),
+                  100000000 = iolist_size(Huge),
+                  Deep = lists:foldl(fun(_, A) -> [A] end, [], lists:seq(1, 1000000)),
+                  DeepTails = lists:foldl(fun(_, A) -> [A, $t] end, [], lists:seq(1, 1000000)),
+                  {reductions, R0} = process_info(self(), reductions),
+                  R = dtrace:p(1, 2, 3, 4, Huge, Deep, DeepTails, "ok"),
+                  {reductions, R1} = process_info(self(), reductions),
+                  {R, R1 - R0}
           end),
     ?assertEqual(true, Results),
-    [Event] = [L || <<"EVENT i4s4", _/binary>> = L <- Lines],
+    [Event] = Events,
     ?assertMatch({match, _}, re:run(Event, "ints=1,2,3,4 s1=NULL s2=NULL s3=NULL s4=ok$")),
     report("100 MB iolist and 1,000,000-deep lists passed as NULL (~b reductions for the call)",
            [Reductions]).

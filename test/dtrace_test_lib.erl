@@ -5,9 +5,10 @@
 -export([nif_path/0, start_peer/0, start_peer/1, stop_peer/1, os_pid/1,
          require_tracer/1, in_ci/0,
          bpftrace_start/2, bpftrace_stop/1,
-         bpftrace_window/5, gdb_run/3, run/2]).
+         bpftrace_window/5, gdb_run/3, gdb_events/2, run/2]).
 %% Run inside the traced peer.
--export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1]).
+-export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1,
+         gdb_workload/1]).
 %% A logger handler that sends {log, Level, Text} to the pid in its config.
 -export([log/2]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
@@ -121,6 +122,26 @@ gdb_run(OsPid, Script, Workload) ->
     Result = Workload(),
     {exit, _Status, Lines} = collect_until(Port, undefined, []),
     {Result, Lines}.
+
+%% Runs Fun in the peer while gdb runs test/tracers/i4s4.gdb on it:
+%% before Fun, the peer waits until gdb listens (user_trace__n1 returns
+%% true); after it, user_trace__n950 makes gdb detach. Returns
+%% {FunResult, EventLines}, one "EVENT ..." line per probe hit.
+gdb_events(Peer, Fun) ->
+    Script = filename:join(filename:dirname(?FILE), "tracers/i4s4.gdb"),
+    {Result, Lines} =
+        gdb_run(os_pid(Peer), Script,
+                fun() ->
+                        peer:call(Peer, ?MODULE, gdb_workload, [Fun], 600000)
+                end),
+    lists:member(<<"DONE">>, Lines) orelse ct:fail("gdb did not finish: ~p", [Lines]),
+    {Result, [L || <<"EVENT", _/binary>> = L <- Lines]}.
+
+gdb_workload(Fun) ->
+    1 = fire_until_true(fun() -> dtrace:pn(1) end),
+    Result = Fun(),
+    true = dtrace:pn(950),
+    Result.
 
 %% Runs an executable with arguments, returning {ExitStatus, Output}.
 run(Exe, Args) ->

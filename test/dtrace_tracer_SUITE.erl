@@ -182,24 +182,16 @@ bpftrace_user_trace_s1(Config) ->
 %% gdb reads all ten arguments of user_trace__i4s4 and the numbered probes,
 %% the four strings included (NULL where absent, too long, or no iolist).
 gdb_reads_all_ten_arguments(Config) ->
-    Script = filename:join(filename:dirname(?FILE), "tracers/i4s4.gdb"),
-    {{Pid, Results}, Lines} =
-        dtrace_test_lib:gdb_run(
-          ?config(os_pid, Config), Script,
+    {{Pid, Results}, Events} =
+        dtrace_test_lib:gdb_events(
+          ?config(peer, Config),
           fun() ->
-                  in_peer(Config,
-                          fun() ->
-                                  1 = dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(1) end),
-                                  dtrace:put_tag("gdb-tag"),
-                                  R = [dtrace:p(1, -2, "s-one", <<"s-two">>),
-                                       dtrace:p(1, 2, 3, 4, "a", [$b, [<<"c">>]], undef,
-                                                lists:duplicate(1024, $x)),
-                                       dtrace:p(1, 2, 3, 4, <<>>, [], lists:duplicate(1025, $x), [-1])],
-                                  dtrace:put_tag(undefined),
-                                  R2 = dtrace:pn(0, "n-zero"),
-                                  true = dtrace:pn(950),
-                                  {pid_to_list(self()), R ++ [R2]}
-                          end)
+                  dtrace:put_tag("gdb-tag"),
+                  R = [dtrace:p(1, -2, "s-one", <<"s-two">>),
+                       dtrace:p(1, 2, 3, 4, "a", [$b, [<<"c">>]], undef, lists:duplicate(1024, $x)),
+                       dtrace:p(1, 2, 3, 4, <<>>, [], lists:duplicate(1025, $x), [-1])],
+                  dtrace:put_tag(undefined),
+                  {pid_to_list(self()), R ++ [dtrace:pn(0, "n-zero")]}
           end),
     ?assertEqual([true, true, true, true], Results),
     X1024 = lists:duplicate(1024, $x),
@@ -207,6 +199,4 @@ gdb_reads_all_ten_arguments(Config) ->
                 ["EVENT i4s4 pid=", Pid, " tag=gdb-tag ints=1,2,3,4 s1=a s2=bc s3=NULL s4=", X1024],
                 ["EVENT i4s4 pid=", Pid, " tag=gdb-tag ints=1,2,3,4 s1= s2= s3=NULL s4=NULL"],
                 ["EVENT n0 pid=", Pid, " tag=NULL ints=0,0,0,0 s1=n-zero s2=NULL s3=NULL s4=NULL"]],
-    ?assertEqual([iolist_to_binary(E) || E <- Expected],
-                 [L || <<"EVENT", _/binary>> = L <- Lines]),
-    ?assert(lists:member(<<"DONE">>, Lines)).
+    ?assertEqual([iolist_to_binary(E) || E <- Expected], Events).

@@ -162,30 +162,38 @@ impl I4s4Bufs {
 /// `user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) -> true | false`:
 /// OTP's raw form, tag first.
 unsafe extern "C" fn user_trace_i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
-    if !probes::i4s4_enabled() {
-        return false_().as_c_arg();
-    }
     // SAFETY: called by the VM with its own arguments.
-    unsafe {
-        call(env, argc, argv, |env, args| {
-            let mut bufs = I4s4Bufs::default();
-            probes::fire_i4s4(&bufs.convert(env, args[0], &args[1..]));
-            true_().to_term(env)
-        })
-    }
+    unsafe { i4s4_with_tag_at(env, argc, argv, 0, 1) }
 }
 
 /// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false`: the
 /// same with the tag last, as `p/N` calls it (no argument rotation).
 unsafe extern "C" fn i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
+    // SAFETY: called by the VM with its own arguments.
+    unsafe { i4s4_with_tag_at(env, argc, argv, 8, 0) }
+}
+
+/// Fires `user_trace__i4s4` with the user tag at `args[tag]` and I1..I4,
+/// S1..S4 at `args[first..first + 8]`.
+///
+/// # Safety
+/// As [`call`].
+#[inline(always)]
+unsafe fn i4s4_with_tag_at(
+    env: *mut ErlNifEnv,
+    argc: c_int,
+    argv: *const ErlNifTerm,
+    tag: usize,
+    first: usize,
+) -> ErlNifTerm {
     if !probes::i4s4_enabled() {
         return false_().as_c_arg();
     }
-    // SAFETY: called by the VM with its own arguments.
+    // SAFETY: as the caller's.
     unsafe {
         call(env, argc, argv, |env, args| {
             let mut bufs = I4s4Bufs::default();
-            probes::fire_i4s4(&bufs.convert(env, args[8], args));
+            probes::fire_i4s4(&bufs.convert(env, args[tag], &args[first..]));
             true_().to_term(env)
         })
     }
