@@ -42,7 +42,8 @@
 %%%   for `user_trace__i4s4' that is pid, tag and i1..i4, not s1..s4. gdb
 %%%   reads all ten.</li>
 %%% <li>Tags are per process, kept in the process dictionary
-%%%   (key <code>'$dtrace_tag'</code>).</li>
+%%%   (key <code>'$dtrace_tag'</code>); spread tags travel in the
+%%%   sequential-trace token (see {@link spread_tag/1}).</li>
 %%% </ul>
 %%%
 %%% Everything here is copied from OTP's `dyntrace' (runtime_tools,
@@ -65,6 +66,7 @@
 -define(TAG_KEY, '$dtrace_tag').
 -define(SPREAD_KEY, '$dtrace_spread').
 -define(SPREADING, 1).
+-define(TOKEN_LABEL, dtrace_tag).
 
 -type probe_arg() :: integer() | iodata().
 %% An integer (for i1..i4) or an iolist/binary (for s1..s4).
@@ -207,16 +209,16 @@ user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
 %% Returns `false' (no tracer listening) or `true' (fired).
 -spec p() -> probe_result().
 p() ->
-    i4s4(undef, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY)).
+    fire_i4s4(undef, undef, undef, undef, undef, undef, undef, undef).
 
 %% @doc Fires `user_trace__i4s4' with one argument: an integer fills i1,
 %% anything else fills s1 (NULL unless an iolist of at most 1024 bytes).
 %% Returns `false' or `true', as {@link p/0}.
 -spec p(probe_arg()) -> probe_result().
 p(I1) when is_integer(I1) ->
-    i4s4(I1, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, undef, undef, undef, undef, undef, undef, undef);
 p(S1) ->
-    i4s4(undef, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY)).
+    fire_i4s4(undef, undef, undef, undef, S1, undef, undef, undef).
 
 %% @doc Fires `user_trace__i4s4': leading integers fill i1, i2; the rest
 %% fill s1, s2 in order. As in OTP, the last clause takes anything, so
@@ -224,37 +226,37 @@ p(S1) ->
 %% Returns `false' or `true', as {@link p/0}.
 -spec p(probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2) when is_integer(I1), is_integer(I2) ->
-    i4s4(I1, I2, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, undef, undef, undef, undef, undef, undef);
 p(I1, S1) when is_integer(I1) ->
-    i4s4(I1, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, undef, undef, undef, S1, undef, undef, undef);
 p(S1, S2) ->
-    i4s4(undef, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY)).
+    fire_i4s4(undef, undef, undef, undef, S1, S2, undef, undef).
 
 %% @doc Fires `user_trace__i4s4' with three arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    i4s4(I1, I2, I3, undef, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, undef, undef, undef, undef, undef);
 p(I1, I2, S1) when is_integer(I1), is_integer(I2) ->
-    i4s4(I1, I2, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, undef, undef, S1, undef, undef, undef);
 p(I1, S1, S2) when is_integer(I1) ->
-    i4s4(I1, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, undef, undef, undef, S1, S2, undef, undef);
 p(S1, S2, S3) ->
-    i4s4(undef, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY)).
+    fire_i4s4(undef, undef, undef, undef, S1, S2, S3, undef).
 
 %% @doc Fires `user_trace__i4s4' with four arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    i4s4(I1, I2, I3, I4, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, I4, undef, undef, undef, undef);
 p(I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    i4s4(I1, I2, I3, undef, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, undef, S1, undef, undef, undef);
 p(I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
-    i4s4(I1, I2, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, undef, undef, S1, S2, undef, undef);
 p(I1, S1, S2, S3) when is_integer(I1) ->
-    i4s4(I1, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_i4s4(I1, undef, undef, undef, S1, S2, S3, undef);
 p(S1, S2, S3, S4) ->
-    i4s4(undef, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_i4s4(undef, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with five arguments. From five arguments
 %% on, the integers must come first (at most four of them, then strings):
@@ -262,40 +264,40 @@ p(S1, S2, S3, S4) ->
 %% Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    i4s4(I1, I2, I3, I4, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, I4, S1, undef, undef, undef);
 p(I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    i4s4(I1, I2, I3, undef, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, undef, S1, S2, undef, undef);
 p(I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
-    i4s4(I1, I2, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, undef, undef, S1, S2, S3, undef);
 p(I1, S1, S2, S3, S4) when is_integer(I1) ->
-    i4s4(I1, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_i4s4(I1, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with six arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
         probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    i4s4(I1, I2, I3, I4, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, I4, S1, S2, undef, undef);
 p(I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    i4s4(I1, I2, I3, undef, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, undef, S1, S2, S3, undef);
 p(I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
-    i4s4(I1, I2, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_i4s4(I1, I2, undef, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with seven arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
         probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    i4s4(I1, I2, I3, I4, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_i4s4(I1, I2, I3, I4, S1, S2, S3, undef);
 p(I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    i4s4(I1, I2, I3, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_i4s4(I1, I2, I3, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with all eight arguments: four integers,
 %% then four strings. Returns `false' or `true'.
 -spec p(integer(), integer(), integer(), integer(), probe_arg(), probe_arg(),
         probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_i4s4(I1, I2, I3, I4, S1, S2, S3, S4).
 
 %%%===================================================================
 %%% pn/1..9: fire user_trace__n<Label>
@@ -309,172 +311,254 @@ p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_intege
 %% otherwise `false' (not enabled) or `true' (fired).
 -spec pn(n_probe_label()) -> probe_result().
 pn(Label) ->
-    user_trace_n(Label, undef, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY)).
+    fire_n(Label, undef, undef, undef, undef, undef, undef, undef, undef).
 
 %% @doc `pn' with one argument, routed as in {@link p/1}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg()) -> probe_result().
 pn(Label, I1) when is_integer(I1) ->
-    user_trace_n(Label, I1, undef, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, undef, undef, undef, undef, undef, undef, undef);
 pn(Label, S1) ->
-    user_trace_n(Label, undef, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY)).
+    fire_n(Label, undef, undef, undef, undef, S1, undef, undef, undef).
 
 %% @doc `pn' with two arguments, routed as in {@link p/2}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, I1, I2, undef, undef, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, undef, undef, undef, undef, undef, undef);
 pn(Label, I1, S1) when is_integer(I1) ->
-    user_trace_n(Label, I1, undef, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, undef, undef, undef, S1, undef, undef, undef);
 pn(Label, S1, S2) ->
-    user_trace_n(Label, undef, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY)).
+    fire_n(Label, undef, undef, undef, undef, S1, S2, undef, undef).
 
 %% @doc `pn' with three arguments, routed as in {@link p/3}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, I1, I2, I3, undef, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, undef, undef, undef, undef, undef);
 pn(Label, I1, I2, S1) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, I1, I2, undef, undef, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, undef, undef, S1, undef, undef, undef);
 pn(Label, I1, S1, S2) when is_integer(I1) ->
-    user_trace_n(Label, I1, undef, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, undef, undef, undef, S1, S2, undef, undef);
 pn(Label, S1, S2, S3) ->
-    user_trace_n(Label, undef, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY)).
+    fire_n(Label, undef, undef, undef, undef, S1, S2, S3, undef).
 
 %% @doc `pn' with four arguments, routed as in {@link p/4}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) ->
           probe_result().
 pn(Label, I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, I1, I2, I3, I4, undef, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, I4, undef, undef, undef, undef);
 pn(Label, I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, I1, I2, I3, undef, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, undef, S1, undef, undef, undef);
 pn(Label, I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, I1, I2, undef, undef, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, undef, undef, S1, S2, undef, undef);
 pn(Label, I1, S1, S2, S3) when is_integer(I1) ->
-    user_trace_n(Label, I1, undef, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_n(Label, I1, undef, undef, undef, S1, S2, S3, undef);
 pn(Label, S1, S2, S3, S4) ->
-    user_trace_n(Label, undef, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_n(Label, undef, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with five arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, I1, I2, I3, I4, S1, undef, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, I4, S1, undef, undef, undef);
 pn(Label, I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, I1, I2, I3, undef, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, undef, S1, S2, undef, undef);
 pn(Label, I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, I1, I2, undef, undef, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, undef, undef, S1, S2, S3, undef);
 pn(Label, I1, S1, S2, S3, S4) when is_integer(I1) ->
-    user_trace_n(Label, I1, undef, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_n(Label, I1, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with six arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, I1, I2, I3, I4, S1, S2, undef, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, I4, S1, S2, undef, undef);
 pn(Label, I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, I1, I2, I3, undef, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, undef, S1, S2, S3, undef);
 pn(Label, I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
-    user_trace_n(Label, I1, I2, undef, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_n(Label, I1, I2, undef, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with seven arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, undef, get(?TAG_KEY));
+    fire_n(Label, I1, I2, I3, I4, S1, S2, S3, undef);
 pn(Label, I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    user_trace_n(Label, I1, I2, I3, undef, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_n(Label, I1, I2, I3, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with all eight arguments: four integers, then four strings;
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), integer(), integer(), integer(), integer(),
          probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)).
+    fire_n(Label, I1, I2, I3, I4, S1, S2, S3, S4).
+
+%% The caller's own tag goes with the probe. Without one, the NIF answers
+%% `adopt' when the probe is enabled (and only then: the disabled path is
+%% one NIF call), and the probe fires with the tag the caller adopted
+%% through spreading, if any.
+fire_i4s4(I1, I2, I3, I4, S1, S2, S3, S4) ->
+    case i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
+        adopt -> i4s4(I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+        Result -> Result
+    end.
+
+fire_n(Label, I1, I2, I3, I4, S1, S2, S3, S4) ->
+    case user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
+        adopt -> user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+        Result -> Result
+    end.
 
 %%%===================================================================
 %%% User tags
 %%%===================================================================
+%%% A process's own tag (put_tag/1) lives in its process dictionary. A
+%%% spread tag travels as the label of the process's sequential-trace
+%%% token, `{dtrace_tag, Tag}', which the VM carries with every message the
+%%% process sends, to other nodes too (labels may be any term since OTP
+%%% 21), and which a receiver takes over from each message it receives:
+%%% OTP's dynamic-trace build used the token slot the same way.
 
-%% @doc Sets the calling process's user tag, which every probe it fires
-%% passes as `user_tag'. `Data' is chardata, converted with
+%% @doc Sets the calling process's own user tag, which every probe it
+%% fires passes as `user_tag'. `Data' is chardata, converted with
 %% `unicode:characters_to_binary/1' as in OTP; `undefined' clears the tag
-%% (OTP's spec allows it; OTP's implementation raises).
+%% (OTP's spec allows it; OTP's implementation raises). While spreading is
+%% on (see {@link spread_tag/1}) the new tag is the one spread.
 %%
-%% Returns the previous tag (a binary) or `undefined'. Raises `badarg' if
-%% `Data' is not valid chardata. A tag over 1024 bytes is kept but reaches
-%% tracers as NULL.
+%% Returns the previous own tag (a binary) or `undefined'. Raises `badarg'
+%% if `Data' is not valid chardata. A tag over 1024 bytes is kept but
+%% reaches tracers as NULL.
 -spec put_tag(undefined | unicode:chardata()) -> binary() | undefined.
 put_tag(undefined) ->
-    erase(?TAG_KEY);
+    Old = erase(?TAG_KEY),
+    spreading() andalso clear_token(),
+    Old;
 put_tag(Data) ->
     case unicode:characters_to_binary(Data) of
-        Tag when is_binary(Tag) -> put(?TAG_KEY, Tag);
-        _ -> erlang:error(badarg, [Data])
+        Tag when is_binary(Tag) ->
+            Old = put(?TAG_KEY, Tag),
+            spreading() andalso set_token(Tag),
+            Old;
+        _ ->
+            erlang:error(badarg, [Data])
     end.
 
 %% @doc The calling process's own user tag, or `undefined'. A new process
-%% has none.
+%% has none; a tag adopted through spreading is not its own.
 -spec get_tag() -> binary() | undefined.
 get_tag() ->
     get(?TAG_KEY).
 
-%% @doc The process's own tag if it has one, otherwise a tag it received
-%% through spreading, otherwise `undefined'. Until spreading lands this is
-%% {@link get_tag/0}.
+%% @doc The process's own tag if it has one, otherwise the tag it adopted
+%% from the last message it received (see {@link spread_tag/1}),
+%% otherwise `undefined'. This is the tag its probes pass.
 -spec get_tag_data() -> binary() | undefined.
 get_tag_data() ->
-    get(?TAG_KEY).
+    case get(?TAG_KEY) of
+        undefined ->
+            case adopted_tag() of
+                undef -> undefined;
+                Tag -> Tag
+            end;
+        Tag ->
+            Tag
+    end.
 
-%% @doc Turns spreading of the caller's tag with the messages it sends on
-%% (`true') or off (`false'). Returns the previous state, to pass to
-%% {@link restore_tag/1}: `{Flags, Tag}' where `Flags' is 1 while spreading
-%% and 0 otherwise, and `Tag' is the tag binary or `[]'. Raises `badarg'
-%% for anything but a boolean.
+%% @doc Turns spreading of the caller's tag on (`true') or off (`false').
 %%
-%% The state is recorded, but messages do not carry tags yet: spreading
-%% across processes and nodes is a separate piece of work.
+%% While on, the messages the process sends carry its own tag; a receiver
+%% without a tag of its own adopts it ({@link get_tag_data/0} returns it and
+%% its probes pass it), and spreads it further with the messages it sends,
+%% to processes and nodes alike. A process that receives a message without
+%% a tag drops an adopted tag but keeps its own. A process spawned by a
+%% spreading one starts with the tag adopted.
+%%
+%% Returns the previous state, for {@link restore_tag/1}: `{Flags, Tag}',
+%% `Flags' 1 while spreading and 0 otherwise, `Tag' the tag the process's
+%% probes passed ({@link get_tag_data/0}) or `[]'. Raises `badarg' for
+%% anything but a boolean.
+%%
+%% Spreading uses the process's sequential-trace token (as OTP's
+%% dynamic-trace build did); see the README for how this meets an
+%% application's own use of `seq_trace'.
 -spec spread_tag(boolean()) -> tag_state().
-spread_tag(Spread) when is_boolean(Spread) ->
+spread_tag(true) ->
     Old = tag_state(),
-    case Spread of
-        true -> put(?SPREAD_KEY, true);
-        false -> erase(?SPREAD_KEY)
+    put(?SPREAD_KEY, true),
+    case get(?TAG_KEY) of
+        undefined -> ok;
+        Tag -> set_token(Tag)
     end,
+    Old;
+spread_tag(false) ->
+    Old = tag_state(),
+    erase(?SPREAD_KEY),
+    clear_token(),
     Old;
 spread_tag(Other) ->
     erlang:error(badarg, [Other]).
 
-%% @doc Restores a state returned by {@link spread_tag/1}, also in another
-%% process: the spreading flag and the tag. `true' is accepted and changes
+%% @doc Restores a state returned by {@link spread_tag/1}, in this or
+%% another process: the tag becomes the process's own tag (none for `[]'),
+%% and spreading is on or off as it was. `true' is accepted and changes
 %% nothing, as in OTP. Returns `true'; raises `badarg' for a bad state.
 -spec restore_tag(true | tag_state()) -> true.
 restore_tag(true) ->
     true;
 restore_tag({Flags, Tag})
   when is_integer(Flags), Flags >= 0, (is_binary(Tag) orelse Tag =:= []) ->
-    case Flags band ?SPREADING of
-        0 -> erase(?SPREAD_KEY);
-        _ -> put(?SPREAD_KEY, true)
-    end,
     case Tag of
         [] -> erase(?TAG_KEY);
         _ -> put(?TAG_KEY, Tag)
+    end,
+    case Flags band ?SPREADING of
+        0 ->
+            erase(?SPREAD_KEY),
+            clear_token();
+        _ ->
+            put(?SPREAD_KEY, true),
+            case Tag of
+                [] -> clear_token();
+                _ -> set_token(Tag)
+            end
     end,
     true;
 restore_tag(Other) ->
     erlang:error(badarg, [Other]).
 
 tag_state() ->
-    Flags = case get(?SPREAD_KEY) of
+    Flags = case spreading() of
                 true -> ?SPREADING;
-                undefined -> 0
+                false -> 0
             end,
-    case get(?TAG_KEY) of
+    case get_tag_data() of
         undefined -> {Flags, []};
         Tag -> {Flags, Tag}
+    end.
+
+spreading() ->
+    get(?SPREAD_KEY) =:= true.
+
+%% The tag this process adopted, or `undef' (absent, for the NIF).
+adopted_tag() ->
+    case seq_trace:get_token(label) of
+        {label, {?TOKEN_LABEL, Tag}} -> Tag;
+        _ -> undef
+    end.
+
+set_token(Tag) ->
+    _ = seq_trace:set_token(label, {?TOKEN_LABEL, Tag}),
+    true.
+
+%% Clears the token if it carries a dtrace tag; leaves an application's
+%% own token alone.
+clear_token() ->
+    case seq_trace:get_token(label) of
+        {label, {?TOKEN_LABEL, _}} -> _ = seq_trace:set_token([]), true;
+        _ -> false
     end.

@@ -9,6 +9,9 @@
 %% Run inside the traced peer.
 -export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1,
          gdb_workload/1]).
+%% A gen_server that answers `tags' with {get_tag(), get_tag_data()}.
+-behaviour(gen_server).
+-export([init/1, handle_call/3, handle_cast/2]).
 %% A logger handler that sends {log, Level, Text} to the pid in its config.
 -export([log/2]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
@@ -292,3 +295,12 @@ log(#{level := Level, msg := Msg}, #{config := Pid}) ->
                {Format, Args} -> lists:flatten(io_lib:format(Format, Args))
            end,
     Pid ! {log, Level, Text}.
+
+%%% gen_server for the spreading tests
+
+init([]) -> {ok, no_state}.
+
+handle_call(tags, _From, State) ->
+    {reply, {dtrace:get_tag(), dtrace:get_tag_data()}, State}.
+
+handle_cast(_Msg, State) -> {noreply, State}.

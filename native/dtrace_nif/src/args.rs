@@ -67,6 +67,13 @@ fn is_absent(term: Term<'_>) -> bool {
     IMMEDIATES.get().is_some_and(|im| raw == im.undef || raw == im.undefined)
 }
 
+/// Is `term` the atom `undefined` (what `p/N` passes when the caller has
+/// no tag of its own)?
+#[inline(always)]
+pub fn is_undefined(term: Term<'_>) -> bool {
+    IMMEDIATES.get().is_some_and(|im| term.as_c_arg() == im.undefined)
+}
+
 /// Is `term` the empty list?
 #[inline(always)]
 fn is_nil(term: Term<'_>) -> bool {

@@ -12,4 +12,8 @@ rustler::atoms! {
     undef,
     /// What `p/N` passes for an absent user tag.
     undefined,
+    /// Returned by the NIFs behind `p/N` and `pn/N` when the probe is
+    /// enabled and the caller has no tag of its own: the Erlang side looks
+    /// for an adopted (spread) tag and calls again.
+    adopt,
 }

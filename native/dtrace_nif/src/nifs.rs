@@ -15,7 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use rustler::sys::{ErlNifEnv, ErlNifTerm, enif_raise_exception};
 use rustler::{Env, Term};
 
-use crate::args::{PidBuf, StrBuf, int64_or_zero};
+use crate::args::{PidBuf, StrBuf, int64_or_zero, is_undefined};
 use crate::atoms;
 use rustler::types::atom::{false_, true_};
 use crate::probes::{self, I4s4, N_PROBES};
@@ -48,7 +48,7 @@ raw_nif!("user_trace_n" / 10 => user_trace_n);
 /// Library load: creates the atoms once, so no NIF call allocates them,
 /// and records the immediates argument conversion compares with.
 pub fn load(env: Env, _info: Term) -> bool {
-    let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked());
+    let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);
     true
 }
@@ -163,18 +163,22 @@ impl I4s4Bufs {
 /// OTP's raw form, tag first.
 unsafe extern "C" fn user_trace_i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
     // SAFETY: called by the VM with its own arguments.
-    unsafe { i4s4_with_tag_at(env, argc, argv, 0, 1) }
+    unsafe { i4s4_with_tag_at(env, argc, argv, 0, 1, false) }
 }
 
-/// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false`: the
-/// same with the tag last, as `p/N` calls it (no argument rotation).
+/// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false | adopt`:
+/// the same with the tag last, as `p/N` calls it (no argument rotation).
+/// `UserTag` = `undefined` means the caller has no tag of its own: when the
+/// probe is enabled this returns `adopt` without firing, and `p/N` calls
+/// again with the tag the caller adopted, if any (tag spreading).
 unsafe extern "C" fn i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
     // SAFETY: called by the VM with its own arguments.
-    unsafe { i4s4_with_tag_at(env, argc, argv, 8, 0) }
+    unsafe { i4s4_with_tag_at(env, argc, argv, 8, 0, true) }
 }
 
 /// Fires `user_trace__i4s4` with the user tag at `args[tag]` and I1..I4,
-/// S1..S4 at `args[first..first + 8]`.
+/// S1..S4 at `args[first..first + 8]`; with `adopt`, answers `adopt` for
+/// an `undefined` tag instead (see [`i4s4`]).
 ///
 /// # Safety
 /// As [`call`].
@@ -185,6 +189,7 @@ unsafe fn i4s4_with_tag_at(
     argv: *const ErlNifTerm,
     tag: usize,
     first: usize,
+    adopt: bool,
 ) -> ErlNifTerm {
     if !probes::i4s4_enabled() {
         return false_().as_c_arg();
@@ -192,6 +197,9 @@ unsafe fn i4s4_with_tag_at(
     // SAFETY: as the caller's.
     unsafe {
         call(env, argc, argv, |env, args| {
+            if adopt && is_undefined(args[tag]) {
+                return atoms::adopt().to_term(env);
+            }
             let mut bufs = I4s4Bufs::default();
             probes::fire_i4s4(&bufs.convert(env, args[tag], &args[first..]));
             true_().to_term(env)
@@ -199,8 +207,8 @@ unsafe fn i4s4_with_tag_at(
     }
 }
 
-/// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg`
-/// (tag last, as `pn/N` calls it).
+/// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg | adopt`
+/// (tag last, as `pn/N` calls it; `adopt` as for [`i4s4`]).
 /// A label that is not an integer in 0..1023 returns `badarg`, one in
 /// 951..1023 returns `error`, both before the enabled check (OTP's order).
 unsafe extern "C" fn user_trace_n(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
@@ -220,6 +228,9 @@ unsafe extern "C" fn user_trace_n(env: *mut ErlNifEnv, argc: c_int, argv: *const
             }
             if !probes::n_enabled(label) {
                 return false_().to_term(env);
+            }
+            if is_undefined(args[9]) {
+                return atoms::adopt().to_term(env);
             }
             let mut bufs = I4s4Bufs::default();
             probes::fire_n(label, &bufs.convert(env, args[9], &args[1..]));
