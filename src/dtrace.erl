@@ -399,19 +399,24 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
     fire_n(Label, I1, I2, I3, I4, S1, S2, S3, S4).
 
 %% The caller's own tag goes with the probe. Without one, the NIF answers
-%% `adopt' when the probe is enabled (and only then: the disabled path is
-%% one NIF call), and the probe fires with the tag the caller adopted
-%% through spreading, if any.
+%% `{adopt, Args}' when the probe is enabled (and only then: the disabled
+%% path is one NIF call), and the probe fires with the tag the caller
+%% adopted through spreading, if any. The arguments come back in the answer
+%% so that nothing has to be kept across the first call.
 fire_i4s4(I1, I2, I3, I4, S1, S2, S3, S4) ->
     case i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-        adopt -> i4s4(I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
-        Result -> Result
+        {adopt, {A1, A2, A3, A4, A5, A6, A7, A8}} ->
+            i4s4(A1, A2, A3, A4, A5, A6, A7, A8, adopted_tag());
+        Result ->
+            Result
     end.
 
 fire_n(Label, I1, I2, I3, I4, S1, S2, S3, S4) ->
     case user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-        adopt -> user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
-        Result -> Result
+        {adopt, {L, A1, A2, A3, A4, A5, A6, A7, A8}} ->
+            user_trace_n(L, A1, A2, A3, A4, A5, A6, A7, A8, adopted_tag());
+        Result ->
+            Result
     end.
 
 %%%===================================================================
@@ -545,8 +550,9 @@ spreading() ->
     get(?SPREAD_KEY) =:= true.
 
 %% The tag this process adopted, or `undef' (absent, for the NIF).
+%% (erlang:seq_trace_info/1 is what seq_trace:get_token/1 calls.)
 adopted_tag() ->
-    case seq_trace:get_token(label) of
+    case erlang:seq_trace_info(label) of
         {label, {?TOKEN_LABEL, Tag}} -> Tag;
         _ -> undef
     end.

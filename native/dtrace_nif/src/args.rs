@@ -71,7 +71,13 @@ fn is_absent(term: Term<'_>) -> bool {
 /// no tag of its own)?
 #[inline(always)]
 pub fn is_undefined(term: Term<'_>) -> bool {
-    IMMEDIATES.get().is_some_and(|im| term.as_c_arg() == im.undefined)
+    is_undefined_raw(term.as_c_arg())
+}
+
+/// [`is_undefined`] on a raw term.
+#[inline(always)]
+pub fn is_undefined_raw(term: ErlNifTerm) -> bool {
+    IMMEDIATES.get().is_some_and(|im| term == im.undefined)
 }
 
 /// Is `term` the empty list?
