@@ -64,6 +64,24 @@
        user_trace_n/10]).
 
 -define(TAG_KEY, '$dtrace_tag').
+
+%% Fires with the caller's own tag. Without one, the NIF answers `adopt'
+%% when the probe is enabled (and only then: the disabled path is one NIF
+%% call) and the probe fires again with the tag the caller adopted through
+%% spreading, if any. A macro rather than a function: expanded in each
+%% p/N and pn/N clause, only that clause's variables are kept across the
+%% first call (a function would keep all eight arguments, which cost the
+%% disabled path ~4 ns); and the compiler must not inline NIF stubs.
+-define(FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4),
+        case i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
+            adopt -> i4s4(I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+            Fired__ -> Fired__
+        end).
+-define(FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4),
+        case user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
+            adopt -> user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+            Fired__ -> Fired__
+        end).
 -define(SPREAD_KEY, '$dtrace_spread').
 -define(SPREADING, 1).
 -define(TOKEN_LABEL, dtrace_tag).
@@ -209,16 +227,16 @@ user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
 %% Returns `false' (no tracer listening) or `true' (fired).
 -spec p() -> probe_result().
 p() ->
-    fire_i4s4(undef, undef, undef, undef, undef, undef, undef, undef).
+    ?FIRE_I4S4(undef, undef, undef, undef, undef, undef, undef, undef).
 
 %% @doc Fires `user_trace__i4s4' with one argument: an integer fills i1,
 %% anything else fills s1 (NULL unless an iolist of at most 1024 bytes).
 %% Returns `false' or `true', as {@link p/0}.
 -spec p(probe_arg()) -> probe_result().
 p(I1) when is_integer(I1) ->
-    fire_i4s4(I1, undef, undef, undef, undef, undef, undef, undef);
+    ?FIRE_I4S4(I1, undef, undef, undef, undef, undef, undef, undef);
 p(S1) ->
-    fire_i4s4(undef, undef, undef, undef, S1, undef, undef, undef).
+    ?FIRE_I4S4(undef, undef, undef, undef, S1, undef, undef, undef).
 
 %% @doc Fires `user_trace__i4s4': leading integers fill i1, i2; the rest
 %% fill s1, s2 in order. As in OTP, the last clause takes anything, so
@@ -226,37 +244,37 @@ p(S1) ->
 %% Returns `false' or `true', as {@link p/0}.
 -spec p(probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2) when is_integer(I1), is_integer(I2) ->
-    fire_i4s4(I1, I2, undef, undef, undef, undef, undef, undef);
+    ?FIRE_I4S4(I1, I2, undef, undef, undef, undef, undef, undef);
 p(I1, S1) when is_integer(I1) ->
-    fire_i4s4(I1, undef, undef, undef, S1, undef, undef, undef);
+    ?FIRE_I4S4(I1, undef, undef, undef, S1, undef, undef, undef);
 p(S1, S2) ->
-    fire_i4s4(undef, undef, undef, undef, S1, S2, undef, undef).
+    ?FIRE_I4S4(undef, undef, undef, undef, S1, S2, undef, undef).
 
 %% @doc Fires `user_trace__i4s4' with three arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_i4s4(I1, I2, I3, undef, undef, undef, undef, undef);
+    ?FIRE_I4S4(I1, I2, I3, undef, undef, undef, undef, undef);
 p(I1, I2, S1) when is_integer(I1), is_integer(I2) ->
-    fire_i4s4(I1, I2, undef, undef, S1, undef, undef, undef);
+    ?FIRE_I4S4(I1, I2, undef, undef, S1, undef, undef, undef);
 p(I1, S1, S2) when is_integer(I1) ->
-    fire_i4s4(I1, undef, undef, undef, S1, S2, undef, undef);
+    ?FIRE_I4S4(I1, undef, undef, undef, S1, S2, undef, undef);
 p(S1, S2, S3) ->
-    fire_i4s4(undef, undef, undef, undef, S1, S2, S3, undef).
+    ?FIRE_I4S4(undef, undef, undef, undef, S1, S2, S3, undef).
 
 %% @doc Fires `user_trace__i4s4' with four arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_i4s4(I1, I2, I3, I4, undef, undef, undef, undef);
+    ?FIRE_I4S4(I1, I2, I3, I4, undef, undef, undef, undef);
 p(I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_i4s4(I1, I2, I3, undef, S1, undef, undef, undef);
+    ?FIRE_I4S4(I1, I2, I3, undef, S1, undef, undef, undef);
 p(I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
-    fire_i4s4(I1, I2, undef, undef, S1, S2, undef, undef);
+    ?FIRE_I4S4(I1, I2, undef, undef, S1, S2, undef, undef);
 p(I1, S1, S2, S3) when is_integer(I1) ->
-    fire_i4s4(I1, undef, undef, undef, S1, S2, S3, undef);
+    ?FIRE_I4S4(I1, undef, undef, undef, S1, S2, S3, undef);
 p(S1, S2, S3, S4) ->
-    fire_i4s4(undef, undef, undef, undef, S1, S2, S3, S4).
+    ?FIRE_I4S4(undef, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with five arguments. From five arguments
 %% on, the integers must come first (at most four of them, then strings):
@@ -264,40 +282,40 @@ p(S1, S2, S3, S4) ->
 %% Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_i4s4(I1, I2, I3, I4, S1, undef, undef, undef);
+    ?FIRE_I4S4(I1, I2, I3, I4, S1, undef, undef, undef);
 p(I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_i4s4(I1, I2, I3, undef, S1, S2, undef, undef);
+    ?FIRE_I4S4(I1, I2, I3, undef, S1, S2, undef, undef);
 p(I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
-    fire_i4s4(I1, I2, undef, undef, S1, S2, S3, undef);
+    ?FIRE_I4S4(I1, I2, undef, undef, S1, S2, S3, undef);
 p(I1, S1, S2, S3, S4) when is_integer(I1) ->
-    fire_i4s4(I1, undef, undef, undef, S1, S2, S3, S4).
+    ?FIRE_I4S4(I1, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with six arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
         probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_i4s4(I1, I2, I3, I4, S1, S2, undef, undef);
+    ?FIRE_I4S4(I1, I2, I3, I4, S1, S2, undef, undef);
 p(I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_i4s4(I1, I2, I3, undef, S1, S2, S3, undef);
+    ?FIRE_I4S4(I1, I2, I3, undef, S1, S2, S3, undef);
 p(I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
-    fire_i4s4(I1, I2, undef, undef, S1, S2, S3, S4).
+    ?FIRE_I4S4(I1, I2, undef, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with seven arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
 -spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
         probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_i4s4(I1, I2, I3, I4, S1, S2, S3, undef);
+    ?FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, undef);
 p(I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_i4s4(I1, I2, I3, undef, S1, S2, S3, S4).
+    ?FIRE_I4S4(I1, I2, I3, undef, S1, S2, S3, S4).
 
 %% @doc Fires `user_trace__i4s4' with all eight arguments: four integers,
 %% then four strings. Returns `false' or `true'.
 -spec p(integer(), integer(), integer(), integer(), probe_arg(), probe_arg(),
         probe_arg(), probe_arg()) -> probe_result().
 p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_i4s4(I1, I2, I3, I4, S1, S2, S3, S4).
+    ?FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4).
 
 %%%===================================================================
 %%% pn/1..9: fire user_trace__n<Label>
@@ -311,113 +329,92 @@ p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_intege
 %% otherwise `false' (not enabled) or `true' (fired).
 -spec pn(n_probe_label()) -> probe_result().
 pn(Label) ->
-    fire_n(Label, undef, undef, undef, undef, undef, undef, undef, undef).
+    ?FIRE_N(Label, undef, undef, undef, undef, undef, undef, undef, undef).
 
 %% @doc `pn' with one argument, routed as in {@link p/1}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg()) -> probe_result().
 pn(Label, I1) when is_integer(I1) ->
-    fire_n(Label, I1, undef, undef, undef, undef, undef, undef, undef);
+    ?FIRE_N(Label, I1, undef, undef, undef, undef, undef, undef, undef);
 pn(Label, S1) ->
-    fire_n(Label, undef, undef, undef, undef, S1, undef, undef, undef).
+    ?FIRE_N(Label, undef, undef, undef, undef, S1, undef, undef, undef).
 
 %% @doc `pn' with two arguments, routed as in {@link p/2}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2) when is_integer(I1), is_integer(I2) ->
-    fire_n(Label, I1, I2, undef, undef, undef, undef, undef, undef);
+    ?FIRE_N(Label, I1, I2, undef, undef, undef, undef, undef, undef);
 pn(Label, I1, S1) when is_integer(I1) ->
-    fire_n(Label, I1, undef, undef, undef, S1, undef, undef, undef);
+    ?FIRE_N(Label, I1, undef, undef, undef, S1, undef, undef, undef);
 pn(Label, S1, S2) ->
-    fire_n(Label, undef, undef, undef, undef, S1, S2, undef, undef).
+    ?FIRE_N(Label, undef, undef, undef, undef, S1, S2, undef, undef).
 
 %% @doc `pn' with three arguments, routed as in {@link p/3}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_n(Label, I1, I2, I3, undef, undef, undef, undef, undef);
+    ?FIRE_N(Label, I1, I2, I3, undef, undef, undef, undef, undef);
 pn(Label, I1, I2, S1) when is_integer(I1), is_integer(I2) ->
-    fire_n(Label, I1, I2, undef, undef, S1, undef, undef, undef);
+    ?FIRE_N(Label, I1, I2, undef, undef, S1, undef, undef, undef);
 pn(Label, I1, S1, S2) when is_integer(I1) ->
-    fire_n(Label, I1, undef, undef, undef, S1, S2, undef, undef);
+    ?FIRE_N(Label, I1, undef, undef, undef, S1, S2, undef, undef);
 pn(Label, S1, S2, S3) ->
-    fire_n(Label, undef, undef, undef, undef, S1, S2, S3, undef).
+    ?FIRE_N(Label, undef, undef, undef, undef, S1, S2, S3, undef).
 
 %% @doc `pn' with four arguments, routed as in {@link p/4}; results as
 %% {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) ->
           probe_result().
 pn(Label, I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_n(Label, I1, I2, I3, I4, undef, undef, undef, undef);
+    ?FIRE_N(Label, I1, I2, I3, I4, undef, undef, undef, undef);
 pn(Label, I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_n(Label, I1, I2, I3, undef, S1, undef, undef, undef);
+    ?FIRE_N(Label, I1, I2, I3, undef, S1, undef, undef, undef);
 pn(Label, I1, I2, S1, S2) when is_integer(I1), is_integer(I2) ->
-    fire_n(Label, I1, I2, undef, undef, S1, S2, undef, undef);
+    ?FIRE_N(Label, I1, I2, undef, undef, S1, S2, undef, undef);
 pn(Label, I1, S1, S2, S3) when is_integer(I1) ->
-    fire_n(Label, I1, undef, undef, undef, S1, S2, S3, undef);
+    ?FIRE_N(Label, I1, undef, undef, undef, S1, S2, S3, undef);
 pn(Label, S1, S2, S3, S4) ->
-    fire_n(Label, undef, undef, undef, undef, S1, S2, S3, S4).
+    ?FIRE_N(Label, undef, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with five arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_n(Label, I1, I2, I3, I4, S1, undef, undef, undef);
+    ?FIRE_N(Label, I1, I2, I3, I4, S1, undef, undef, undef);
 pn(Label, I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_n(Label, I1, I2, I3, undef, S1, S2, undef, undef);
+    ?FIRE_N(Label, I1, I2, I3, undef, S1, S2, undef, undef);
 pn(Label, I1, I2, S1, S2, S3) when is_integer(I1), is_integer(I2) ->
-    fire_n(Label, I1, I2, undef, undef, S1, S2, S3, undef);
+    ?FIRE_N(Label, I1, I2, undef, undef, S1, S2, S3, undef);
 pn(Label, I1, S1, S2, S3, S4) when is_integer(I1) ->
-    fire_n(Label, I1, undef, undef, undef, S1, S2, S3, S4).
+    ?FIRE_N(Label, I1, undef, undef, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with six arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_n(Label, I1, I2, I3, I4, S1, S2, undef, undef);
+    ?FIRE_N(Label, I1, I2, I3, I4, S1, S2, undef, undef);
 pn(Label, I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_n(Label, I1, I2, I3, undef, S1, S2, S3, undef);
+    ?FIRE_N(Label, I1, I2, I3, undef, S1, S2, S3, undef);
 pn(Label, I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
-    fire_n(Label, I1, I2, undef, undef, S1, S2, S3, S4).
+    ?FIRE_N(Label, I1, I2, undef, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with seven arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
          probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_n(Label, I1, I2, I3, I4, S1, S2, S3, undef);
+    ?FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, undef);
 pn(Label, I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
-    fire_n(Label, I1, I2, I3, undef, S1, S2, S3, S4).
+    ?FIRE_N(Label, I1, I2, I3, undef, S1, S2, S3, S4).
 
 %% @doc `pn' with all eight arguments: four integers, then four strings;
 %% results as {@link pn/1}.
 -spec pn(n_probe_label(), integer(), integer(), integer(), integer(),
          probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
-    fire_n(Label, I1, I2, I3, I4, S1, S2, S3, S4).
-
-%% The caller's own tag goes with the probe. Without one, the NIF answers
-%% `{adopt, Args}' when the probe is enabled (and only then: the disabled
-%% path is one NIF call), and the probe fires with the tag the caller
-%% adopted through spreading, if any. The arguments come back in the answer
-%% so that nothing has to be kept across the first call.
-fire_i4s4(I1, I2, I3, I4, S1, S2, S3, S4) ->
-    case i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-        {adopt, {A1, A2, A3, A4, A5, A6, A7, A8}} ->
-            i4s4(A1, A2, A3, A4, A5, A6, A7, A8, adopted_tag());
-        Result ->
-            Result
-    end.
-
-fire_n(Label, I1, I2, I3, I4, S1, S2, S3, S4) ->
-    case user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-        {adopt, {L, A1, A2, A3, A4, A5, A6, A7, A8}} ->
-            user_trace_n(L, A1, A2, A3, A4, A5, A6, A7, A8, adopted_tag());
-        Result ->
-            Result
-    end.
+    ?FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4).
 
 %%%===================================================================
 %%% User tags

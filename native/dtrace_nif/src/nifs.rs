@@ -12,7 +12,7 @@
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use rustler::sys::{ErlNifEnv, ErlNifTerm, enif_make_tuple_from_array, enif_raise_exception};
+use rustler::sys::{ErlNifEnv, ErlNifTerm, enif_raise_exception};
 use rustler::{Env, Term};
 
 use crate::args::{PidBuf, StrBuf, int64_or_zero, is_undefined, is_undefined_raw};
@@ -166,10 +166,10 @@ unsafe extern "C" fn user_trace_i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *co
     unsafe { i4s4_with_tag_at(env, argc, argv, 0, 1, false) }
 }
 
-/// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false | {adopt, Args}`:
+/// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false | adopt`:
 /// the same with the tag last, as `p/N` calls it (no argument rotation).
 /// `UserTag` = `undefined` means the caller has no tag of its own: when the
-/// probe is enabled this returns `{adopt, Args}` without firing, and `p/N` calls
+/// probe is enabled this returns `adopt` without firing, and `p/N` calls
 /// again with the tag the caller adopted, if any (tag spreading).
 unsafe extern "C" fn i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
     // SAFETY: called by the VM with its own arguments.
@@ -177,7 +177,7 @@ unsafe extern "C" fn i4s4(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifT
 }
 
 /// Fires `user_trace__i4s4` with the user tag at `args[tag]` and I1..I4,
-/// S1..S4 at `args[first..first + 8]`; with `adopt`, answers `{adopt, Args}` for
+/// S1..S4 at `args[first..first + 8]`; with `adopt`, answers `adopt` for
 /// an `undefined` tag instead (see [`i4s4`]).
 ///
 /// # Safety
@@ -194,13 +194,12 @@ unsafe fn i4s4_with_tag_at(
     if !probes::i4s4_enabled() {
         return false_().as_c_arg();
     }
-    // SAFETY: as the caller's: `argv` holds `argc` > `tag`, `first + 7` terms.
+    // SAFETY: as the caller's: `argv` holds more than `tag` terms.
     unsafe {
         if adopt && is_undefined_raw(*argv.add(tag)) {
-            // The caller has no tag of its own: hand the arguments back.
-            let inner = enif_make_tuple_from_array(env, argv.add(first), 8);
-            let answer = [atoms::adopt().as_c_arg(), inner];
-            return enif_make_tuple_from_array(env, answer.as_ptr(), 2);
+            // The caller has no tag of its own: it asks again with the
+            // tag it adopted, if any.
+            return atoms::adopt().as_c_arg();
         }
         call(env, argc, argv, |env, args| {
             let mut bufs = I4s4Bufs::default();
@@ -210,22 +209,7 @@ unsafe fn i4s4_with_tag_at(
     }
 }
 
-/// `{adopt, {Args...}}`: the answer to a caller with no tag of its own
-/// while the probe is enabled; it calls again with the adopted tag and
-/// these arguments. Built only then (a small heap tuple).
-fn adopt_answer<'a>(env: Env<'a>, args: &[Term<'a>]) -> Term<'a> {
-    // rustler's make_tuple collects into a heap Vec: build from the stack.
-    let raw: arrayvec::ArrayVec<ErlNifTerm, 10> = args.iter().map(|t| t.as_c_arg()).collect();
-    // SAFETY: every element is a valid term of `env`, and the counts are
-    // the lengths of the arrays passed.
-    unsafe {
-        let inner = enif_make_tuple_from_array(env.as_c_arg(), raw.as_ptr(), raw.len() as u32);
-        let outer = [atoms::adopt().as_c_arg(), inner];
-        Term::new(env, enif_make_tuple_from_array(env.as_c_arg(), outer.as_ptr(), 2))
-    }
-}
-
-/// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg | {adopt, Args}`
+/// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg | adopt`
 /// (tag last, as `pn/N` calls it; `adopt` as for [`i4s4`]).
 /// A label that is not an integer in 0..1023 returns `badarg`, one in
 /// 951..1023 returns `error`, both before the enabled check (OTP's order).
@@ -248,7 +232,7 @@ unsafe extern "C" fn user_trace_n(env: *mut ErlNifEnv, argc: c_int, argv: *const
                 return false_().to_term(env);
             }
             if is_undefined(args[9]) {
-                return adopt_answer(env, &args[..9]);
+                return atoms::adopt().to_term(env);
             }
             let mut bufs = I4s4Bufs::default();
             probes::fire_n(label, &bufs.convert(env, args[9], &args[1..]));
