@@ -205,7 +205,7 @@ user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
 %% user_trace_i4s4/9 with the tag last.
 -spec i4s4(integer_maybe(), integer_maybe(), integer_maybe(), integer_maybe(),
            iolist_maybe(), iolist_maybe(), iolist_maybe(), iolist_maybe(),
-           iolist_maybe()) -> probe_result().
+           iolist_maybe()) -> probe_result() | adopt.
 i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
     false.
 
@@ -214,7 +214,7 @@ i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
 -spec user_trace_n(term(), integer_maybe(), integer_maybe(), integer_maybe(),
                    integer_maybe(), iolist_maybe(), iolist_maybe(),
                    iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
-          probe_result().
+          probe_result() | adopt.
 user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
     false.
 

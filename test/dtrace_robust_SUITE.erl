@@ -86,7 +86,7 @@ any_term_enabled(Config) ->
                         end),
     Calls = in_peer(Config, dtrace_props, run, [?PROP_CALLS]),
     Lines = dtrace_test_lib:bpftrace_stop(Tracer),
-    Events = map_value(<<"@events">>, Lines),
+    Events = dtrace_test_lib:bpftrace_map(<<"@events">>, Lines),
     ?assert(Calls >= ?PROP_CALLS),
     %% The probes did fire on arbitrary terms (each case fires several).
     ?assert(Events > Calls div 10),
@@ -149,7 +149,7 @@ tracer_churn_under_load(Config) ->
                            timer:sleep(100),
                            {dtrace_test_lib:churn_close(E), ok}
                    end),
-             Events = map_value(iolist_to_binary(["@[", integer_to_list(E), "]"]), Lines, 0),
+             Events = dtrace_test_lib:bpftrace_map(iolist_to_binary(["@[", integer_to_list(E), "]"]), Lines, 0),
              {E, Trues, Events}
          end || Cycle <- lists:seq(1, ?CHURN_CYCLES)],
     Alive = in_peer(Config, dtrace_test_lib, churn_workers_alive, []),
@@ -208,7 +208,7 @@ lifecycle_under_load(Config) ->
     {Checks, Alive, Trues} = Steps,
     ?assertEqual([{I, true, true} || I <- lists:seq(1, 5)], Checks),
     ?assertEqual(100, Alive),
-    Events = map_value(<<"@events">>, Lines),
+    Events = dtrace_test_lib:bpftrace_map(<<"@events">>, Lines),
     ?assert(Trues > 0),
     ?assert(Events >= Trues),
     report("module reloaded twice, application restarted, module deleted, purged and "
@@ -260,7 +260,7 @@ memory_stays_flat(Config) ->
                 end),
     Lines = dtrace_test_lib:bpftrace_stop(Tracer),
     ?assertEqual(?MEMORY_CALLS, Trues),
-    ?assert(map_value(<<"@events">>, Lines) >= Trues),
+    ?assert(dtrace_test_lib:bpftrace_map(<<"@events">>, Lines) >= Trues),
     {VmBefore, RssBefore} = Before,
     {VmAfter, RssAfter} = After,
     MB = 1024 * 1024,
@@ -311,19 +311,4 @@ nif_panic_becomes_an_erlang_error(Config) ->
         report("a panic in the NIF became error:nif_panicked; the node went on", [])
     after
         peer:stop(Peer)
-    end.
-
-%%--------------------------------------------------------------------
-
-map_value(Name, Lines) ->
-    case map_value(Name, Lines, undefined) of
-        undefined -> ct:fail("~s not in the tracer's output: ~p", [Name, Lines]);
-        V -> V
-    end.
-
-map_value(Name, Lines, Default) ->
-    case [binary_to_integer(string:trim(V))
-          || L <- Lines, [K, V] <- [binary:split(L, <<": ">>)], K =:= Name] of
-        [N] -> N;
-        [] -> Default
     end.

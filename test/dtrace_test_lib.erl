@@ -5,7 +5,7 @@
 -export([nif_path/0, start_peer/0, start_peer/1, stop_peer/1, os_pid/1,
          require_tracer/1, in_ci/0,
          bpftrace_start/2, bpftrace_stop/1,
-         bpftrace_window/5, gdb_run/3, gdb_events/2, run/2]).
+         bpftrace_window/5, bpftrace_map/2, bpftrace_map/3, gdb_run/3, gdb_events/2, run/2]).
 %% Run inside the traced peer.
 -export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1,
          gdb_workload/1]).
@@ -87,6 +87,22 @@ bpftrace_stop({Port, Lines0}) ->
     _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
     {exit, _Status, Lines} = collect_until(Port, undefined, Lines0),
     Lines.
+
+%% The value of bpftrace map Name (`@name' or `@[key]') in its printed
+%% output; the test fails if it is not there.
+bpftrace_map(Name, Lines) ->
+    case bpftrace_map(Name, Lines, undefined) of
+        undefined -> ct:fail("~s not in the tracer's output: ~p", [Name, Lines]);
+        V -> V
+    end.
+
+%% The same, with Default when the map is not there.
+bpftrace_map(Name, Lines, Default) ->
+    case [binary_to_integer(string:trim(V))
+          || L <- Lines, [K, V] <- [binary:split(L, <<": ">>)], K =:= Name] of
+        [N] -> N;
+        [] -> Default
+    end.
 
 %% Counts need a window in which the tracer is known to be fully attached:
 %% the kernel raises a probe's semaphore a little before the tracer's event

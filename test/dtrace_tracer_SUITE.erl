@@ -141,7 +141,7 @@ bpftrace_counts_every_true(Config) ->
                               end, {0, 0}, Workers)
           end),
     ?assertEqual({4 * ?N_CALLS, 4 * (?N_CALLS div 2)}, {TruesI4s4, TruesN42}),
-    ?assertEqual({TruesI4s4, TruesN42}, {map_count(<<"@i4s4">>, Lines), map_count(<<"@n42">>, Lines)}).
+    ?assertEqual({TruesI4s4, TruesN42}, {dtrace_test_lib:bpftrace_map(<<"@i4s4">>, Lines), dtrace_test_lib:bpftrace_map(<<"@n42">>, Lines)}).
 
 work() ->
     Probes = [fun(I) -> dtrace:p(I) end,
@@ -151,11 +151,6 @@ work() ->
     I4s4 = dtrace_test_lib:count_trues(fun(I) -> (lists:nth(1 + I rem 3, Probes))(I) end, ?N_CALLS),
     N42 = dtrace_test_lib:count_trues(fun(I) -> (lists:nth(4, Probes))(I) end, ?N_CALLS div 2),
     {I4s4, N42}.
-
-map_count(Name, Lines) ->
-    [N] = [binary_to_integer(string:trim(V))
-           || L <- Lines, [K, V] <- [binary:split(L, <<":">>)], K =:= Name],
-    N.
 
 %% user_trace_s1: fires with the message; a bad or over-long message
 %% returns badarg and fires nothing.
@@ -177,7 +172,7 @@ bpftrace_user_trace_s1(Config) ->
           end),
     ?assertEqual([true, badarg, badarg, badarg], Results),
     ?assertEqual([<<"S1 hello">>], [L || <<"S1 ", _/binary>> = L <- Lines]),
-    ?assertEqual(1, map_count(<<"@s1">>, Lines)).
+    ?assertEqual(1, dtrace_test_lib:bpftrace_map(<<"@s1">>, Lines)).
 
 %% gdb reads all ten arguments of user_trace__i4s4 and the numbered probes,
 %% the four strings included (NULL where absent, too long, or no iolist).

@@ -7,7 +7,10 @@
 //!
 //! Return values follow OTP's `dyntrace` NIF: `false` (not enabled, checked
 //! first), `true` (fired), `badarg` / `error` (returned, not raised). The
-//! only exception ever raised is `nif_panicked`, should a bug panic.
+//! tag-last NIFs behind `p/N` and `pn/N` may also answer `adopt` (enabled,
+//! and the caller has no tag of its own: `p/N` calls again with its
+//! adopted tag); `dtrace` never returns it. The only exception ever raised
+//! is `nif_panicked`, should a bug panic.
 
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
