@@ -58,10 +58,12 @@
          pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
 -export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1]).
 -export([user_trace_i4s4/9]).
+%% For dtrace_file: the file I/O probes.
+-export([efile_enabled/0, efile_entry/10, efile_return/6]).
 
 -on_load(on_load/0).
 -nifs([available/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
-       user_trace_n/10]).
+       user_trace_n/10, efile_enabled/0, efile_entry/10, efile_return/6]).
 
 -define(TAG_KEY, '$dtrace_tag').
 
@@ -217,6 +219,30 @@ i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
           probe_result() | adopt.
 user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
     false.
+
+%% The file I/O probes (efile_drv__*), for dtrace_file; see its doc and
+%% native/dtrace_nif/src/efile.rs.
+
+%% @private Is a tracer listening on any `efile_drv__*' probe?
+-spec efile_enabled() -> boolean().
+efile_enabled() ->
+    false.
+
+%% @private Starts a file operation on scheduler `ThreadId': fires
+%% `efile_drv__entry' and `efile_drv__int_entry' (each if enabled) and
+%% returns the operation's per-scheduler counter.
+-spec efile_entry(integer(), integer(), iolist_maybe(), iolist_maybe(),
+                  integer_maybe(), integer_maybe(), integer_maybe(), integer_maybe(),
+                  iolist_maybe(), pid() | undefined) -> non_neg_integer().
+efile_entry(_ThreadId, _Command, _S1, _S2, _I1, _I2, _I3, _I4, _UserTag, _Device) ->
+    0.
+
+%% @private Ends operation `{ThreadId, Tag}': fires `efile_drv__int_return'
+%% and `efile_drv__return' (each if enabled). `Reason' is a POSIX atom
+%% when `Success' is false.
+-spec efile_return(integer(), integer(), integer(), iolist_maybe(), boolean(), term()) -> ok.
+efile_return(_ThreadId, _Tag, _Command, _UserTag, _Success, _Reason) ->
+    ok.
 
 %%%===================================================================
 %%% p/0..8: fire user_trace__i4s4

@@ -303,6 +303,23 @@ impl PidBuf {
                 return self.bytes.as_ptr().cast();
             }
         }
+        let text = self.format(term);
+        if !text.is_null() {
+            LAST_PID.set(Some((term, *self)));
+        }
+        text
+    }
+
+    /// Formats `term` like `pid_to_list/1` if it is a pid (local or
+    /// remote), else the calling process as [`PidBuf::self_pid`] does.
+    /// Not cached: a remote pid is a boxed term, whose value does not name
+    /// one process for ever.
+    pub fn pid_or_self(&mut self, env: Env<'_>, term: Term<'_>) -> *const c_char {
+        if term.is_pid() { self.format(term.as_c_arg()) } else { self.self_pid(env) }
+    }
+
+    /// Writes `%T` of `pid` (a pid term: its text is short) into the buffer.
+    fn format(&mut self, pid: ErlNifTerm) -> *const c_char {
         // SAFETY: `enif_snprintf` writes at most `PID_BYTES` bytes, NUL
         // included, into our buffer of that size, and `%T` consumes exactly
         // one term argument, which we pass.
@@ -311,11 +328,10 @@ impl PidBuf {
                 self.bytes.as_mut_ptr().cast(),
                 PID_BYTES,
                 c"%T".as_ptr(),
-                term,
+                pid,
             )
         };
         if written > 0 && (written as usize) < PID_BYTES {
-            LAST_PID.set(Some((term, *self)));
             self.bytes.as_ptr().cast()
         } else {
             ptr::null()

@@ -9,6 +9,7 @@
 
 pub mod args;
 mod atoms;
+pub mod errno;
 pub mod probes;
 
 // The NIFs and the library entry. Left out of unit-test builds: they
@@ -16,6 +17,9 @@ pub mod probes;
 // the library, and the unit tests never call into the VM.
 #[cfg(not(test))]
 mod nifs;
+// The NIFs behind `dtrace_file`: the file I/O probes.
+#[cfg(not(test))]
+mod efile;
 // `nif_init`: rustler's entry plus an `upgrade` callback (see entry.rs).
 #[cfg(not(any(test, windows)))]
 mod entry;

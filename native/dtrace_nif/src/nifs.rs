@@ -12,7 +12,7 @@
 //! adopted tag); `dtrace` never returns it. The only exception ever raised
 //! is `nif_panicked`, should a bug panic.
 
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use rustler::sys::{ErlNifEnv, ErlNifTerm, enif_raise_exception};
@@ -26,19 +26,21 @@ use crate::probes::{self, I4s4, N_PROBES};
 /// Labels `pn` accepts without `badarg` (OTP reserves 0..1023, declares 951).
 const MAX_LABEL: i32 = 1023;
 
-type RawNif = unsafe extern "C" fn(*mut ErlNifEnv, c_int, *const ErlNifTerm) -> ErlNifTerm;
+/// The C signature of a NIF.
+pub(crate) type RawNif = unsafe extern "C" fn(*mut ErlNifEnv, c_int, *const ErlNifTerm) -> ErlNifTerm;
 
 /// Registers `$func` as `dtrace:$name/$arity` in the table `rustler::init!` reads.
 macro_rules! raw_nif {
     ($name:literal / $arity:literal => $func:ident) => {
         inventory::submit!(rustler::Nif {
-            name: concat!($name, "\0").as_ptr() as *const c_char,
+            name: concat!($name, "\0").as_ptr() as *const ::std::ffi::c_char,
             arity: $arity,
             flags: 0,
-            raw_func: $func as RawNif,
+            raw_func: $func as $crate::nifs::RawNif,
         });
     };
 }
+pub(crate) use raw_nif;
 
 raw_nif!("available" / 0 => available);
 raw_nif!("is_enabled" / 0 => is_enabled_i4s4);
@@ -53,6 +55,7 @@ raw_nif!("user_trace_n" / 10 => user_trace_n);
 pub fn load(env: Env, _info: Term) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);
+    crate::efile::init(env);
     true
 }
 
@@ -62,7 +65,7 @@ pub fn load(env: Env, _info: Term) -> bool {
 /// # Safety
 /// `env`, `argc` and `argv` must be the ones the VM passed to a NIF.
 #[inline(always)]
-unsafe fn call(
+pub(crate) unsafe fn call(
     env: *mut ErlNifEnv,
     argc: c_int,
     argv: *const ErlNifTerm,
