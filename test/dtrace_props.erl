@@ -71,6 +71,10 @@ documented(spread_tag, _, {ok, {Flags, Tag}}) ->
 documented(spread_tag, _, {error, badarg, _}) -> true;
 documented(restore_tag, _, {ok, true}) -> true;
 documented(restore_tag, _, {error, badarg, _}) -> true;
+%% The internal NIFs behind dtrace_file.
+documented(efile_enabled, [], {ok, B}) -> is_boolean(B);
+documented(efile_entry, _, {ok, Tag}) -> is_integer(Tag) andalso Tag >= 0;
+documented(efile_return, _, {ok, ok}) -> true;
 documented(_, _, _) -> false.
 
 %%% Generators

@@ -70,19 +70,22 @@ any_term_disabled(Config) ->
     ?assertEqual(false, in_peer(Config, dtrace, p, [])),
     report("~b calls with arbitrary terms, probes disabled: all documented", [Calls]).
 
-%% The same with a tracer listening on user_trace__s1, user_trace__i4s4 and
-%% user_trace__n0..n31 (the labels the generator favours), so that the
-%% conversion code runs on every term.
+%% The same with a tracer listening on user_trace__s1, user_trace__i4s4,
+%% user_trace__n0..n31 (the labels the generator favours) and the four
+%% efile_drv probes, so that the conversion code runs on every term.
 any_term_enabled(Config) ->
     Probes = ["user_trace__s1", "user_trace__i4s4"]
-        ++ ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 31)],
+        ++ ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 31)]
+        ++ ["efile_drv__entry", "efile_drv__int_entry", "efile_drv__int_return",
+            "efile_drv__return"],
     Program = [["usdt:$SO:erlang:", P, " { @events = count(); }\n"] || P <- Probes],
     Tracer = dtrace_test_lib:bpftrace_start(?config(os_pid, Config), lists:flatten(Program)),
     _ = in_peer(Config, fun() ->
                                 dtrace_test_lib:fire_until_true(fun() -> dtrace:user_trace_s1("x") end),
                                 [dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(L) end)
                                  || L <- lists:seq(0, 31)],
-                                dtrace_test_lib:fire_until_true(fun dtrace:p/0)
+                                dtrace_test_lib:fire_until_true(fun dtrace:p/0),
+                                dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0)
                         end),
     Calls = in_peer(Config, dtrace_props, run, [?PROP_CALLS]),
     Lines = dtrace_test_lib:bpftrace_stop(Tracer),

@@ -5,7 +5,8 @@
 -export([nif_path/0, start_peer/0, start_peer/1, stop_peer/1, os_pid/1,
          require_tracer/1, in_ci/0,
          bpftrace_start/2, bpftrace_stop/1,
-         bpftrace_window/5, bpftrace_map/2, bpftrace_map/3, gdb_run/3, gdb_events/2, run/2]).
+         bpftrace_window/5, bpftrace_map/2, bpftrace_map/3, gdb_run/3, gdb_events/2, gdb_events/3,
+         run/2]).
 %% Run inside the traced peer.
 -export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1,
          gdb_workload/1]).
@@ -109,7 +110,8 @@ bpftrace_map(Name, Lines, Default) ->
 %% is enabled (and lowers it a little after it is disabled), so a call in
 %% that gap returns true and no event arrives. So: start bpftrace with
 %% Program; in the peer, fire Ready() every few milliseconds until bpftrace
-%% has printed every line in SeenLines (its program prints one when it sees
+%% has printed every line in SeenLines (binaries, or {contains, Part} for
+%% a line containing Part; its program prints one when it sees
 %% a Ready() event of a probe); then run Workload() in the peer, stop
 %% bpftrace, and return {WorkloadResult, BpftraceLines}. Ready() events must
 %% be told apart from the workload's in Program.
@@ -120,12 +122,23 @@ bpftrace_window(Peer, Program, Ready, SeenLines, Workload) ->
     Result = peer:call(Peer, ?MODULE, stop_ready_loop_and_run, [Workload], 120000),
     {Result, bpftrace_stop({Port, Lines1})}.
 
+%% Wanted without the first entry Line satisfies: an equal binary, or
+%% {contains, Part}.
+seen(Line, [Line | Rest]) -> Rest;
+seen(Line, [{contains, Part} = W | Rest]) ->
+    case binary:match(Line, Part) of
+        nomatch -> [W | seen(Line, Rest)];
+        _ -> Rest
+    end;
+seen(Line, [W | Rest]) -> [W | seen(Line, Rest)];
+seen(_Line, []) -> [].
+
 collect_lines(_Port, [], Acc) ->
     Acc;
 collect_lines(Port, Wanted, Acc) ->
     receive
         {Port, {data, {eol, Line}}} ->
-            collect_lines(Port, lists:delete(Line, Wanted), Acc ++ [Line]);
+            collect_lines(Port, seen(Line, Wanted), Acc ++ [Line]);
         {Port, {exit_status, Status}} ->
             ct:fail("bpftrace exited (~p) before it saw ~p: ~p", [Status, Wanted, Acc])
     after ?TIMEOUT ->
@@ -147,7 +160,11 @@ gdb_run(OsPid, Script, Workload) ->
 %% true); after it, user_trace__n950 makes gdb detach. Returns
 %% {FunResult, EventLines}, one "EVENT ..." line per probe hit.
 gdb_events(Peer, Fun) ->
-    Script = filename:join(filename:dirname(?FILE), "tracers/i4s4.gdb"),
+    gdb_events(Peer, "i4s4.gdb", Fun).
+
+%% The same with another script of test/tracers/ (same protocol).
+gdb_events(Peer, ScriptName, Fun) ->
+    Script = filename:join([filename:dirname(?FILE), "tracers", ScriptName]),
     {Result, Lines} =
         gdb_run(os_pid(Peer), Script,
                 fun() ->
