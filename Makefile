@@ -25,6 +25,7 @@ test: deps
 	$(CARGO) clippy --release --all-targets --features test-panic -- -D warnings
 	MIX_ENV=test $(MIX) test
 	$(REBAR3) edoc
+	$(REBAR3) dialyzer
 	REBAR3=$(REBAR3) sh scripts/ct.sh
 
 demo: deps

@@ -151,7 +151,7 @@ nif_path() ->
 %% SDT probes (Linux). `false' otherwise.
 -spec available() -> boolean().
 available() ->
-    false.
+    nif_stub(false).
 
 %% @doc `true' while a tracer listens on `user_trace__i4s4', the probe of
 %% {@link p/0}..{@link p/8}: one semaphore read, nothing else. For
@@ -165,14 +165,14 @@ available() ->
 %% Not in OTP's dyntrace (an extension). `false' when the NIF is not loaded.
 -spec is_enabled() -> boolean().
 is_enabled() ->
-    false.
+    nif_stub(false).
 
 %% @doc `true' while a tracer listens on `user_trace__n<Label>', the probe
 %% of `pn(Label, ...)'. `false' for anything that names no probe (not an
 %% integer in 0..950). Not in OTP's dyntrace (an extension).
 -spec is_enabled(term()) -> boolean().
 is_enabled(_Label) ->
-    false.
+    nif_stub(false).
 
 %% @doc Fires `user_trace__s1(char *message)' with `Message' (an iolist or
 %% binary of at most 1024 bytes).
@@ -183,7 +183,7 @@ is_enabled(_Label) ->
 %% in favour of {@link p/1}; kept for compatibility.
 -spec user_trace_s1(iodata()) -> probe_result().
 user_trace_s1(_Message) ->
-    false.
+    nif_stub(false).
 
 %% @doc The raw form behind {@link p/8}: fires `user_trace__i4s4' with the
 %% caller's pid, `UserTag' and the arguments as given, without routing.
@@ -197,7 +197,7 @@ user_trace_s1(_Message) ->
                       iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
           probe_result().
 user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
-    false.
+    nif_stub(false).
 
 %% The NIFs behind p/N and pn/N take the user tag last: the routing
 %% clauses then pass their arguments in the registers they arrived in,
@@ -209,7 +209,7 @@ user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
            iolist_maybe(), iolist_maybe(), iolist_maybe(), iolist_maybe(),
            iolist_maybe()) -> probe_result() | adopt.
 i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
-    false.
+    nif_stub(false).
 
 %% Fires user_trace__n<Label>. Returns badarg for a Label that is not an
 %% integer in 0..1023 and error for 951..1023, both before the enabled check.
@@ -218,7 +218,7 @@ i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
                    iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
           probe_result() | adopt.
 user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
-    false.
+    nif_stub(false).
 
 %% The file I/O probes (efile_drv__*), for dtrace_file; see its doc and
 %% native/dtrace_nif/src/efile.rs.
@@ -226,7 +226,7 @@ user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
 %% @private Is a tracer listening on any `efile_drv__*' probe?
 -spec efile_enabled() -> boolean().
 efile_enabled() ->
-    false.
+    nif_stub(false).
 
 %% @private Starts a file operation on scheduler `ThreadId': fires
 %% `efile_drv__entry' and `efile_drv__int_entry' (each if enabled) and
@@ -235,14 +235,22 @@ efile_enabled() ->
                   integer_maybe(), integer_maybe(), integer_maybe(), integer_maybe(),
                   iolist_maybe(), pid() | undefined) -> non_neg_integer().
 efile_entry(_ThreadId, _Command, _S1, _S2, _I1, _I2, _I3, _I4, _UserTag, _Device) ->
-    0.
+    nif_stub(0).
 
 %% @private Ends operation `{ThreadId, Tag}': fires `efile_drv__int_return'
 %% and `efile_drv__return' (each if enabled). `Reason' is a POSIX atom
 %% when `Success' is false.
 -spec efile_return(integer(), integer(), integer(), iolist_maybe(), boolean(), term()) -> ok.
 efile_return(_ThreadId, _Tag, _Command, _UserTag, _Success, _Reason) ->
-    ok.
+    nif_stub(ok).
+
+%% What a NIF stub returns when the library is not loaded: Default. To
+%% dialyzer its result is any term (it cannot see what persistent_term
+%% holds), which is right: the NIF decides what these functions return,
+%% not the stubs' bodies (`false' would make every `adopt' or `true'
+%% clause of a caller look unreachable).
+nif_stub(Default) ->
+    persistent_term:get({?MODULE, nif_stub}, Default).
 
 %%%===================================================================
 %%% p/0..8: fire user_trace__i4s4

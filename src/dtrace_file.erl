@@ -28,11 +28,15 @@
 %%% 2> dtrace_file:rename("old-name", "new-name").
 %%% {error,enoent}
 %%% '''
-%%% and, as root, with `bpftrace -p <os pid> priv/efile.bt' attached:
+%%% and, as root, with `bpftrace -p <os pid> priv/efile.bt' attached (a
+%%% real session; the latency includes the tracer's own work):
 %%% ```
-%%% efile RENAME (12) op {1,7} tag req-42 old-name new-name
-%%% efile RENAME (12) op {1,7} tag req-42 failed errno 2 after 31 us
+%%% Attaching 4 probes...
+%%% Tracing dtrace_file I/O (efile_drv__entry/return)... Ctrl-C to end.
+%%% efile RENAME(12) {2,1} tag=req-42 s1=old-name s2=new-name
+%%% efile RENAME(12) {2,1} tag=req-42 error errno=2 in 190 us
 %%% '''
+%%% `{2,1}' is the operation: scheduler 2, its first file operation.
 %%%
 %%% == What the probes carry ==
 %%% <ul>

@@ -52,21 +52,26 @@ in_peer(Config, Fun) ->
 
 %%--------------------------------------------------------------------
 
-%% All 953 probes are in the library, each with its own semaphore and
-%% OTP's argument count.
+%% All 957 probes are in the library (953 user probes, 4 file-driver
+%% probes), each with its own semaphore and OTP's argument count.
 readelf_lists_every_probe_and_semaphore(_Config) ->
     {0, Lines} = dtrace_test_lib:run("readelf", ["-n", dtrace_test_lib:nif_path()]),
     Notes = parse_notes(Lines),
     Names = [N || {N, _, _} <- Notes],
+    Efile = [{"efile_drv__entry", 11}, {"efile_drv__int_entry", 3},
+             {"efile_drv__int_return", 3}, {"efile_drv__return", 6}],
     Expected = ["user_trace__s1", "user_trace__i4s4"
-                | ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 950)]],
-    ?assertEqual(953, length(Notes)),
+                | ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 950)]]
+        ++ [N || {N, _} <- Efile],
+    ?assertEqual(957, length(Notes)),
     ?assertEqual(lists:sort(Expected), lists:sort(Names)),
     Semaphores = [S || {_, S, _} <- Notes],
     ?assertEqual([], [N || {N, 0, _} <- Notes]),
-    ?assertEqual(953, length(lists:usort(Semaphores))),
+    ?assertEqual(957, length(lists:usort(Semaphores))),
     ?assertEqual([1], lists:usort([A || {"user_trace__s1", _, A} <- Notes])),
-    ?assertEqual([10], lists:usort([A || {N, _, A} <- Notes, N =/= "user_trace__s1"])).
+    ?assertEqual([10], lists:usort([A || {"user_trace__" ++ _ = N, _, A} <- Notes,
+                                         N =/= "user_trace__s1"])),
+    ?assertEqual(lists:sort(Efile), lists:sort([{N, A} || {"efile_drv__" ++ _ = N, _, A} <- Notes])).
 
 %% [{Name, SemaphoreAddress, ArgumentCount}] of the erlang provider.
 parse_notes(Lines) ->

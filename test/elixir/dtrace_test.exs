@@ -3,6 +3,7 @@ defmodule DTraceTest do
   require DTrace
 
   doctest DTrace
+  doctest DTrace.File
 
   test "the Elixir API returns what the Erlang API returns" do
     assert DTrace.available?() == :dtrace.available()
@@ -45,5 +46,22 @@ defmodule DTraceTest do
     assert_raise ArgumentError, ~r/takes a call to p/, fn ->
       Code.eval_string("require DTrace; DTrace.lazy(IO.puts(1))")
     end
+  end
+
+  test "DTrace.File returns what :file returns" do
+    dir = Path.join(System.tmp_dir!(), "dtrace_file_ex_#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf(dir) end)
+    assert DTrace.File.make_dir(dir) == :ok
+    assert DTrace.File.make_dir(dir) == {:error, :eexist}
+    assert :file.make_dir(dir) == {:error, :eexist}
+    path = Path.join(dir, "f")
+    assert DTrace.File.write_file(path, ["ab", "c"]) == :ok
+    assert DTrace.File.read_file(path) == {:ok, "abc"}
+    {:ok, fd} = DTrace.File.open(path, [:read, :raw, :binary])
+    assert DTrace.File.pread(fd, 1, 2) == {:ok, "bc"}
+    assert DTrace.File.position(fd, :eof) == {:ok, 3}
+    assert DTrace.File.close(fd) == :ok
+    assert DTrace.File.rename(Path.join(dir, "missing"), path) == {:error, :enoent}
+    assert DTrace.File.list_dir(dir) == {:ok, [~c"f"]}
   end
 end
