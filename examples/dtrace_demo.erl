@@ -9,8 +9,14 @@
 %%% ("put user:1234"). priv/span-latency.bt turns these into a latency
 %%% histogram per operation and prints the slow requests by tag.
 %%%
-%%% The hidden problem: one put in ~400 lands while the store "merges" its
-%%% files and waits 20-40 ms.
+%%% Puts are also appended to a log on disk by a separate process, the
+%%% store's log writer, through dtrace_file. The worker spreads its tag
+%%% while it waits for the writer, so the writer's file I/O carries the
+%%% put's tag: priv/efile.bt names the request each file operation was for.
+%%%
+%%% The hidden problem: every ~400th append, the writer "merges" the log:
+%%% it rewrites an 8 MB file and syncs it (real I/O, tens of ms here), and
+%%% the put waiting on it is slow.
 -module(dtrace_demo).
 
 -export([run/1]).
@@ -25,6 +31,10 @@
 %% true (a tracer listened) and false.
 run(Seconds) ->
     Table = ets:new(kv, [public, set, {read_concurrency, true}]),
+    Dir = filename:join(os:getenv("TMPDIR", "/tmp"), "dtrace_demo." ++ os:getpid()),
+    ok = filelib:ensure_path(Dir),
+    Log = spawn_link(fun() -> log_writer(Dir) end),
+    register(dtrace_demo_log, Log),
     Self = self(),
     Deadline = erlang:monotonic_time(millisecond) + Seconds * 1000,
     Workers = [spawn_link(fun() -> Self ! {self(), worker(Table, Deadline, #{})} end)
@@ -32,6 +42,7 @@ run(Seconds) ->
     Counts = lists:foldl(fun(W, Acc) ->
                                  receive {W, C} -> merge(C, Acc) end
                          end, #{}, Workers),
+    Log ! stop,
     io:format("workload: ~b operations; probe calls returned true ~b times, "
               "false ~b times~n",
               [maps:get(ops, Counts, 0), maps:get(true, Counts, 0),
@@ -61,11 +72,43 @@ span(Kind, Key, Fun, Counts) ->
 operation(?GET, Table, Key) ->
     ets:lookup(Table, Key);
 operation(?PUT, Table, Key) ->
-    ets:insert(Table, {Key, term_to_binary({Key, erlang:unique_integer()})}),
-    case rand:uniform(400) of
-        1 -> timer:sleep(20 + rand:uniform(20));   % the merge nobody sees
-        _ -> ok
+    Value = term_to_binary({Key, erlang:unique_integer()}),
+    ets:insert(Table, {Key, Value}),
+    %% The log writer's I/O is done for this put: let the tag go with the
+    %% request, and take it back after.
+    State = dtrace:spread_tag(true),
+    Ref = make_ref(),
+    dtrace_demo_log ! {append, self(), Ref, [<<Key:32>>, Value]},
+    receive {Ref, ok} -> ok end,
+    dtrace:restore_tag(State).
+
+%% The store's log: appends each record; every ~400th append also rewrites
+%% and syncs an 8 MB merged file (the merge nobody sees).
+log_writer(Dir) ->
+    {ok, Fd} = dtrace_file:open(filename:join(Dir, "log"), [append, raw, binary]),
+    log_loop(Dir, Fd, crypto:strong_rand_bytes(8 bsl 20)).
+
+log_loop(Dir, Fd, Merged) ->
+    receive
+        {append, From, Ref, Record} ->
+            ok = dtrace_file:write(Fd, Record),
+            case rand:uniform(400) of
+                1 -> merge_log(Dir, Merged);
+                _ -> ok
+            end,
+            From ! {Ref, ok},
+            log_loop(Dir, Fd, Merged);
+        stop ->
+            ok = dtrace_file:close(Fd),
+            _ = [dtrace_file:delete(filename:join(Dir, F)) || F <- ["log", "merged"]],
+            dtrace_file:del_dir(Dir)
     end.
+
+merge_log(Dir, Merged) ->
+    {ok, Fd} = dtrace_file:open(filename:join(Dir, "merged"), [write, raw, binary]),
+    ok = dtrace_file:write(Fd, Merged),
+    ok = dtrace_file:datasync(Fd),
+    ok = dtrace_file:close(Fd).
 
 name(?GET) -> "get";
 name(?PUT) -> "put".
