@@ -25,20 +25,11 @@ all() ->
 
 init_per_testcase(TC, Config) when TC =:= probes_for_each_function;
                                    TC =:= user_probe_tracer_leaves_file_probes_off ->
-    case dtrace_test_lib:require_tracer(gdb) of
-        ok -> Config;
-        Skip -> Skip
-    end;
+    dtrace_test_lib:with_tracer(gdb, Config);
 init_per_testcase(bpftrace_pairs_and_histogram, Config) ->
-    case dtrace_test_lib:require_tracer(bpftrace) of
-        ok -> Config;
-        Skip -> Skip
-    end;
+    dtrace_test_lib:with_tracer(bpftrace, Config);
 init_per_testcase(d_script_matches_the_probes, Config) ->
-    case dtrace_test_lib:require_tracer(readelf) of
-        ok -> Config;
-        Skip -> Skip
-    end;
+    dtrace_test_lib:with_tracer(readelf, Config);
 init_per_testcase(_TC, Config) ->
     Config.
 

@@ -20,10 +20,7 @@ all() ->
     [mix_path_dependency, rebar3_relx_release, mix_release_from_git].
 
 init_per_suite(Config) ->
-    case dtrace_test_lib:require_tracer(bpftrace) of
-        ok -> Config;
-        Skip -> Skip
-    end.
+    dtrace_test_lib:with_tracer(bpftrace, Config).
 
 end_per_suite(_Config) ->
     ok.

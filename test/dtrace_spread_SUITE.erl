@@ -21,10 +21,7 @@ all() ->
 
 init_per_testcase(TC, Config) when TC =:= probes_carry_the_adopted_tag;
                                    TC =:= spreads_across_nodes ->
-    case dtrace_test_lib:require_tracer(bpftrace) of
-        ok -> Config;
-        Skip -> Skip
-    end;
+    dtrace_test_lib:with_tracer(bpftrace, Config);
 init_per_testcase(_TC, Config) ->
     Config.
 

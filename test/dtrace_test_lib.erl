@@ -3,7 +3,7 @@
 -module(dtrace_test_lib).
 
 -export([nif_path/0, start_peer/0, start_peer/1, stop_peer/1, os_pid/1,
-         require_tracer/1, in_ci/0,
+         require_tracer/1, with_tracer/2, in_ci/0,
          bpftrace_start/2, bpftrace_stop/1,
          bpftrace_window/5, bpftrace_map/2, bpftrace_map/3, gdb_run/3, gdb_events/2, gdb_events/3,
          run/2]).
@@ -66,6 +66,14 @@ require_tracer(Tool) ->
         {ok, _} -> ok;
         {_, true} -> ct:fail("CI=true and ~ts", [Why]);
         {_, false} -> {skip, lists:flatten(Why)}
+    end.
+
+%% Config when Tool can be used, else what require_tracer/1 says: for
+%% init_per_testcase/2 and init_per_suite/1.
+with_tracer(Tool, Config) ->
+    case require_tracer(Tool) of
+        ok -> Config;
+        Skip -> Skip
     end.
 
 %% Starts bpftrace on OsPid with Program (in which "$SO" stands for the NIF

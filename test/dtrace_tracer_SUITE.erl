@@ -26,10 +26,7 @@ all() ->
      gdb_reads_all_ten_arguments].
 
 init_per_testcase(readelf_lists_every_probe_and_semaphore, Config) ->
-    case dtrace_test_lib:require_tracer(readelf) of
-        ok -> Config;
-        Skip -> Skip
-    end;
+    dtrace_test_lib:with_tracer(readelf, Config);
 init_per_testcase(TC, Config) ->
     Tool = case atom_to_list(TC) of "gdb" ++ _ -> gdb; _ -> bpftrace end,
     case dtrace_test_lib:require_tracer(Tool) of
