@@ -90,7 +90,7 @@ main([OutFile, BareProbe]) ->
         end,
     Budgets = budgets(DisRows, Tput, EnRows, Floor),
     io:format("~nBudgets:~n"),
-    [io:format("  ~-62s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
+    [io:format("  ~-84s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
     write_md(OutFile, DisRows ++ Spread, Tput, EnRows, Floor, Why, Budgets),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
