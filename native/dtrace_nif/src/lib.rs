@@ -6,6 +6,10 @@
 //! `dtrace:p/N` (argument routing, in Erlang) → one NIF per probe family
 //! ([`nifs`]) → semaphore check ([`probes`]) → conversion into stack buffers
 //! ([`args`]) → the probe site ([`probes`]).
+//!
+//! File I/O: `dtrace_file:F` asks `dtrace:efile_enabled/0` (four semaphore
+//! reads) and calls `file:F` directly, or brackets it with the NIFs of
+//! `efile.rs`, which fire OTP's `efile_drv__*` probes.
 
 pub mod args;
 mod atoms;
