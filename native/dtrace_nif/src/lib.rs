@@ -4,7 +4,7 @@
 //!
 //! The data path, from an Erlang call to a probe:
 //! `dtrace:p/N` (argument routing, in Erlang) → one NIF per probe family
-//! ([`nifs`]) → semaphore check ([`probes`]) → conversion into stack buffers
+//! (`nifs.rs`) → semaphore check ([`probes`]) → conversion into stack buffers
 //! ([`args`]) → the probe site ([`probes`]).
 //!
 //! File I/O: `dtrace_file:F` asks `dtrace:efile_enabled/0` (four semaphore
