@@ -50,8 +50,8 @@
 %%%   4, compressed 8, exclusive 16, sync 64; read when none of the first
 %%%   three); `read' READ (2): i1 fd, i3 size; `position' LSEEK (3): i1 fd,
 %%%   i2 offset, i3 origin (bof 0, cur 1, eof 2); `write' WRITE (4): i1 fd,
-%%%   i3 size in bytes; `read_file_info' FSTAT (5): s1 path, or i1 fd for an
-%%%   open file; `get_cwd' PWD (6); `list_dir', `list_dir_all' READDIR (7):
+%%%   i3 size in bytes; `read_file_info' FSTAT (5): s1 path (i1 then -1: no
+%%%   descriptor), or i1 fd for an open file; `get_cwd' PWD (6); `list_dir', `list_dir_all' READDIR (7):
 %%%   s1; `set_cwd' CHDIR (8): s1; `sync' FSYNC (9): i1 fd; `make_dir'
 %%%   MKDIR (10): s1; `delete' DELETE (11): s1; `rename' RENAME (12): s1
 %%%   old, s2 new; `del_dir' RMDIR (13): s1; `truncate' TRUNCATE (14): i1
@@ -98,7 +98,6 @@
          rename/2, delete/1, delete/2, make_dir/1, del_dir/1,
          list_dir/1, list_dir_all/1, read_link/1, read_link_all/1,
          make_link/2, make_symlink/2, get_cwd/0, set_cwd/1]).
--export([command/1]).
 
 %% OTP's efile command numbers (efile_drv.c, OTP 20).
 -define(OPEN, 1).
@@ -143,6 +142,13 @@
         ?TRACED(Command, name(Name1), name(Name2), undef, undef, undef, undef, undefined, Call)).
 -define(DEVICE(Command, Dev, I2, I3, I4, Call),
         ?TRACED(Command, undef, undef, fd(Dev), I2, I3, I4, Dev, Call)).
+%% FSTAT takes a name or an open file.
+-define(FSTAT_OF(File, Call),
+        ?TRACED(?FSTAT, name_or_undef(File), undef, fd(File), undef, undef, undef, device(File),
+                Call)).
+-define(WRITE_INFO_OF(Info, Call),
+        ?TRACED(?WRITE_INFO, undef, undef, info(#file_info.mode, Info), info(#file_info.uid, Info),
+                info(#file_info.gid, Info), undef, undefined, Call)).
 
 -type location() :: integer() | {bof | cur | eof, integer()} | bof | cur | eof.
 
@@ -212,8 +218,14 @@ pwrite(IoDevice, Location, Bytes) ->
 -spec position(file:io_device(), location()) ->
           {ok, non_neg_integer()} | {error, term()}.
 position(IoDevice, Location) ->
-    ?DEVICE(?LSEEK, IoDevice, element(1, seek(Location)), element(2, seek(Location)), undef,
-            file:position(IoDevice, Location)).
+    case dtrace:efile_enabled() of
+        false ->
+            file:position(IoDevice, Location);
+        true ->
+            {Offset, Origin} = seek(Location),
+            traced(?LSEEK, undef, undef, fd(IoDevice), Offset, Origin, undef, device(IoDevice),
+                   fun() -> file:position(IoDevice, Location) end)
+    end.
 
 %% @doc As `file:sync/1'. FSYNC (9): i1 fd.
 -spec sync(file:io_device()) -> ok | {error, file:posix() | badarg | terminated}.
@@ -320,20 +332,18 @@ make_binary(List) ->
 %%% File information
 %%%===================================================================
 
-%% @doc As `file:read_file_info/1'. FSTAT (5): s1 the name, or i1 fd for
-%% an open file.
+%% @doc As `file:read_file_info/1'. FSTAT (5): s1 the name (i1 -1), or
+%% i1 fd for an open file.
 -spec read_file_info(file:name_all() | file:io_device()) ->
           {ok, file:file_info()} | {error, file:posix() | badarg}.
 read_file_info(File) ->
-    ?TRACED(?FSTAT, name_or_undef(File), undef, fd(File), undef, undef, undef, device(File),
-            file:read_file_info(File)).
+    ?FSTAT_OF(File, file:read_file_info(File)).
 
 %% @doc As `file:read_file_info/2'. FSTAT (5): as {@link read_file_info/1}.
 -spec read_file_info(file:name_all() | file:io_device(), list()) ->
           {ok, file:file_info()} | {error, file:posix() | badarg}.
 read_file_info(File, Opts) ->
-    ?TRACED(?FSTAT, name_or_undef(File), undef, fd(File), undef, undef, undef, device(File),
-            file:read_file_info(File, Opts)).
+    ?FSTAT_OF(File, file:read_file_info(File, Opts)).
 
 %% @doc As `file:read_link_info/1'. LSTAT (19): s1 `Name'.
 -spec read_link_info(file:name_all()) ->
@@ -351,17 +361,14 @@ read_link_info(Name, Opts) ->
 %% gid (0 where the record leaves them `undefined').
 -spec write_file_info(file:name_all(), file:file_info()) -> ok | {error, file:posix() | badarg}.
 write_file_info(Filename, Info) ->
-    ?TRACED(?WRITE_INFO, undef, undef, info(#file_info.mode, Info), info(#file_info.uid, Info),
-            info(#file_info.gid, Info), undef, undefined, file:write_file_info(Filename, Info)).
+    ?WRITE_INFO_OF(Info, file:write_file_info(Filename, Info)).
 
 %% @doc As `file:write_file_info/3'. WRITE_INFO (16): as
 %% {@link write_file_info/2}.
 -spec write_file_info(file:name_all(), file:file_info(), list()) ->
           ok | {error, file:posix() | badarg}.
 write_file_info(Filename, Info, Opts) ->
-    ?TRACED(?WRITE_INFO, undef, undef, info(#file_info.mode, Info), info(#file_info.uid, Info),
-            info(#file_info.gid, Info), undef, undefined,
-            file:write_file_info(Filename, Info, Opts)).
+    ?WRITE_INFO_OF(Info, file:write_file_info(Filename, Info, Opts)).
 
 %%%===================================================================
 %%% Names and directories
@@ -431,42 +438,6 @@ get_cwd() ->
 -spec set_cwd(file:name() | binary()) -> ok | {error, term()}.
 set_cwd(Dir) ->
     ?PATH(?CHDIR, Dir, file:set_cwd(Dir)).
-
-%%%===================================================================
-%%% Command numbers
-%%%===================================================================
-
-%% @doc The name of an efile command number, as OTP's `efile_drv.d'
-%% prints it: `command(12)' is `"RENAME"'. `"UNKNOWN"' for a number no
-%% function here uses.
--spec command(integer()) -> string().
-command(?OPEN) -> "OPEN";
-command(?READ) -> "READ";
-command(?LSEEK) -> "LSEEK";
-command(?WRITE) -> "WRITE";
-command(?FSTAT) -> "FSTAT";
-command(?PWD) -> "PWD";
-command(?READDIR) -> "READDIR";
-command(?CHDIR) -> "CHDIR";
-command(?FSYNC) -> "FSYNC";
-command(?MKDIR) -> "MKDIR";
-command(?DELETE) -> "DELETE";
-command(?RENAME) -> "RENAME";
-command(?RMDIR) -> "RMDIR";
-command(?TRUNCATE) -> "TRUNCATE";
-command(?READ_FILE) -> "READ_FILE";
-command(?WRITE_INFO) -> "WRITE_INFO";
-command(?LSTAT) -> "LSTAT";
-command(?READLINK) -> "READLINK";
-command(?LINK) -> "LINK";
-command(?SYMLINK) -> "SYMLINK";
-command(?CLOSE) -> "CLOSE";
-command(?PWRITEV) -> "PWRITEV";
-command(?PREADV) -> "PREADV";
-command(?READ_LINE) -> "READ_LINE";
-command(?FDATASYNC) -> "FDATASYNC";
-command(?FADVISE) -> "FADVISE";
-command(_) -> "UNKNOWN".
 
 %%%===================================================================
 %%% Traced calls (only while a tracer listens)
