@@ -1,6 +1,9 @@
 # Prints every user_trace__i4s4 and user_trace__n0 event with all ten
 # arguments (NULL strings as NULL). user_trace__n1 is a readiness probe the
 # traced node polls until it returns true; user_trace__n950 makes gdb detach.
+# No string literal is passed to a user-defined command: gdb would copy it
+# into the inferior with an inferior call (malloc), which fails on some
+# kernels ("Couldn't write extended state status: Bad address").
 set pagination off
 set confirm off
 set print thread-events off
@@ -13,7 +16,7 @@ define dtrace_str
   end
 end
 define dtrace_event
-  printf "EVENT %s pid=", $arg0
+  printf " pid="
   dtrace_str $_probe_arg0
   printf " tag="
   dtrace_str $_probe_arg1
@@ -30,13 +33,15 @@ end
 break -probe-stap erlang:user_trace__i4s4
 commands
   silent
-  dtrace_event "i4s4"
+  printf "EVENT i4s4"
+  dtrace_event
   continue
 end
 break -probe-stap erlang:user_trace__n0
 commands
   silent
-  dtrace_event "n0"
+  printf "EVENT n0"
+  dtrace_event
   continue
 end
 break -probe-stap erlang:user_trace__n1
