@@ -1,0 +1,684 @@
+//! The probe catalogue of `dtrace_nif`: what probes exist, what they carry,
+//! and where a tracer finds each argument.
+//!
+//! The catalogue is one D provider file (`native/dtrace_nif/probes.d`), in
+//! the syntax of OTP's `erlang_dtrace.d`. This crate reads it ([`parse`])
+//! and says, for a target architecture ([`Arch`]), which register argument
+//! k sits in and how the `.note.stapsdt` note describes it
+//! ([`Arch::note_arg`]). `dtrace_nif`'s build.rs generates the probe sites
+//! from it; the `dtrace-catalogue` command prints it as JSON, as the
+//! README's table, or as Erlang terms for the test suites.
+//!
+//! # Fixed argument registers
+//! Argument k of every probe is in the same register, whatever the probe,
+//! so a tracer that cannot read `argN` past some N (bpftrace before 0.24
+//! stops at arg5) can read the register by name instead:
+//!
+//! | argument | x86_64 | aarch64 |
+//! |---|---|---|
+//! | arg0..arg5 | rdi, rsi, rdx, rcx, r8, r9 | x0..x5 |
+//! | arg6..arg11 | r10, r11, r12, r13, r14, r15 | x6..x11 |
+//!
+//! x86_64 has 13 general registers an `asm!` block may name (not rbx, rbp,
+//! rsp): twelve of them carry arguments, so a probe has at most
+//! [`MAX_ARGS`] = 12. 32-bit arguments are sign- or zero-extended into the
+//! full register, and the note names the register's 32-bit view (`%edi`,
+//! `w0`), as `sys/sdt.h` does, with the size the type declares.
+
+use std::fmt;
+
+pub mod render;
+
+/// The most arguments a probe may have (registers available on x86_64).
+pub const MAX_ARGS: usize = 12;
+
+/// The type of a probe argument, as the provider file declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Type {
+    /// `char *`: a NUL-terminated string, or NULL.
+    String,
+    /// `int64_t`.
+    I64,
+    /// `int` / `int32_t`.
+    I32,
+    /// `uint64_t`.
+    U64,
+    /// `uint32_t` / `unsigned int`.
+    U32,
+}
+
+impl Type {
+    /// The type from its C spelling (`char *`, `const char *`, `int64_t`,
+    /// `int`, `int32_t`, `uint64_t`, `uint32_t`, `unsigned int`), with
+    /// spaces around `*` normalised.
+    pub fn from_c(spelling: &str) -> Option<Type> {
+        let words: Vec<&str> = spelling.split_whitespace().collect();
+        let joined = words.join(" ").replace(" *", "*");
+        Some(match joined.as_str() {
+            "char*" | "const char*" => Type::String,
+            "int64_t" => Type::I64,
+            "int" | "int32_t" => Type::I32,
+            "uint64_t" => Type::U64,
+            "uint32_t" | "unsigned int" => Type::U32,
+            _ => return None,
+        })
+    }
+
+    /// The canonical C spelling.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            Type::String => "char *",
+            Type::I64 => "int64_t",
+            Type::I32 => "int",
+            Type::U64 => "uint64_t",
+            Type::U32 => "uint32_t",
+        }
+    }
+
+    /// Size in bytes on a 64-bit target, as the note declares it.
+    pub fn size(self) -> u8 {
+        match self {
+            Type::String | Type::I64 | Type::U64 => 8,
+            Type::I32 | Type::U32 => 4,
+        }
+    }
+
+    /// Signed, as the note declares it (`-8@`); pointers are unsigned (`8@`).
+    pub fn signed(self) -> bool {
+        matches!(self, Type::I64 | Type::I32)
+    }
+
+    /// The note's size field: `-8`, `8`, `-4`, `4` (usdt's and sys/sdt.h's).
+    pub fn note_size(self) -> String {
+        format!("{}{}", if self.signed() { "-" } else { "" }, self.size())
+    }
+}
+
+/// One argument of a probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arg {
+    /// Its name in the provider file (`user_tag`).
+    pub name: String,
+    /// Its type.
+    pub ty: Type,
+}
+
+/// One probe of the provider, or a numbered family of probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// The note name (`user_trace__i4s4`), or a numbered family's prefix
+    /// (`user_trace__n`).
+    pub name: String,
+    /// Its arguments, in order (at most [`MAX_ARGS`]).
+    pub args: Vec<Arg>,
+    /// The comment right before it in the provider file, without `/* */`.
+    pub doc: String,
+    /// For a numbered family: the first and last label (`user_trace__n0`
+    /// .. `user_trace__n950` is `Some((0, 950))`).
+    pub labels: Option<(u32, u32)>,
+}
+
+impl Probe {
+    /// The note names of this probe: one, or one per label.
+    pub fn note_names(&self) -> Vec<String> {
+        match self.labels {
+            None => vec![self.name.clone()],
+            Some((first, last)) => (first..=last).map(|l| format!("{}{l}", self.name)).collect(),
+        }
+    }
+
+    /// How many probes this entry stands for.
+    pub fn count(&self) -> usize {
+        match self.labels {
+            None => 1,
+            Some((first, last)) => (last - first + 1) as usize,
+        }
+    }
+
+    /// The C prototype, `name(char *proc, int64_t i1)`.
+    pub fn prototype(&self) -> String {
+        let args: Vec<String> = self.args.iter().map(|a| c_decl(a.ty, &a.name)).collect();
+        format!("{}({})", self.name, args.join(", "))
+    }
+}
+
+/// `char *name`, `int64_t name`.
+pub fn c_decl(ty: Type, name: &str) -> String {
+    match ty {
+        Type::String => format!("char *{name}"),
+        _ => format!("{} {name}", ty.c_name()),
+    }
+}
+
+/// A provider and its probes, in file order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Provider {
+    /// The provider name (`erlang`).
+    pub name: String,
+    /// Its probes (numbered families as one entry each).
+    pub probes: Vec<Probe>,
+}
+
+impl Provider {
+    /// Every note name the provider has, numbered families expanded.
+    pub fn note_names(&self) -> Vec<String> {
+        self.probes.iter().flat_map(Probe::note_names).collect()
+    }
+
+    /// The number of probes, numbered families expanded.
+    pub fn count(&self) -> usize {
+        self.probes.iter().map(Probe::count).sum()
+    }
+
+    /// The entry named `name` (a numbered family by its prefix).
+    pub fn probe(&self, name: &str) -> Option<&Probe> {
+        self.probes.iter().find(|p| p.name == name)
+    }
+}
+
+/// A target architecture with fixed argument registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// x86_64 (System V registers first, then r10..r15).
+    X86_64,
+    /// aarch64 (x0..x11).
+    Aarch64,
+}
+
+const X86_64_REGS: [&str; MAX_ARGS] =
+    ["rdi", "rsi", "rdx", "rcx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"];
+const X86_64_REGS32: [&str; MAX_ARGS] =
+    ["edi", "esi", "edx", "ecx", "r8d", "r9d", "r10d", "r11d", "r12d", "r13d", "r14d", "r15d"];
+const AARCH64_REGS: [&str; MAX_ARGS] = ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11"];
+const AARCH64_REGS32: [&str; MAX_ARGS] = ["w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11"];
+
+impl Arch {
+    /// The architecture of a Rust `target_arch` value, if it has fixed
+    /// registers here.
+    pub fn from_target_arch(arch: &str) -> Option<Arch> {
+        match arch {
+            "x86_64" => Some(Arch::X86_64),
+            "aarch64" => Some(Arch::Aarch64),
+            _ => None,
+        }
+    }
+
+    /// Its `target_arch` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+
+    /// The 64-bit register that carries argument `k` of every probe, as
+    /// `asm!` and bpftrace's `reg()` name it (`r10`). `None` past
+    /// [`MAX_ARGS`].
+    pub fn register(self, k: usize) -> Option<&'static str> {
+        match self {
+            Arch::X86_64 => X86_64_REGS.get(k).copied(),
+            Arch::Aarch64 => AARCH64_REGS.get(k).copied(),
+        }
+    }
+
+    /// All argument registers, arg0 first.
+    pub fn registers(self) -> &'static [&'static str; MAX_ARGS] {
+        match self {
+            Arch::X86_64 => &X86_64_REGS,
+            Arch::Aarch64 => &AARCH64_REGS,
+        }
+    }
+
+    /// The note's description of argument `k` of type `ty`: `-8@%rdi`,
+    /// `8@%rsi` (a pointer), `-4@%r10d` on x86_64; `-8@x0`, `-4@w6` on
+    /// aarch64. `None` past [`MAX_ARGS`].
+    pub fn note_arg(self, k: usize, ty: Type) -> Option<String> {
+        let (regs, regs32, prefix) = match self {
+            Arch::X86_64 => (&X86_64_REGS, &X86_64_REGS32, "%"),
+            Arch::Aarch64 => (&AARCH64_REGS, &AARCH64_REGS32, ""),
+        };
+        let reg = if ty.size() == 4 { regs32.get(k)? } else { regs.get(k)? };
+        Some(format!("{}@{prefix}{reg}", ty.note_size()))
+    }
+
+    /// The note's argument string for a list of types: the
+    /// [`Arch::note_arg`]s joined by spaces.
+    pub fn note_args(self, types: &[Type]) -> Option<String> {
+        let parts: Option<Vec<String>> = types.iter().enumerate().map(|(k, &t)| self.note_arg(k, t)).collect();
+        Some(parts?.join(" "))
+    }
+}
+
+/// Is `s` a C identifier (`[A-Za-z_][A-Za-z0-9_]*`)?
+pub fn is_c_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A provider file that cannot be read, with the line where it went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// A token of the provider file.
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Word(String),
+    Punct(char),
+    /// A `/* */` comment's text.
+    Comment(String),
+    /// A `#pragma` line's words after `#pragma`.
+    Pragma(Vec<String>),
+}
+
+fn tokenize(src: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
+    let bytes: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    let at_line_start = |out: &Vec<(usize, Tok)>, line: usize| out.last().is_none_or(|(l, _)| *l < line);
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            '\n' => {
+                line += 1;
+                i += 1;
+            }
+            c if c.is_whitespace() => i += 1,
+            '/' if bytes.get(i + 1) == Some(&'*') => {
+                let start = line;
+                let mut j = i + 2;
+                let mut text = String::new();
+                loop {
+                    match bytes.get(j) {
+                        None => return Err(ParseError { line: start, message: "unterminated comment".into() }),
+                        Some('*') if bytes.get(j + 1) == Some(&'/') => break,
+                        Some(&ch) => {
+                            if ch == '\n' {
+                                line += 1;
+                            }
+                            text.push(ch);
+                            j += 1;
+                        }
+                    }
+                }
+                out.push((start, Tok::Comment(clean_comment(&text))));
+                i = j + 2;
+            }
+            '/' if bytes.get(i + 1) == Some(&'/') => {
+                while i < bytes.len() && bytes[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '#' if at_line_start(&out, line) => {
+                let mut j = i;
+                while j < bytes.len() && bytes[j] != '\n' {
+                    j += 1;
+                }
+                let text: String = bytes[i + 1..j].iter().collect();
+                let mut words = text.split_whitespace().map(str::to_string);
+                if words.next().as_deref() == Some("pragma") {
+                    out.push((line, Tok::Pragma(words.collect())));
+                } else {
+                    return Err(ParseError { line, message: format!("unsupported directive #{}", text.trim()) });
+                }
+                i = j;
+            }
+            c if c.is_ascii_alphanumeric() || c == '_' => {
+                let mut j = i;
+                while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == '_') {
+                    j += 1;
+                }
+                out.push((line, Tok::Word(bytes[i..j].iter().collect())));
+                i = j;
+            }
+            '{' | '}' | '(' | ')' | ';' | ',' | '*' => {
+                out.push((line, Tok::Punct(c)));
+                i += 1;
+            }
+            other => return Err(ParseError { line, message: format!("unexpected character {other:?}") }),
+        }
+    }
+    Ok(out)
+}
+
+/// A comment's text without its leading `*` decoration, on one line.
+fn clean_comment(text: &str) -> String {
+    let lines: Vec<&str> =
+        text.lines().map(|l| l.trim().trim_start_matches('*').trim()).filter(|l| !l.is_empty()).collect();
+    lines.join(" ")
+}
+
+struct Parser {
+    toks: Vec<(usize, Tok)>,
+    pos: usize,
+}
+
+impl Parser {
+    fn line(&self) -> usize {
+        self.toks.get(self.pos).or(self.toks.last()).map_or(1, |(l, _)| *l)
+    }
+
+    fn err<T>(&self, message: impl Into<String>) -> Result<T, ParseError> {
+        Err(ParseError { line: self.line(), message: message.into() })
+    }
+
+    fn next(&mut self) -> Option<Tok> {
+        let t = self.toks.get(self.pos).map(|(_, t)| t.clone());
+        self.pos += 1;
+        t
+    }
+
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.pos).map(|(_, t)| t)
+    }
+
+    fn word(&mut self, what: &str) -> Result<String, ParseError> {
+        match self.next() {
+            Some(Tok::Word(w)) => Ok(w),
+            other => {
+                self.pos -= 1;
+                self.err(format!("expected {what}, found {}", describe(other.as_ref())))
+            }
+        }
+    }
+
+    fn punct(&mut self, p: char) -> Result<(), ParseError> {
+        match self.next() {
+            Some(Tok::Punct(c)) if c == p => Ok(()),
+            other => {
+                self.pos -= 1;
+                self.err(format!("expected '{p}', found {}", describe(other.as_ref())))
+            }
+        }
+    }
+}
+
+fn describe(t: Option<&Tok>) -> String {
+    match t {
+        None => "end of file".into(),
+        Some(Tok::Word(w)) => format!("'{w}'"),
+        Some(Tok::Punct(c)) => format!("'{c}'"),
+        Some(Tok::Comment(_)) => "a comment".into(),
+        Some(Tok::Pragma(_)) => "#pragma".into(),
+    }
+}
+
+/// Reads a provider file: exactly one `provider NAME { probe ...; ... };`,
+/// with comments (the one right before a probe is its doc) and
+/// `#pragma dtrace_nif numbered NAME FIRST LAST` before a numbered family.
+/// Other `#pragma` lines are ignored (D's own, such as `#pragma D
+/// attributes`).
+///
+/// Errors: anything else, an unknown type, a name that is not a C
+/// identifier, more than [`MAX_ARGS`] arguments, two probes (or arguments
+/// of one probe) with the same name, a numbered family that clashes with
+/// another probe's name.
+pub fn parse(src: &str) -> Result<Provider, ParseError> {
+    let mut p = Parser { toks: tokenize(src)?, pos: 0 };
+    let mut provider: Option<Provider> = None;
+    while let Some(tok) = p.next() {
+        match tok {
+            Tok::Comment(_) | Tok::Pragma(_) => {}
+            Tok::Word(w) if w == "provider" => {
+                if provider.is_some() {
+                    return p.err("a provider file declares one provider");
+                }
+                provider = Some(parse_provider(&mut p)?);
+            }
+            other => {
+                p.pos -= 1;
+                return p.err(format!("expected 'provider', found {}", describe(Some(&other))));
+            }
+        }
+    }
+    let provider = match provider {
+        Some(provider) => provider,
+        None => return p.err("no provider declared"),
+    };
+    let mut seen = std::collections::HashSet::new();
+    for name in provider.note_names() {
+        if !seen.insert(name.clone()) {
+            return Err(ParseError { line: 0, message: format!("probe {name} declared twice") });
+        }
+    }
+    Ok(provider)
+}
+
+fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
+    let name = p.word("a provider name")?;
+    if !is_c_identifier(&name) {
+        return p.err(format!("provider name {name:?} is not a C identifier"));
+    }
+    p.punct('{')?;
+    let mut probes = Vec::new();
+    let mut doc = String::new();
+    let mut numbered: Option<(String, u32, u32)> = None;
+    loop {
+        match p.next() {
+            Some(Tok::Punct('}')) => break,
+            Some(Tok::Comment(text)) => doc = text,
+            Some(Tok::Pragma(words)) => {
+                if words.first().map(String::as_str) == Some("dtrace_nif") {
+                    numbered = Some(parse_numbered(p, &words)?);
+                }
+            }
+            Some(Tok::Word(w)) if w == "probe" => {
+                let probe = parse_probe(p, std::mem::take(&mut doc), numbered.take())?;
+                probes.push(probe);
+            }
+            other => {
+                p.pos -= 1;
+                return p.err(format!("expected 'probe' or '}}', found {}", describe(other.as_ref())));
+            }
+        }
+    }
+    if numbered.is_some() {
+        return p.err("#pragma dtrace_nif numbered is not followed by a probe");
+    }
+    p.punct(';')?;
+    Ok(Provider { name, probes })
+}
+
+fn parse_numbered(p: &Parser, words: &[String]) -> Result<(String, u32, u32), ParseError> {
+    match words {
+        [_, kind, name, first, last] if kind == "numbered" => {
+            match (first.parse::<u32>(), last.parse::<u32>()) {
+                (Ok(f), Ok(l)) if f <= l => Ok((name.clone(), f, l)),
+                _ => p.err(format!("bad label range {first}..{last}")),
+            }
+        }
+        _ => p.err(format!("expected '#pragma dtrace_nif numbered NAME FIRST LAST', found {words:?}")),
+    }
+}
+
+fn parse_probe(p: &mut Parser, doc: String, numbered: Option<(String, u32, u32)>) -> Result<Probe, ParseError> {
+    let name = p.word("a probe name")?;
+    if !is_c_identifier(&name) {
+        return p.err(format!("probe name {name:?} is not a C identifier"));
+    }
+    let labels = match numbered {
+        None => None,
+        Some((n, first, last)) if n == name => Some((first, last)),
+        Some((n, _, _)) => return p.err(format!("#pragma dtrace_nif numbered {n} is followed by probe {name}")),
+    };
+    p.punct('(')?;
+    let mut args: Vec<Arg> = Vec::new();
+    if p.peek() == Some(&Tok::Punct(')')) {
+        p.pos += 1;
+    } else {
+        let mut words = Vec::new();
+        loop {
+            match p.next() {
+                Some(Tok::Word(w)) => words.push(w),
+                Some(Tok::Punct('*')) => words.push("*".into()),
+                Some(Tok::Punct(c @ (',' | ')'))) => {
+                    let arg = parse_arg(p, &name, &words)?;
+                    if args.iter().any(|a| a.name == arg.name) {
+                        return p.err(format!("probe {name}: argument {} declared twice", arg.name));
+                    }
+                    args.push(arg);
+                    if c == ')' {
+                        break;
+                    }
+                    words.clear();
+                }
+                other => {
+                    p.pos -= 1;
+                    return p.err(format!("probe {name}: unexpected {}", describe(other.as_ref())));
+                }
+            }
+        }
+    }
+    p.punct(';')?;
+    if args.len() > MAX_ARGS {
+        return p.err(format!("probe {name} has {} arguments; at most {MAX_ARGS}", args.len()));
+    }
+    Ok(Probe { name, args, doc, labels })
+}
+
+fn parse_arg(p: &Parser, probe: &str, words: &[String]) -> Result<Arg, ParseError> {
+    let Some((name, ty_words)) = words.split_last() else {
+        return p.err(format!("probe {probe}: empty argument"));
+    };
+    if name == "*" || ty_words.is_empty() {
+        return p.err(format!("probe {probe}: every argument needs a type and a name ({})", words.join(" ")));
+    }
+    if !is_c_identifier(name) {
+        return p.err(format!("probe {probe}: argument name {name:?} is not a C identifier"));
+    }
+    match Type::from_c(&ty_words.join(" ")) {
+        Some(ty) => Ok(Arg { name: name.clone(), ty }),
+        None => p.err(format!(
+            "probe {probe}: argument {name}: unsupported type '{}' (char *, int64_t, int, uint64_t, uint32_t)",
+            ty_words.join(" ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probes_d() -> String {
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dtrace_nif/probes.d")).unwrap()
+    }
+
+    #[test]
+    fn the_library_catalogue_has_otps_user_and_file_probes() {
+        let p = parse(&probes_d()).unwrap();
+        assert_eq!(p.name, "erlang");
+        assert_eq!(p.count(), 957);
+        let i4s4 = p.probe("user_trace__i4s4").unwrap();
+        assert_eq!(
+            i4s4.prototype(),
+            "user_trace__i4s4(char *proc, char *user_tag, int64_t i1, int64_t i2, int64_t i3, int64_t i4, \
+             char *s1, char *s2, char *s3, char *s4)"
+        );
+        let n = p.probe("user_trace__n").unwrap();
+        assert_eq!(n.labels, Some((0, 950)));
+        assert_eq!(n.args, i4s4.args);
+        assert_eq!(n.note_names().last().unwrap(), "user_trace__n950");
+        assert_eq!(p.probe("efile_drv__entry").unwrap().args.len(), 11);
+        assert_eq!(p.probe("efile_drv__return").unwrap().args[4], Arg { name: "success".into(), ty: Type::I32 });
+        assert!(p.probe("user_trace__s1").unwrap().doc.starts_with("dtrace:user_trace_s1/1"));
+    }
+
+    #[test]
+    fn argument_k_is_in_the_same_register_in_every_probe() {
+        let p = parse(&probes_d()).unwrap();
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            for probe in &p.probes {
+                for (k, a) in probe.args.iter().enumerate() {
+                    let note = arch.note_arg(k, a.ty).unwrap();
+                    let reg = arch.register(k).unwrap();
+                    // The note names the register or, for a 32-bit
+                    // argument, its 32-bit view.
+                    let named = note.split('@').nth(1).unwrap().trim_start_matches('%');
+                    let view32 = match arch {
+                        Arch::X86_64 if reg.starts_with("r") && reg.len() <= 3 && reg.as_bytes()[1].is_ascii_digit() => {
+                            format!("{reg}d")
+                        }
+                        Arch::X86_64 => format!("e{}", &reg[1..]),
+                        Arch::Aarch64 => format!("w{}", &reg[1..]),
+                    };
+                    assert!(named == reg || named == view32, "{} arg{k}: {note} vs {reg}", probe.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn note_arguments_follow_the_declared_types() {
+        let a = Arch::X86_64;
+        assert_eq!(a.note_arg(0, Type::String).unwrap(), "8@%rdi");
+        assert_eq!(a.note_arg(2, Type::I64).unwrap(), "-8@%rdx");
+        assert_eq!(a.note_arg(6, Type::I32).unwrap(), "-4@%r10d");
+        assert_eq!(a.note_arg(11, Type::U64).unwrap(), "8@%r15");
+        assert_eq!(a.note_arg(3, Type::U32).unwrap(), "4@%ecx");
+        assert_eq!(a.note_arg(12, Type::I64), None);
+        let b = Arch::Aarch64;
+        assert_eq!(b.note_arg(0, Type::String).unwrap(), "8@x0");
+        assert_eq!(b.note_arg(7, Type::I32).unwrap(), "-4@w7");
+        assert_eq!(b.note_arg(11, Type::I64).unwrap(), "-8@x11");
+        assert_eq!(
+            a.note_args(&[Type::String, Type::String, Type::I64]).unwrap(),
+            "8@%rdi 8@%rsi -8@%rdx"
+        );
+    }
+
+    #[test]
+    fn bad_provider_files_say_what_and_where() {
+        let cases = [
+            ("provider p { probe a(long x); };", "unsupported type 'long'"),
+            ("provider p { probe a(int64_t); };", "needs a type and a name"),
+            ("provider p { probe a(int x, int x); };", "declared twice"),
+            ("provider p { probe a(); probe a(); };", "probe a declared twice"),
+            ("provider p {\n probe a(int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, \
+              int a9, int a10, int a11, int a12); };", "at most 12"),
+            ("provider p { probe 9a(); };", "\"9a\" is not a C identifier"),
+            ("provider p { probe a() };", "expected ';'"),
+            ("provider p {\n#pragma dtrace_nif numbered n 0 2\n probe m(); };", "followed by probe m"),
+            ("provider p {\n#pragma dtrace_nif numbered n 0 2\n probe n(); probe n1(); };", "n1 declared twice"),
+            ("provider p {\n#pragma dtrace_nif numbered n 5 2\n probe n(); };", "bad label range"),
+            ("#include <x.h>\nprovider p { };", "unsupported directive"),
+            ("provider p { }; provider q { };", "one provider"),
+            ("", "no provider"),
+            ("provider p { probe a(int x); ", "expected 'probe'"),
+            ("provider p { probe a(int x); }; /* open", "unterminated comment"),
+        ];
+        for (src, wanted) in cases {
+            let e = parse(src).expect_err(src);
+            assert!(e.to_string().contains(wanted), "{src:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn ds_own_pragmas_and_line_comments_are_ignored() {
+        let p = parse("#pragma D attributes Evolving/Evolving/Common provider p\n// x\nprovider p {\n// y\nprobe a(const char * s, unsigned int u);\n};").unwrap();
+        assert_eq!(p.probes[0].args, vec![Arg { name: "s".into(), ty: Type::String }, Arg { name: "u".into(), ty: Type::U32 }]);
+        assert_eq!(p.probes[0].doc, "");
+    }
+
+    #[test]
+    fn c_identifiers() {
+        for ok in ["a", "_a", "user_trace__n0", "A9_"] {
+            assert!(is_c_identifier(ok), "{ok}");
+        }
+        for bad in ["", "9a", "a-b", "a/b", "../x", "a b", "é"] {
+            assert!(!is_c_identifier(bad), "{bad}");
+        }
+    }
+}
