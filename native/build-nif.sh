@@ -1,5 +1,6 @@
 #!/bin/sh
-# Builds the NIF with cargo and installs it as priv/dtrace_nif.so, and
+# Builds the NIF with cargo and installs it as priv/dtrace_nif.so, with the
+# probe catalogue build.rs generated as priv/dtrace_probes.json, and
 # compiles the dyntrace compatibility module to priv/compat/dyntrace.beam
 # (kept out of ebin: see src/dtrace_compat.erl).
 # Used by rebar3 (pre_hooks), mix (the compiler in mix.exs) and make, so a
@@ -13,14 +14,22 @@ command -v cargo >/dev/null 2>&1 || {
     exit 1
 }
 flag=; [ "$profile" = release ] && flag=--release
-cargo build $flag --quiet --manifest-path "$here/Cargo.toml" -p dtrace_nif
+# The JSON messages name build.rs's output directory, where the catalogue is.
+messages=$(cargo build $flag --quiet --message-format=json-render-diagnostics \
+    --manifest-path "$here/Cargo.toml" -p dtrace_nif)
+out_dir=$(printf '%s\n' "$messages" | grep '"reason":"build-script-executed"' | grep 'dtrace_nif' |
+    sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -1)
 target=${CARGO_TARGET_DIR:-$here/target}
 case "$target" in /*) ;; *) target=$here/$target ;; esac
 mkdir -p "$here/priv/compat"
 erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
+if [ -z "$out_dir" ] || [ ! -f "$out_dir/dtrace_probes.json" ]; then
+    echo "dtrace: cargo reported no catalogue (dtrace_probes.json) for dtrace_nif" >&2
+    exit 1
+fi
+cp "$out_dir/dtrace_probes.json" "$here/priv/dtrace_probes.json"
 for lib in libdtrace_nif.so libdtrace_nif.dylib; do
     if [ -f "$target/$profile/$lib" ]; then
-        mkdir -p "$here/priv"
         # Copy to a temporary name and rename, so a running VM that has the old
         # library mapped keeps a consistent file.
         cp "$target/$profile/$lib" "$here/priv/.dtrace_nif.so.tmp"

@@ -244,13 +244,14 @@ efile_entry(_ThreadId, _Command, _S1, _S2, _I1, _I2, _I3, _I4, _UserTag, _Device
 efile_return(_ThreadId, _Tag, _Command, _UserTag, _Success, _Reason) ->
     nif_stub(ok).
 
-%% What a NIF stub returns when the library is not loaded: Default. To
-%% dialyzer its result is any term (it cannot see what persistent_term
-%% holds), which is right: the NIF decides what these functions return,
-%% not the stubs' bodies (`false' would make every `adopt' or `true'
-%% clause of a caller look unreachable).
+%% What a NIF stub returns when the library is not loaded: Default, the
+%% value OTP's dyntrace gives on a VM without dynamic trace. The round trip
+%% through the external term format only hides the value from dialyzer,
+%% whose success typing would otherwise be the stub's body (`false'), not
+%% what the NIF returns: every `true' or `adopt' clause of a caller would
+%% look unreachable. It runs only when the NIF is missing.
 nif_stub(Default) ->
-    persistent_term:get({?MODULE, nif_stub}, Default).
+    binary_to_term(term_to_binary(Default)).
 
 %%%===================================================================
 %%% p/0..8: fire user_trace__i4s4

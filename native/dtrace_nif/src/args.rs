@@ -18,8 +18,6 @@
 //! passed as NULL, as an over-long one is. No heap memory is used.
 
 use std::cell::Cell;
-use std::ffi::c_char;
-use std::ptr;
 use std::sync::OnceLock;
 
 use arrayvec::ArrayVec;
@@ -27,6 +25,7 @@ use rustler::sys::ErlNifTerm;
 use rustler::{Binary, Env, Term};
 
 use crate::atoms;
+use crate::probes::Str;
 
 /// The longest string argument passed, in bytes (OTP's `MESSAGE_BUFSIZ`).
 pub const MAX_STRING_BYTES: usize = 1024;
@@ -103,9 +102,9 @@ impl StrBuf {
     }
 
     /// Copies `term` into the buffer if it is an iolist (or binary) of at
-    /// most 1024 bytes, and returns a pointer to the NUL-terminated copy;
-    /// otherwise returns NULL. The pointer is valid while `self` is.
-    pub fn iolist_or_null(&mut self, term: Term<'_>) -> *const c_char {
+    /// most 1024 bytes, and returns the NUL-terminated copy, borrowed from
+    /// the buffer; otherwise returns NULL.
+    pub fn iolist_or_null(&mut self, term: Term<'_>) -> Str<'_> {
         self.bytes.clear();
         // Fast paths first: absent (`undef`), a binary (Elixir strings), a
         // flat charlist (Erlang strings); the general walk for the rest.
@@ -122,9 +121,9 @@ impl StrBuf {
         };
         if complete && self.bytes.len() <= MAX_STRING_BYTES {
             self.bytes.push(0);
-            self.bytes.as_ptr().cast()
+            Str::from_bytes_with_nul(&self.bytes).unwrap_or(Str::NULL)
         } else {
-            ptr::null()
+            Str::NULL
         }
     }
 
@@ -291,35 +290,49 @@ impl PidBuf {
     }
 
     /// Formats the calling process of `env` like `pid_to_list/1`
-    /// (`<0.84.0>`) and returns a pointer to the NUL-terminated text, valid
-    /// while `self` is. Returns NULL if the VM cannot format it.
-    pub fn self_pid(&mut self, env: Env<'_>) -> *const c_char {
+    /// (`<0.84.0>`) and returns the NUL-terminated text, borrowed from the
+    /// buffer. Returns NULL if the VM cannot format it.
+    pub fn self_pid(&mut self, env: Env<'_>) -> Str<'_> {
         let pid = env.pid();
         // SAFETY: `enif_make_pid` only reads the pid `enif_self` just gave us.
         let term = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_c_arg()) };
-        if let Some((key, text)) = LAST_PID.get() {
-            if key == term {
-                *self = text;
-                return self.bytes.as_ptr().cast();
-            }
+        if let Some((key, text)) = LAST_PID.get()
+            && key == term
+        {
+            *self = text;
+            return self.text();
         }
-        let text = self.format(term);
-        if !text.is_null() {
+        if self.format(term) {
             LAST_PID.set(Some((term, *self)));
+            self.text()
+        } else {
+            Str::NULL
         }
-        text
     }
 
     /// Formats `term` like `pid_to_list/1` if it is a pid (local or
     /// remote), else the calling process as [`PidBuf::self_pid`] does.
     /// Not cached: a remote pid is a boxed term, whose value does not name
     /// one process for ever.
-    pub fn pid_or_self(&mut self, env: Env<'_>, term: Term<'_>) -> *const c_char {
-        if term.is_pid() { self.format(term.as_c_arg()) } else { self.self_pid(env) }
+    pub fn pid_or_self(&mut self, env: Env<'_>, term: Term<'_>) -> Str<'_> {
+        if !term.is_pid() {
+            self.self_pid(env)
+        } else if self.format(term.as_c_arg()) {
+            self.text()
+        } else {
+            Str::NULL
+        }
     }
 
-    /// Writes `%T` of `pid` (a pid term: its text is short) into the buffer.
-    fn format(&mut self, pid: ErlNifTerm) -> *const c_char {
+    /// The text [`PidBuf::format`] wrote, up to and with its NUL.
+    fn text(&self) -> Str<'_> {
+        let len = self.bytes.iter().position(|&b| b == 0).map_or(0, |n| n + 1);
+        Str::from_bytes_with_nul(&self.bytes[..len]).unwrap_or(Str::NULL)
+    }
+
+    /// Writes `%T` of `pid` (a pid term: its text is short) into the
+    /// buffer, NUL-terminated; `false` if it did not fit or failed.
+    fn format(&mut self, pid: ErlNifTerm) -> bool {
         // SAFETY: `enif_snprintf` writes at most `PID_BYTES` bytes, NUL
         // included, into our buffer of that size, and `%T` consumes exactly
         // one term argument, which we pass.
@@ -331,11 +344,7 @@ impl PidBuf {
                 pid,
             )
         };
-        if written > 0 && (written as usize) < PID_BYTES {
-            self.bytes.as_ptr().cast()
-        } else {
-            ptr::null()
-        }
+        written > 0 && (written as usize) < PID_BYTES
     }
 }
 

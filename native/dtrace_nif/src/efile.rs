@@ -1,115 +1,193 @@
 //! The NIFs behind `dtrace_file`: OTP's file-driver probes
 //! (`efile_drv__entry`, `__int_entry`, `__int_return`, `__return`).
 //!
-//! `dtrace_file` asks [`efile_enabled`] first (one NIF call, four semaphore
+//! `dtrace_file` asks `efile_enabled/0` first (one NIF call, four semaphore
 //! reads) and calls `file` directly when it answers `false`. Otherwise it
-//! brackets the `file` call with [`efile_entry`] and [`efile_return`], which
-//! take the operation's id and fire those of the four probes a tracer
-//! listens on. These are internal functions of module `dtrace`; their
-//! argument order is `dtrace_file`'s business.
+//! brackets the `file` call with `efile_entry/10` and `efile_return/6`,
+//! which take the operation's id ([`EfileOp`]) and fire those of the four
+//! probes a tracer listens on. These are internal functions of module
+//! `dtrace`; their argument order is `dtrace_file`'s business.
 
-use std::ffi::c_int;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use rustler::sys::{ErlNifEnv, ErlNifTerm};
-use rustler::types::atom::{false_, ok, true_};
-use rustler::{Atom, Encoder, Env, Term};
+/// Names one file operation in the four `efile_drv__*` probes, as OTP's
+/// driver did: the scheduler that started it and a per-scheduler counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EfileOp {
+    /// The scheduler number (1..) the operation started on.
+    pub thread_id: i32,
+    /// The scheduler's operation counter, 1.. (wraps to 0 after `i32::MAX`).
+    pub tag: i32,
+    /// OTP's efile command number (`OPEN` = 1, `READ` = 2, ...).
+    pub command: i32,
+}
 
-use crate::args::{PidBuf, StrBuf, int64_or_zero};
-use crate::nifs::{call, raw_nif};
-use crate::probes::{self, EfileEntry, EfileOp};
+/// The most schedulers a VM has (`+S 1024`); one operation counter each.
+const MAX_SCHEDULERS: usize = 1024;
 
-raw_nif!("efile_enabled" / 0 => efile_enabled);
-raw_nif!("efile_entry" / 10 => efile_entry);
-raw_nif!("efile_return" / 6 => efile_return);
+/// Per-scheduler operation counters; index 0 takes any out-of-range id.
+static OP_COUNTERS: [AtomicU32; MAX_SCHEDULERS + 1] = [const { AtomicU32::new(0) }; MAX_SCHEDULERS + 1];
 
-/// The platform's errno names as atoms, with their numbers. Atoms are
-/// immediates, so a reason is looked up by comparing raw terms.
-static ERRNOS: OnceLock<Vec<(ErlNifTerm, i32)>> = OnceLock::new();
+impl EfileOp {
+    /// A new operation started on scheduler `thread_id` (an id outside
+    /// 1..=1024 counts on a shared counter), with `command`. Counters are
+    /// shared by all processes on a scheduler; any process may call this,
+    /// and ids stay unique while fewer than 2^31 operations of one
+    /// scheduler are in flight.
+    pub fn next(thread_id: i32, command: i32) -> Self {
+        let slot = usize::try_from(thread_id).ok().filter(|&t| t <= MAX_SCHEDULERS).unwrap_or(0);
+        let n = OP_COUNTERS[slot].fetch_add(1, Relaxed).wrapping_add(1);
+        Self { thread_id, tag: (n & 0x7fff_ffff) as i32, command }
+    }
+}
 
-/// Library load: makes the errno atoms (about 130, once).
-pub fn init(env: Env<'_>) {
-    let _ = ERRNOS.get_or_init(|| {
-        let mut table = Vec::new();
-        crate::errno::for_each(|name, number| {
-            if let Ok(atom) = Atom::from_str(env, name) {
-                table.push((atom.as_c_arg(), number));
-            }
+/// The NIFs. Left out of unit-test builds, which never call into the VM
+/// (its `enif_*` functions exist only once the VM loads the library).
+#[cfg(not(test))]
+mod nifs {
+    use std::sync::OnceLock;
+
+    use rustler::sys::ErlNifTerm;
+    use rustler::types::atom::{false_, ok, true_};
+    use rustler::{Atom, Encoder, Env, Term};
+
+    use super::EfileOp;
+    use crate::args::{PidBuf, StrBuf, int64_or_zero};
+    use crate::nif::{LoadStep, NifCall, raw_nif};
+    use crate::probes::{efile_drv__entry, efile_drv__int_entry, efile_drv__int_return, efile_drv__return};
+
+    raw_nif!("efile_enabled" / 0 => efile_enabled);
+    raw_nif!("efile_entry" / 10 => efile_entry);
+    raw_nif!("efile_return" / 6 => efile_return);
+    inventory::submit!(LoadStep(load));
+
+    /// The platform's errno names as atoms, with their numbers. Atoms are
+    /// immediates, so a reason is looked up by comparing raw terms.
+    static ERRNOS: OnceLock<Vec<(ErlNifTerm, i32)>> = OnceLock::new();
+
+    /// Library load: makes the errno atoms (about 130, once).
+    fn load(env: Env<'_>) -> bool {
+        let _ = ERRNOS.get_or_init(|| {
+            let mut table = Vec::new();
+            crate::errno::for_each(|name, number| {
+                if let Ok(atom) = Atom::from_str(env, name) {
+                    table.push((atom.as_c_arg(), number));
+                }
+            });
+            table
         });
-        table
-    });
-}
+        true
+    }
 
-/// The errno number of a POSIX reason atom (`enoent` → 2), 0 for any other
-/// term (`badarg`, `terminated`, `{no_translation, ...}`).
-fn errno_of(reason: Term<'_>) -> i32 {
-    let raw = reason.as_c_arg();
-    ERRNOS.get().and_then(|t| t.iter().find(|(atom, _)| *atom == raw)).map_or(0, |&(_, n)| n)
-}
+    /// The errno number of a POSIX reason atom (`enoent` → 2), 0 for any other
+    /// term (`badarg`, `terminated`, `{no_translation, ...}`).
+    fn errno_of(reason: Term<'_>) -> i32 {
+        let raw = reason.as_c_arg();
+        ERRNOS.get().and_then(|t| t.iter().find(|(atom, _)| *atom == raw)).map_or(0, |&(_, n)| n)
+    }
 
-/// `efile_enabled() -> boolean()`: is a tracer listening on any of the four
-/// file probes? Four semaphore reads and nothing else.
-unsafe extern "C" fn efile_enabled(_env: *mut ErlNifEnv, _argc: c_int, _argv: *const ErlNifTerm) -> ErlNifTerm {
-    if probes::efile_enabled() { true_() } else { false_() }.as_c_arg()
-}
+    /// Is a tracer listening on any of the four file probes? (A file operation
+    /// then takes an id and fires those that are.)
+    #[inline(always)]
+    fn any_enabled() -> bool {
+        efile_drv__entry::enabled()
+            | efile_drv__int_entry::enabled()
+            | efile_drv__int_return::enabled()
+            | efile_drv__return::enabled()
+    }
 
-/// `efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, UserTag, Device)
-/// -> Tag`: starts an operation on scheduler `ThreadId` and returns its
-/// per-scheduler counter `Tag` (0..2^31-1), then fires `efile_drv__entry`
-/// and `efile_drv__int_entry`, each if enabled. Strings follow the user
-/// probes' rules (iolists up to 1024 bytes, else NULL), integers too
-/// (64-bit, else 0). `port` is `Device` formatted if it is a pid (a file's
-/// I/O server), else the calling process.
-unsafe extern "C" fn efile_entry(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
-    // SAFETY: called by the VM with its own arguments.
-    unsafe {
-        call(env, argc, argv, |env, args| {
+    /// `efile_enabled() -> boolean()`: is a tracer listening on any of the four
+    /// file probes? Four semaphore reads and nothing else.
+    fn efile_enabled(_call: NifCall) -> ErlNifTerm {
+        if any_enabled() { true_() } else { false_() }.as_c_arg()
+    }
+
+    /// `efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, UserTag, Device)
+    /// -> Tag`: starts an operation on scheduler `ThreadId` and returns its
+    /// per-scheduler counter `Tag` (0..2^31-1), then fires `efile_drv__entry`
+    /// and `efile_drv__int_entry`, each if enabled. Strings follow the user
+    /// probes' rules (iolists up to 1024 bytes, else NULL), integers too
+    /// (64-bit, else 0). `port` is `Device` formatted if it is a pid (a file's
+    /// I/O server), else the calling process.
+    fn efile_entry(call: NifCall) -> ErlNifTerm {
+        call.run(|env, args| {
             let op = EfileOp::next(int32_or_zero(args[0]), int32_or_zero(args[1]));
-            if probes::efile_entry_enabled() {
-                let (mut s1, mut s2, mut user_tag, mut port) =
-                    (StrBuf::new(), StrBuf::new(), StrBuf::new(), PidBuf::new());
-                let entry = EfileEntry {
-                    user_tag: user_tag.iolist_or_null(args[8]),
-                    strs: [s1.iolist_or_null(args[2]), s2.iolist_or_null(args[3])],
-                    ints: [4, 5, 6, 7].map(|i| int64_or_zero(args[i])),
-                    port: port.pid_or_self(env, args[9]),
-                };
-                probes::fire_efile_entry(op, &entry);
+            if efile_drv__entry::enabled() {
+                let (mut s1, mut s2, mut user_tag, mut port) = (StrBuf::new(), StrBuf::new(), StrBuf::new(), PidBuf::new());
+                let [i1, i2, i3, i4] = [4, 5, 6, 7].map(|i| int64_or_zero(args[i]));
+                efile_drv__entry::fire(
+                    op.thread_id,
+                    op.tag,
+                    user_tag.iolist_or_null(args[8]),
+                    op.command,
+                    s1.iolist_or_null(args[2]),
+                    s2.iolist_or_null(args[3]),
+                    i1,
+                    i2,
+                    i3,
+                    i4,
+                    port.pid_or_self(env, args[9]),
+                );
             }
-            if probes::efile_int_entry_enabled() {
-                probes::fire_efile_int_entry(op);
+            if efile_drv__int_entry::enabled() {
+                efile_drv__int_entry::fire(op.thread_id, op.tag, op.command);
             }
             op.tag.encode(env)
         })
     }
-}
 
-/// `efile_return(ThreadId, Tag, Command, UserTag, Success, Reason) -> ok`:
-/// ends the operation `{ThreadId, Tag}`: fires `efile_drv__int_return`
-/// and `efile_drv__return`, each if enabled. `Success` is `true` or
-/// `false`; `errno` is the number of the POSIX atom `Reason`, else 0.
-unsafe extern "C" fn efile_return(env: *mut ErlNifEnv, argc: c_int, argv: *const ErlNifTerm) -> ErlNifTerm {
-    // SAFETY: called by the VM with its own arguments.
-    unsafe {
-        call(env, argc, argv, |env, args| {
+    /// `efile_return(ThreadId, Tag, Command, UserTag, Success, Reason) -> ok`:
+    /// ends the operation `{ThreadId, Tag}`: fires `efile_drv__int_return`
+    /// and `efile_drv__return`, each if enabled. `Success` is `true` or
+    /// `false`; `errno` is the number of the POSIX atom `Reason`, else 0.
+    fn efile_return(call: NifCall) -> ErlNifTerm {
+        call.run(|env, args| {
             let op = EfileOp { thread_id: int32_or_zero(args[0]), tag: int32_or_zero(args[1]), command: int32_or_zero(args[2]) };
-            if probes::efile_int_return_enabled() {
-                probes::fire_efile_int_return(op);
+            if efile_drv__int_return::enabled() {
+                efile_drv__int_return::fire(op.thread_id, op.tag, op.command);
             }
-            if probes::efile_return_enabled() {
+            if efile_drv__return::enabled() {
                 let success = args[4].decode::<bool>().unwrap_or(false);
                 let errno = if success { 0 } else { errno_of(args[5]) };
                 let mut user_tag = StrBuf::new();
-                probes::fire_efile_return(op, user_tag.iolist_or_null(args[3]), success, errno);
+                efile_drv__return::fire(op.thread_id, op.tag, user_tag.iolist_or_null(args[3]), op.command, success.into(), errno);
             }
             ok().to_term(env)
         })
     }
+
+    /// A 32-bit integer argument (`int` in the probe), else 0.
+    fn int32_or_zero(term: Term<'_>) -> i32 {
+        term.decode::<i32>().unwrap_or(0)
+    }
 }
 
-/// A 32-bit integer argument (`int` in the probe), else 0.
-fn int32_or_zero(term: Term<'_>) -> i32 {
-    term.decode::<i32>().unwrap_or(0)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_ids_count_per_scheduler() {
+        // Schedulers 7 and 8 are used by no other test.
+        let a = EfileOp::next(7, 12);
+        let b = EfileOp::next(7, 1);
+        let c = EfileOp::next(8, 1);
+        assert_eq!((a.thread_id, a.command), (7, 12));
+        assert_eq!(b.tag, a.tag + 1);
+        assert_eq!(c.tag, 1);
+        assert!(a.tag >= 1);
+    }
+
+    #[test]
+    fn out_of_range_schedulers_share_a_counter_and_tags_stay_positive() {
+        for t in [-1, 0, 1025, i32::MAX] {
+            let op = EfileOp::next(t, 2);
+            assert_eq!(op.thread_id, t);
+            assert!(op.tag >= 0);
+        }
+        OP_COUNTERS[9].store(u32::MAX - 1, Relaxed);
+        assert_eq!(EfileOp::next(9, 2).tag, 0x7fff_ffff);
+        assert_eq!(EfileOp::next(9, 2).tag, 0);
+        assert_eq!(EfileOp::next(9, 2).tag, 1);
+    }
 }
-
-

@@ -3,7 +3,9 @@
 //! It is what `rustler::init!("dtrace", load = ...)` builds (the functions
 //! in rustler's registry, rustler's symbol set-up and resource
 //! registration, our `load`) plus an `upgrade` callback, which
-//! `rustler::init!` 0.39 cannot register. Without one, the VM refuses the
+//! `rustler::init!` 0.39 cannot register. It uses rustler's
+//! `#[doc(hidden)]` `codegen_runtime`, as `init!`'s own expansion does; see
+//! nif.rs for why rustler is pinned and how an upgrade is checked. Without one, the VM refuses the
 //! library to a new version of the `dtrace` module while the old version is
 //! still loaded (`l(dtrace)`, a relup, `code:load_file/1`): the new code's
 //! probes would return `false` for good. With it, the new code binds to the
@@ -11,6 +13,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::panic::catch_unwind;
+use std::ptr;
 use std::sync::OnceLock;
 
 use rustler::codegen_runtime::{ErlNifEntry, ErlNifEnv, ErlNifTerm, ResourceRegistration};
@@ -29,22 +32,26 @@ unsafe impl Sync for Entry {}
 
 static ENTRY: OnceLock<Entry> = OnceLock::new();
 
-/// Called by the VM when `erlang:load_nif/2` opens the library.
+/// Called by the VM when `erlang:load_nif/2` opens the library. Never
+/// unwinds: should building the entry panic, the VM gets NULL and
+/// `load_nif` returns an error.
 #[unsafe(no_mangle)]
 pub extern "C" fn nif_init() -> *const ErlNifEntry {
     // SAFETY: rustler's own first step in `nif_init`: fills its table of
     // VM functions where they are looked up at run time (a no-op on Linux,
     // where they are linked directly).
     unsafe { rustler::codegen_runtime::internal_write_symbols() };
-    &ENTRY
-        .get_or_init(|| {
-            let funcs: &'static [ErlNifFunc] =
-                Box::leak(inventory::iter::<Nif>().map(Nif::get_def).collect());
-            let mut entry = ErlNifEntry::new(c"dtrace", funcs, load);
-            entry.upgrade = Some(upgrade);
-            Entry(entry)
-        })
-        .0
+    catch_unwind(|| {
+        &ENTRY
+            .get_or_init(|| {
+                let funcs: &'static [ErlNifFunc] = Box::leak(inventory::iter::<Nif>().map(Nif::get_def).collect());
+                let mut entry = ErlNifEntry::new(c"dtrace", funcs, load);
+                entry.upgrade = Some(upgrade);
+                Entry(entry)
+            })
+            .0 as *const ErlNifEntry
+    })
+    .unwrap_or(ptr::null())
 }
 
 /// First load of the library.
@@ -57,7 +64,7 @@ unsafe extern "C" fn load(env: *mut ErlNifEnv, _priv: *mut *mut c_void, info: Er
         (env, Term::new(env, info))
     };
     let loaded = catch_unwind(|| {
-        ResourceRegistration::register_all_collected(env).is_ok() && crate::nifs::load(env, info)
+        ResourceRegistration::register_all_collected(env).is_ok() && crate::nif::load(env, info)
     });
     if matches!(loaded, Ok(true)) { 0 } else { 1 }
 }

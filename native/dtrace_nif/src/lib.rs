@@ -1,29 +1,34 @@
-//! `dtrace_nif`: Erlang/OTP's dynamic-trace user probes (provider `erlang`)
-//! as USDT/SDT probes in a NIF, so that bpftrace, perf, gdb, SystemTap and
+//! `dtrace_nif`: Erlang/OTP's dynamic-trace probes (provider `erlang`) as
+//! USDT/SDT probes in a NIF, so that bpftrace, perf, gdb, SystemTap and
 //! DTrace see them on any stock BEAM.
 //!
-//! The data path, from an Erlang call to a probe:
+//! The catalogue of probes is one D provider file, `probes.d`; build.rs
+//! generates the probe sites, semaphores and is-enabled checks from it
+//! ([`probes`]). The data path, from an Erlang call to a probe:
 //! `dtrace:p/N` (argument routing, in Erlang) → one NIF per probe family
-//! (`nifs.rs`) → semaphore check ([`probes`]) → conversion into stack buffers
-//! ([`args`]) → the probe site ([`probes`]).
+//! (`user.rs`, `efile.rs`) → semaphore check ([`probes`]) → conversion into
+//! stack buffers ([`args`]) → the probe site ([`probes`]).
 //!
 //! File I/O: `dtrace_file:F` asks `dtrace:efile_enabled/0` (four semaphore
 //! reads) and calls `file:F` directly, or brackets it with the NIFs of
 //! `efile.rs`, which fire OTP's `efile_drv__*` probes.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod args;
 mod atoms;
 pub mod errno;
 pub mod probes;
 
-// The NIFs and the library entry. Left out of unit-test builds: they
-// reference the VM's enif_* functions, which only exist once the VM loads
-// the library, and the unit tests never call into the VM.
+// The probe families: each registers its own NIFs and load step. Their
+// NIFs (and the shared plumbing in nif.rs) are left out of unit-test
+// builds: they reference the VM's enif_* functions, which only exist once
+// the VM loads the library, and the unit tests never call into the VM.
+pub mod efile;
 #[cfg(not(test))]
-mod nifs;
-// The NIFs behind `dtrace_file`: the file I/O probes.
+mod nif;
 #[cfg(not(test))]
-mod efile;
+mod user;
+
 // `nif_init`: rustler's entry plus an `upgrade` callback (see entry.rs).
 #[cfg(not(any(test, windows)))]
 mod entry;
@@ -31,4 +36,4 @@ mod entry;
 // entry does that (without `upgrade`: reloading module dtrace there needs a
 // purge first).
 #[cfg(all(windows, not(test)))]
-rustler::init!("dtrace", load = nifs::load);
+rustler::init!("dtrace", load = nif::load);

@@ -1,134 +1,147 @@
-//! The probes, provider `erlang`, with OTP's names and argument layouts
-//! (OTP's `erts/emulator/beam/erlang_dtrace.d`):
+//! The probes, generated from the catalogue `probes.d` (provider `erlang`,
+//! OTP's names and argument layouts) by build.rs: one module per probe,
+//! named like its ELF note (`probes::user_trace__i4s4`), with its
+//! semaphore, `enabled()` and `fire(...)`; numbered families take a label
+//! (`probes::user_trace__n::fire(label, ...)`).
 //!
-//! | probe (ELF note name)                    | arguments |
-//! |------------------------------------------|-----------|
-//! | `user_trace__s1`                         | `char *message` |
-//! | `user_trace__i4s4`                       | `char *pid, char *user_tag, int64 i1, int64 i2, int64 i3, int64 i4, char *s1, char *s2, char *s3, char *s4` |
-//! | `user_trace__n0` .. `user_trace__n950`   | the same ten arguments |
-//! | `efile_drv__entry`                       | `int thread_id, int tag, char *user_tag, int command, char *s1, char *s2, int64 i1, int64 i2, int64 i3, int64 i4, char *port` |
-//! | `efile_drv__int_entry`                   | `int thread_id, int tag, int command` |
-//! | `efile_drv__int_return`                  | `int thread_id, int tag, int command` |
-//! | `efile_drv__return`                      | `int thread_id, int tag, char *user_tag, int command, int success, int errno` |
+//! Each probe has exactly one site and one semaphore (is-enabled flag),
+//! which a tracer raises while it listens; the NIFs read it before touching
+//! any argument. Argument k of every probe is in the same register (see
+//! `dtrace_catalogue`). Strings are [`Str`]: a NUL-terminated string
+//! borrowed for the call, or NULL.
 //!
-//! The `efile_drv__*` probes are those of OTP's old file driver (OTP 20's
-//! `erlang_dtrace.d`), fired by the Erlang module `dtrace_file`.
-//!
-//! Each probe has exactly one semaphore (is-enabled flag), which a tracer
-//! raises while it listens; the NIFs read it before touching any argument.
-//! Integers are full signed 64-bit values (OTP's build truncates them to
-//! 32 bits). Absent strings are NULL.
-//!
-//! The backend is chosen at build time: SystemTap SDT notes on Linux
-//! (`sdt.rs`), and elsewhere a backend without probes whose semaphores stay
-//! 0 (`noop.rs`), so the crate builds and every probe returns `false`.
+//! The backend is chosen at build time: SDT notes on Linux x86_64 and
+//! aarch64 (`cfg(dtrace_sdt)`); elsewhere sites that do nothing and
+//! semaphores that never rise, so the crate builds and every probe returns
+//! `false`.
 
 use std::ffi::c_char;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::marker::PhantomData;
+use std::ptr;
+#[allow(unused_imports)]
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 
-include!(concat!(env!("OUT_DIR"), "/n_probes.rs"));
+include!(concat!(env!("OUT_DIR"), "/probes.rs"));
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
-#[path = "sdt.rs"]
-mod backend;
+/// Probes fire on this platform.
+pub const AVAILABLE: bool = cfg!(dtrace_sdt);
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-#[path = "noop.rs"]
-mod backend;
-
-pub use backend::{AVAILABLE, fire_i4s4, fire_n, fire_s1, i4s4_enabled, n_enabled, s1_enabled};
-pub use backend::{
-    efile_enabled, efile_entry_enabled, efile_int_entry_enabled, efile_int_return_enabled, efile_return_enabled,
-    fire_efile_entry, fire_efile_int_entry, fire_efile_int_return, fire_efile_return,
-};
-
-/// The ten arguments of `user_trace__i4s4` and of the numbered probes, as
-/// the probe site passes them. The pointers borrow stack buffers that live
-/// until the probe has fired.
+/// A string argument of a probe: a pointer to a NUL-terminated string that
+/// lives at least as long as `'a`, or NULL. What a site passes in its
+/// register; a tracer reads the string through it while the site runs.
 #[derive(Clone, Copy, Debug)]
-pub struct I4s4 {
-    /// The calling process, formatted like `pid_to_list/1`: `<0.84.0>`.
-    pub pid: *const c_char,
-    /// The caller's user tag, or NULL.
-    pub user_tag: *const c_char,
-    /// i1..i4; 0 where absent.
-    pub ints: [i64; 4],
-    /// s1..s4; NULL where absent.
-    pub strs: [*const c_char; 4],
+#[repr(transparent)]
+pub struct Str<'a> {
+    ptr: *const c_char,
+    _borrow: PhantomData<&'a [u8]>,
 }
 
-/// Names one file operation in the four `efile_drv__*` probes, as OTP's
-/// driver did: the scheduler that started it and a per-scheduler counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EfileOp {
-    /// The scheduler number (1..) the operation started on.
-    pub thread_id: i32,
-    /// The scheduler's operation counter, 1.. (wraps to 0 after `i32::MAX`).
-    pub tag: i32,
-    /// OTP's efile command number (`OPEN` = 1, `READ` = 2, ...).
-    pub command: i32,
-}
+impl<'a> Str<'a> {
+    /// NULL: an absent string.
+    pub const NULL: Str<'static> = Str { ptr: ptr::null(), _borrow: PhantomData };
 
-/// The most schedulers a VM has (`+S 1024`); one operation counter each.
-const MAX_SCHEDULERS: usize = 1024;
+    /// The C string at the start of `bytes`, which must end with a NUL
+    /// (the string is what comes before the first NUL); `None` otherwise.
+    #[inline]
+    pub fn from_bytes_with_nul(bytes: &'a [u8]) -> Option<Str<'a>> {
+        match bytes.last() {
+            Some(0) => Some(Str { ptr: bytes.as_ptr().cast(), _borrow: PhantomData }),
+            _ => None,
+        }
+    }
 
-/// Per-scheduler operation counters; index 0 takes any out-of-range id.
-static OP_COUNTERS: [AtomicU32; MAX_SCHEDULERS + 1] = [const { AtomicU32::new(0) }; MAX_SCHEDULERS + 1];
+    /// The C string `s`.
+    #[inline]
+    pub fn from_cstr(s: &'a std::ffi::CStr) -> Str<'a> {
+        Str { ptr: s.as_ptr(), _borrow: PhantomData }
+    }
 
-impl EfileOp {
-    /// A new operation started on scheduler `thread_id` (an id outside
-    /// 1..=1024 counts on a shared counter), with `command`. Counters are
-    /// shared by all processes on a scheduler; any process may call this,
-    /// and ids stay unique while fewer than 2^31 operations of one
-    /// scheduler are in flight.
-    pub fn next(thread_id: i32, command: i32) -> Self {
-        let slot = usize::try_from(thread_id).ok().filter(|&t| t <= MAX_SCHEDULERS).unwrap_or(0);
-        let n = OP_COUNTERS[slot].fetch_add(1, Relaxed).wrapping_add(1);
-        Self { thread_id, tag: (n & 0x7fff_ffff) as i32, command }
+    /// The pointer the site passes.
+    #[inline(always)]
+    pub fn as_ptr(self) -> *const c_char {
+        self.ptr
+    }
+
+    /// Is this NULL?
+    #[inline(always)]
+    pub fn is_null(self) -> bool {
+        self.ptr.is_null()
     }
 }
 
-/// The arguments of `efile_drv__entry` after the operation's id. The
-/// pointers borrow stack buffers that live until the probe has fired.
-#[derive(Clone, Copy, Debug)]
-pub struct EfileEntry {
-    /// The caller's user tag (own or adopted), or NULL.
-    pub user_tag: *const c_char,
-    /// s1, s2: paths; NULL where the command has none.
-    pub strs: [*const c_char; 2],
-    /// i1..i4: descriptor, flags, sizes, offsets; 0 where unused.
-    pub ints: [i64; 4],
-    /// Who does the I/O, formatted like `pid_to_list/1` (OTP passed the
-    /// driver's port).
-    pub port: *const c_char,
+/// For `make bench`'s floor (examples/bare_probe.rs): `user_trace__i4s4`
+/// fired from native code with constant arguments, no VM and no
+/// conversion. Returns whether it was enabled.
+#[doc(hidden)]
+#[inline(never)]
+pub fn bench_bare_hit(i: i64) -> bool {
+    if !user_trace__i4s4::enabled() {
+        return false;
+    }
+    let s = Str::from_cstr(c"s");
+    user_trace__i4s4::fire(s, s, i, 2, 3, 4, s, s, Str::NULL, Str::NULL);
+    true
 }
+
+/// Tests that raise semaphores, or assert that none is raised, hold this
+/// lock: `cargo test` runs tests on several threads, and semaphores are
+/// process-wide.
+#[cfg(test)]
+pub(crate) static SEMAPHORE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn operation_ids_count_per_scheduler() {
-        // Schedulers 7 and 8 are used by no other test.
-        let a = EfileOp::next(7, 12);
-        let b = EfileOp::next(7, 1);
-        let c = EfileOp::next(8, 1);
-        assert_eq!((a.thread_id, a.command), (7, 12));
-        assert_eq!(b.tag, a.tag + 1);
-        assert_eq!(c.tag, 1);
-        assert!(a.tag >= 1);
+    fn every_probe_of_the_catalogue_is_generated() {
+        assert_eq!(PROVIDER, "erlang");
+        assert_eq!(PROBE_COUNT, 957);
+        assert_eq!((user_trace__n::FIRST, user_trace__n::LAST, user_trace__n::COUNT), (0, 950, 951));
+    }
+
+    /// Raising one semaphore, as a tracer does, enables that probe and no
+    /// other: for each of the 957 probes.
+    #[cfg(dtrace_sdt)]
+    #[test]
+    fn each_probe_reads_its_own_semaphore() {
+        let _lock = SEMAPHORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        assert_eq!(enabled_probes(), Vec::<String>::new());
+        let all = semaphores();
+        assert_eq!(all.len(), PROBE_COUNT);
+        for (name, semaphore) in all {
+            semaphore.fetch_add(1, Relaxed);
+            let on = enabled_probes();
+            semaphore.fetch_sub(1, Relaxed);
+            assert_eq!(on, vec![name]);
+        }
+        assert!(!user_trace__n::enabled(951) && !user_trace__n::enabled(usize::MAX));
     }
 
     #[test]
-    fn out_of_range_schedulers_share_a_counter_and_tags_stay_positive() {
-        for t in [-1, 0, 1025, i32::MAX] {
-            let op = EfileOp::next(t, 2);
-            assert_eq!(op.thread_id, t);
-            assert!(op.tag >= 0);
+    fn firing_without_a_tracer_is_a_nop() {
+        fire_all_with_nulls();
+    }
+
+    #[test]
+    fn strings_end_with_a_nul_or_are_refused() {
+        assert!(Str::from_bytes_with_nul(b"abc\0").is_some_and(|s| !s.is_null()));
+        assert!(Str::from_bytes_with_nul(b"a\0b\0").is_some());
+        assert!(Str::from_bytes_with_nul(b"abc").is_none());
+        assert!(Str::from_bytes_with_nul(b"").is_none());
+        assert!(Str::NULL.is_null());
+    }
+
+    #[test]
+    fn bench_hit_fires_only_while_enabled() {
+        let _lock = SEMAPHORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(!bench_bare_hit(1));
+        #[cfg(dtrace_sdt)]
+        {
+            user_trace__i4s4::SEMAPHORE.fetch_add(1, Relaxed);
+            let fired = bench_bare_hit(1);
+            user_trace__i4s4::SEMAPHORE.fetch_sub(1, Relaxed);
+            assert!(fired);
         }
-        OP_COUNTERS[9].store(u32::MAX - 1, Relaxed);
-        assert_eq!(EfileOp::next(9, 2).tag, 0x7fff_ffff);
-        assert_eq!(EfileOp::next(9, 2).tag, 0);
-        assert_eq!(EfileOp::next(9, 2).tag, 1);
     }
 }
