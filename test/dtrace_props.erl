@@ -8,7 +8,8 @@
 
 -include_lib("proper/include/proper.hrl").
 
--export([prop_any_term_any_position/0, run/1, calls_per_case/0, probe_term/0, huge/0, iolist_like/0]).
+-export([prop_any_term_any_position/0, run/1, calls_per_case/0, probe_term/0, huge/0, huge_terms/0,
+         iolist_like/0]).
 
 %% Numbered probes the enabled runs attach (bpftrace 0.17 cannot attach
 %% all 951 at once): labels the generator favours.
@@ -54,28 +55,64 @@ rotate(N, L) ->
 take(N, L) ->
     lists:sublist(L, N).
 
-%% What each function's documentation allows.
+%% What each function's documentation allows, and nothing more.
 documented(available, [], {ok, B}) -> is_boolean(B);
 documented(is_enabled, _, {ok, B}) -> is_boolean(B);
-documented(F, _, {ok, R}) when F =:= p; F =:= pn; F =:= user_trace_i4s4; F =:= user_trace_s1 ->
-    lists:member(R, [true, false, error, badarg]);
-%% p/5..8 and pn/6..9 need their integers first: function_clause otherwise.
-documented(p, Args, {error, function_clause, {dtrace, p, _, _}}) -> length(Args) >= 5;
-documented(pn, Args, {error, function_clause, {dtrace, pn, _, _}}) -> length(Args) >= 6;
-documented(put_tag, _, {ok, R}) -> R =:= undefined orelse is_binary(R);
-documented(put_tag, _, {error, badarg, _}) -> true;
+%% p/0..4 take anything; p/5..8 need at least N - 4 leading integers
+%% (at most four strings), else function_clause (OTP's clauses).
+documented(p, Args, {ok, R}) -> is_boolean(R) andalso routable(Args);
+documented(p, Args, {error, function_clause, {dtrace, p, _, _}}) -> not routable(Args);
+%% pn: function_clause as p for the arguments after the label; then
+%% badarg for a label that is not an integer in 0..1023, error for
+%% 951..1023, true or false for a label with a probe.
+documented(pn, [Label | Args], {ok, R}) ->
+    routable(Args) andalso
+        case Label of
+            L when is_integer(L), L >= 0, L =< 950 -> is_boolean(R);
+            L when is_integer(L), L >= 951, L =< 1023 -> R =:= error;
+            _ -> R =:= badarg
+        end;
+documented(pn, [_ | Args], {error, function_clause, {dtrace, pn, _, _}}) -> not routable(Args);
+documented(user_trace_i4s4, _, {ok, R}) -> is_boolean(R);
+%% badarg only when a tracer listens and the message is not an iolist of
+%% at most 1024 bytes (then true is impossible).
+documented(user_trace_s1, [Message], {ok, R}) ->
+    R =:= false orelse R =:= (case short_iolist(Message) of true -> true; false -> badarg end);
+documented(put_tag, [Data], {ok, R}) -> chardata(Data) andalso (R =:= undefined orelse is_binary(R));
+documented(put_tag, [Data], {error, badarg, _}) -> not chardata(Data);
 documented(F, [], {ok, R}) when F =:= get_tag; F =:= get_tag_data ->
     R =:= undefined orelse is_binary(R);
-documented(spread_tag, _, {ok, {Flags, Tag}}) ->
-    is_integer(Flags) andalso Flags >= 0 andalso (is_binary(Tag) orelse Tag =:= []);
-documented(spread_tag, _, {error, badarg, _}) -> true;
-documented(restore_tag, _, {ok, true}) -> true;
-documented(restore_tag, _, {error, badarg, _}) -> true;
+documented(spread_tag, [B], {ok, {Flags, Tag}}) ->
+    is_boolean(B) andalso is_integer(Flags) andalso Flags >= 0 andalso (is_binary(Tag) orelse Tag =:= []);
+documented(spread_tag, [B], {error, badarg, _}) -> not is_boolean(B);
+documented(restore_tag, [State], {ok, true}) -> tag_state(State);
+documented(restore_tag, [State], {error, badarg, _}) -> not tag_state(State);
 %% The internal NIFs behind dtrace_file.
 documented(efile_enabled, [], {ok, B}) -> is_boolean(B);
 documented(efile_entry, _, {ok, Tag}) -> is_integer(Tag) andalso Tag >= 0;
 documented(efile_return, _, {ok, ok}) -> true;
 documented(_, _, _) -> false.
+
+%% Can p/N route these arguments? Arities up to 4 take anything; from 5 on
+%% the first N - 4 must be integers.
+routable(Args) ->
+    N = length(Args),
+    N =< 4 orelse length(lists:takewhile(fun is_integer/1, Args)) >= N - 4.
+
+%% What put_tag/1 takes: undefined, or chardata.
+chardata(undefined) -> true;
+chardata(Data) ->
+    try is_binary(unicode:characters_to_binary(Data)) catch error:_ -> false end.
+
+%% What restore_tag/1 takes.
+tag_state(true) -> true;
+tag_state({Flags, Tag}) -> is_integer(Flags) andalso Flags >= 0 andalso (is_binary(Tag) orelse Tag =:= []);
+tag_state(_) -> false.
+
+%% An iolist of at most 1024 bytes (the generator's iolists stay far below
+%% the NIF's limits on terms and nesting).
+short_iolist(Term) ->
+    try iolist_size(Term) =< 1024 catch error:badarg -> false end.
 
 %%% Generators
 

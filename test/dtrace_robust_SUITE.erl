@@ -16,6 +16,7 @@
          tracer_churn_under_load/1,
          lifecycle_under_load/1,
          memory_stays_flat/1,
+         no_heap_allocation_on_probe_paths/1,
          nif_panic_becomes_an_erlang_error/1]).
 
 -define(PROP_CALLS, 100000).
@@ -26,7 +27,7 @@
 all() ->
     [any_term_disabled, any_term_enabled, huge_and_deep_iolists_cost_little,
      tracer_churn_under_load, lifecycle_under_load, memory_stays_flat,
-     nif_panic_becomes_an_erlang_error].
+     no_heap_allocation_on_probe_paths, nif_panic_becomes_an_erlang_error].
 
 init_per_testcase(TC, Config) ->
     Needs = case TC of
@@ -36,7 +37,8 @@ init_per_testcase(TC, Config) ->
                 _ -> [bpftrace]
             end,
     case lists:dropwhile(fun(T) -> dtrace_test_lib:require_tracer(T) =:= ok end, Needs) of
-        [] when TC =:= nif_panic_becomes_an_erlang_error -> Config;
+        [] when TC =:= nif_panic_becomes_an_erlang_error;
+                TC =:= no_heap_allocation_on_probe_paths -> Config;
         [] ->
             Peer = dtrace_test_lib:start_peer(["+P", "100000"]),
             [{peer, Peer}, {os_pid, dtrace_test_lib:os_pid(Peer)} | Config];
@@ -281,29 +283,57 @@ memory_now() ->
     {erlang:memory(total), list_to_integer(Kb) * 1024}.
 
 %%--------------------------------------------------------------------
-%% Panics
+%% Test builds: the cargo feature test-hooks
+
+%% No heap allocation on any probe path, in the real NIF on real terms: a
+%% build with a counting allocator (cargo feature test-hooks; pn(-2000000)
+%% returns the count of allocations made inside NIF bodies) runs the
+%% any-term property with a tracer on every probe it fires, so that every
+%% conversion runs, and then the 1024-byte strings, the 1 MB iolist and the
+%% deep lists once more. The count stays 0.
+no_heap_allocation_on_probe_paths(Config) ->
+    Peer = start_test_hooks_peer(Config),
+    OsPid = peer:call(Peer, os, getpid, []),
+    Probes = ["user_trace__s1", "user_trace__i4s4"]
+        ++ ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 31)]
+        ++ ["efile_drv__entry", "efile_drv__int_entry", "efile_drv__int_return",
+            "efile_drv__return"],
+    Program = [["usdt:", test_hooks_nif(Config), ":erlang:", P, " { @events = count(); }\n"] || P <- Probes],
+    Tracer = dtrace_test_lib:bpftrace_start(OsPid, lists:flatten(Program)),
+    try
+        _ = peer:call(Peer, erlang, apply,
+                      [fun() ->
+                               dtrace_test_lib:fire_until_true(fun() -> dtrace:user_trace_s1("x") end),
+                               [dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(L) end)
+                                || L <- lists:seq(0, 31)],
+                               dtrace_test_lib:fire_until_true(fun dtrace:p/0),
+                               dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0)
+                       end, []]),
+        Calls = peer:call(Peer, dtrace_props, run, [?PROP_CALLS div 4], 600000),
+        Big = peer:call(Peer, erlang, apply,
+                        [fun() ->
+                                 dtrace:put_tag(<<"tag">>),
+                                 [dtrace:p(1, 2, 3, 4, T, T, T, T) || T <- dtrace_props:huge_terms()]
+                                     ++ [dtrace:pn(3, 1, T) || T <- dtrace_props:huge_terms()]
+                                     ++ [dtrace:user_trace_s1(T) || T <- dtrace_props:huge_terms()]
+                         end, []]),
+        Allocations = peer:call(Peer, dtrace, pn, [-2000000]),
+        Lines = dtrace_test_lib:bpftrace_stop(Tracer),
+        Events = dtrace_test_lib:bpftrace_map(<<"@events">>, Lines),
+        ?assert(lists:member(true, Big)),
+        ?assert(Events > Calls div 10),
+        ?assertEqual(0, Allocations),
+        report("~b calls with arbitrary terms and the huge ones, tracer attached (~b events): "
+               "~b heap allocations inside NIF bodies", [Calls + length(Big), Events, Allocations])
+    after
+        peer:stop(Peer)
+    end.
 
 %% A NIF that panics raises error:nif_panicked instead of unwinding into the
-%% VM. The library never panics on purpose; this test builds it with the
-%% cargo feature `test-panic`, under which pn(-1000000) panics, and loads
-%% that build into a peer.
+%% VM. The library never panics on purpose; this test uses the build with
+%% the cargo feature test-hooks, under which pn(-1000000) panics.
 nif_panic_becomes_an_erlang_error(Config) ->
-    Root = filename:join(?config(priv_dir, Config), "panic"),
-    AppDir = filename:join(Root, "dtrace"),
-    ok = filelib:ensure_dir(filename:join([AppDir, "ebin", "x"])),
-    ok = filelib:ensure_dir(filename:join([AppDir, "priv", "x"])),
-    {ok, _} = file:copy(code:which(dtrace), filename:join([AppDir, "ebin", "dtrace.beam"])),
-    Manifest = filename:join(filename:dirname(filename:dirname(?FILE)), "Cargo.toml"),
-    Target = filename:join(Root, "target"),
-    {0, Out} = dtrace_test_lib:run("cargo", ["build", "--release", "--quiet", "-p", "dtrace_nif",
-                                             "--features", "test-panic",
-                                             "--manifest-path", Manifest,
-                                             "--target-dir", Target]),
-    ct:log("cargo: ~p", [Out]),
-    {ok, _} = file:copy(filename:join([Target, "release", "libdtrace_nif.so"]),
-                        filename:join([AppDir, "priv", "dtrace_nif.so"])),
-    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
-                                      args => ["-pa", filename:join(AppDir, "ebin")]}),
+    Peer = start_test_hooks_peer(Config),
     try
         ?assertEqual(true, peer:call(Peer, dtrace, available, [])),
         %% peer:call/4 raises what the remote call raised.
@@ -315,3 +345,45 @@ nif_panic_becomes_an_erlang_error(Config) ->
     after
         peer:stop(Peer)
     end.
+
+%% Builds the library with the cargo feature test-hooks (once per run)
+%% into an application directory of its own, and starts a peer node that
+%% loads it.
+start_test_hooks_peer(Config) ->
+    AppDir = test_hooks_app(Config),
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace_test_lib, dtrace_props]]),
+    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
+                                      args => ["-pa", filename:join(AppDir, "ebin")
+                                               | lists:append([["-pa", P] || P <- Paths])]}),
+    true = peer:call(Peer, dtrace, available, []),
+    Peer.
+
+test_hooks_nif(Config) ->
+    filename:join([test_hooks_app(Config), "priv", "dtrace_nif.so"]).
+
+%% Under _build/test_hooks (a path bpftrace can name: CT's log directories
+%% contain an @, which bpftrace reads as a map). cargo rebuilds only what
+%% changed; the library is copied every run.
+test_hooks_app(_Config) ->
+    Root = filename:join([dtrace_test_lib:repo_root(), "_build", "test_hooks"]),
+    AppDir = filename:join(Root, "dtrace"),
+    Nif = filename:join([AppDir, "priv", "dtrace_nif.so"]),
+    case get(test_hooks_built) of
+        true -> ok;
+        _ ->
+            ok = filelib:ensure_dir(filename:join([AppDir, "ebin", "x"])),
+            ok = filelib:ensure_dir(Nif),
+            {ok, _} = file:copy(code:which(dtrace), filename:join([AppDir, "ebin", "dtrace.beam"])),
+            Target = filename:join(Root, "target"),
+            {0, Out} = dtrace_test_lib:run("cargo", ["build", "--release", "--quiet", "-p", "dtrace_nif",
+                                                     "--features", "test-hooks",
+                                                     "--manifest-path",
+                                                     filename:join(dtrace_test_lib:repo_root(), "Cargo.toml"),
+                                                     "--target-dir", Target]),
+            ct:log("cargo: ~p", [Out]),
+            %% A new file (rename), not a rewrite of one a node may map.
+            {ok, _} = file:copy(filename:join([Target, "release", "libdtrace_nif.so"]), Nif ++ ".tmp"),
+            ok = file:rename(Nif ++ ".tmp", Nif),
+            put(test_hooks_built, true)
+    end,
+    AppDir.

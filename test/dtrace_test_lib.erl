@@ -4,9 +4,10 @@
 
 -export([nif_path/0, start_peer/0, start_peer/1, stop_peer/1, os_pid/1,
          require_tracer/1, with_tracer/2, in_ci/0,
-         bpftrace_start/2, bpftrace_stop/1,
-         bpftrace_window/5, bpftrace_map/2, bpftrace_map/3, gdb_run/3, gdb_events/2, gdb_events/3,
-         run/2]).
+         bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
+         bpftrace_window/5, bpftrace_window/6, bpftrace_map/2, bpftrace_map/3,
+         gdb_run/3, gdb_events/2, gdb_events/3,
+         run/2, notes/1, catalogue/0, repo_root/0]).
 %% Run inside the traced peer.
 -export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1,
          gdb_workload/1]).
@@ -48,7 +49,52 @@ os_pid(Peer) ->
 in_ci() ->
     os:getenv("CI") =:= "true".
 
-%% ok when Tool (bpftrace | gdb | readelf) can be used. Otherwise
+%% The repository this test code belongs to.
+repo_root() ->
+    filename:dirname(filename:dirname(?FILE)).
+
+%% The library's SDT notes, as readelf -n lists them, in order:
+%% [#{provider, name, location, base, semaphore (integers), args (the
+%% argument specs, e.g. [<<"8@%rdi">>, ...])}].
+notes(Path) ->
+    {0, Lines} = run("readelf", ["-n", Path]),
+    notes(Lines, undefined, []).
+
+notes([<<"    Provider: ", P/binary>> | Rest], _, Acc) ->
+    notes(Rest, P, Acc);
+notes([<<"    Name: ", Name/binary>>, Loc, <<"    Arguments:", Args/binary>> | Rest], P, Acc) ->
+    {match, [L, B, S]} = re:run(Loc, "Location: 0x([0-9a-f]+), Base: 0x([0-9a-f]+), Semaphore: 0x([0-9a-f]+)",
+                                [{capture, all_but_first, list}]),
+    [Location, Base, Semaphore] = [list_to_integer(X, 16) || X <- [L, B, S]],
+    Note = #{provider => P, name => Name, location => Location, base => Base,
+             semaphore => Semaphore, args => string:lexemes(Args, " ")},
+    notes(Rest, P, [Note | Acc]);
+notes([_ | Rest], P, Acc) ->
+    notes(Rest, P, Acc);
+notes([], _, Acc) ->
+    lists:reverse(Acc).
+
+%% The probe catalogue (native/dtrace_nif/probes.d), every probe expanded,
+%% as the dtrace-catalogue command prints it for this machine:
+%% [{Name, [{ArgName, Type, Register, NoteSpec}]}], all binaries.
+catalogue() ->
+    {0, Lines} = run("cargo", ["run", "--quiet", "--release", "-p", "dtrace_catalogue",
+                               "--manifest-path", filename:join(repo_root(), "Cargo.toml"),
+                               "--", "erlang"]),
+    Text = unicode:characters_to_list([[L, $\n] || L <- Lines]),
+    [{list_to_binary(N), [{list_to_binary(A), list_to_binary(T), list_to_binary(R), list_to_binary(S)}
+                          || {A, T, R, S} <- Args]}
+     || {probe, N, Args} <- consult_string(Text)].
+
+consult_string(Text) ->
+    case erl_scan:tokens([], Text, 1) of
+        {done, {ok, Tokens, _}, Rest} ->
+            {ok, Term} = erl_parse:parse_term(Tokens),
+            [Term | consult_string(Rest)];
+        _ -> []
+    end.
+
+%% ok when Tool (bpftrace | gdb | perf | readelf) can be used. Otherwise
 %% {skip, Why} locally; in CI the test fails, because tracer tests are
 %% mandatory there.
 require_tracer(Tool) ->
@@ -79,9 +125,22 @@ with_tracer(Tool, Config) ->
 %% Starts bpftrace on OsPid with Program (in which "$SO" stands for the NIF
 %% path) and returns once it says it is attaching.
 bpftrace_start(OsPid, Program) ->
-    Prog = string:replace(Program, "$SO", nif_path(), all),
-    Port = open_port({spawn_executable, os:find_executable("bpftrace")},
-                     [{args, ["-p", OsPid, "-e", unicode:characters_to_list(Prog)]},
+    bpftrace_start(bpftrace, OsPid, Program).
+
+%% The same with Tool: bpftrace itself, or dtrace_bpftrace, the wrapper
+%% shipped as priv/dtrace-bpftrace. Program may also be {file, Script}.
+bpftrace_start(Tool, OsPid, Program) ->
+    Args = case Program of
+               {file, Script} -> ["-p", OsPid, Script];
+               _ -> ["-p", OsPid, "-e", unicode:characters_to_list(
+                                          string:replace(Program, "$SO", nif_path(), all))]
+           end,
+    Exe = case Tool of
+              bpftrace -> os:find_executable("bpftrace");
+              dtrace_bpftrace -> filename:join(code:priv_dir(dtrace), "dtrace-bpftrace")
+          end,
+    Port = open_port({spawn_executable, Exe},
+                     [{args, Args},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
     case collect_until(Port, <<"Attaching">>, []) of
         {ok, Lines} -> {Port, Lines};
@@ -124,7 +183,11 @@ bpftrace_map(Name, Lines, Default) ->
 %% bpftrace, and return {WorkloadResult, BpftraceLines}. Ready() events must
 %% be told apart from the workload's in Program.
 bpftrace_window(Peer, Program, Ready, SeenLines, Workload) ->
-    {Port, Lines0} = bpftrace_start(os_pid(Peer), Program),
+    bpftrace_window(bpftrace, Peer, Program, Ready, SeenLines, Workload).
+
+%% The same with Tool (see bpftrace_start/3).
+bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload) ->
+    {Port, Lines0} = bpftrace_start(Tool, os_pid(Peer), Program),
     ok = peer:call(Peer, ?MODULE, start_ready_loop, [Ready]),
     Lines1 = collect_lines(Port, SeenLines, Lines0),
     Result = peer:call(Peer, ?MODULE, stop_ready_loop_and_run, [Workload], 120000),

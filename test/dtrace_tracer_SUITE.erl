@@ -1,4 +1,4 @@
-%%% End to end: real tracers (readelf, bpftrace, gdb) on a real node.
+%%% End to end: real tracers (readelf, bpftrace, gdb, perf) on a real node.
 %%%
 %%% Each test traces a peer node, so that gdb stopping the traced OS process
 %%% never stops the test runner. Where a tracer cannot attach (not root, not
@@ -9,26 +9,45 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
--export([readelf_lists_every_probe_and_semaphore/1,
+-export([notes_match_the_catalogue/1,
+         layout_lets_tracers_resolve_probes/1,
+         shipped_scripts_print_int64_in_full/1,
          bpftrace_sees_pid_tag_and_integers/1,
          bpftrace_counts_every_true/1,
          bpftrace_user_trace_s1/1,
-         gdb_reads_all_ten_arguments/1]).
+         dtrace_bpftrace_reads_every_argument/1,
+         user_probe_bt_prints_otps_format/1,
+         gdb_reads_all_ten_arguments/1,
+         perf_counts_every_true/1,
+         perf_shows_the_arguments/1]).
 
 -define(MARK, 424242).
 -define(N_CALLS, 20000).
 
 all() ->
-    [readelf_lists_every_probe_and_semaphore,
+    [notes_match_the_catalogue,
+     layout_lets_tracers_resolve_probes,
+     shipped_scripts_print_int64_in_full,
      bpftrace_sees_pid_tag_and_integers,
      bpftrace_counts_every_true,
      bpftrace_user_trace_s1,
-     gdb_reads_all_ten_arguments].
+     dtrace_bpftrace_reads_every_argument,
+     user_probe_bt_prints_otps_format,
+     gdb_reads_all_ten_arguments,
+     perf_counts_every_true,
+     perf_shows_the_arguments].
 
-init_per_testcase(readelf_lists_every_probe_and_semaphore, Config) ->
+init_per_testcase(TC, Config) when TC =:= notes_match_the_catalogue;
+                                   TC =:= layout_lets_tracers_resolve_probes ->
     dtrace_test_lib:with_tracer(readelf, Config);
+init_per_testcase(shipped_scripts_print_int64_in_full, Config) ->
+    Config;
 init_per_testcase(TC, Config) ->
-    Tool = case atom_to_list(TC) of "gdb" ++ _ -> gdb; _ -> bpftrace end,
+    Tool = case atom_to_list(TC) of
+               "gdb" ++ _ -> gdb;
+               "perf" ++ _ -> perf;
+               _ -> bpftrace
+           end,
     case dtrace_test_lib:require_tracer(Tool) of
         ok ->
             Peer = dtrace_test_lib:start_peer(),
@@ -37,7 +56,11 @@ init_per_testcase(TC, Config) ->
             Skip
     end.
 
-end_per_testcase(_TC, Config) ->
+end_per_testcase(TC, Config) ->
+    case atom_to_list(TC) of
+        "perf" ++ _ -> perf_cleanup();
+        _ -> ok
+    end,
     case ?config(peer, Config) of
         undefined -> ok;
         Peer -> dtrace_test_lib:stop_peer(Peer)
@@ -49,45 +72,91 @@ in_peer(Config, Fun) ->
 
 %%--------------------------------------------------------------------
 
-%% All 957 probes are in the library (953 user probes, 4 file-driver
-%% probes), each with its own semaphore and OTP's argument count.
-readelf_lists_every_probe_and_semaphore(_Config) ->
-    {0, Lines} = dtrace_test_lib:run("readelf", ["-n", dtrace_test_lib:nif_path()]),
-    Notes = parse_notes(Lines),
-    Names = [N || {N, _, _} <- Notes],
-    Efile = [{"efile_drv__entry", 11}, {"efile_drv__int_entry", 3},
-             {"efile_drv__int_return", 3}, {"efile_drv__return", 6}],
-    Expected = ["user_trace__s1", "user_trace__i4s4"
-                | ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 950)]]
-        ++ [N || {N, _} <- Efile],
-    ?assertEqual(957, length(Notes)),
-    ?assertEqual(lists:sort(Expected), lists:sort(Names)),
-    Semaphores = [S || {_, S, _} <- Notes],
-    ?assertEqual([], [N || {N, 0, _} <- Notes]),
-    ?assertEqual(957, length(lists:usort(Semaphores))),
-    ?assertEqual([1], lists:usort([A || {"user_trace__s1", _, A} <- Notes])),
-    ?assertEqual([10], lists:usort([A || {"user_trace__" ++ _ = N, _, A} <- Notes,
-                                         N =/= "user_trace__s1"])),
-    ?assertEqual(lists:sort(Efile), lists:sort([{N, A} || {"efile_drv__" ++ _ = N, _, A} <- Notes])).
+%% The library's notes are the catalogue's: every probe of probes.d (957:
+%% 953 user probes, 4 file-driver probes) and no other, each with its own
+%% semaphore and exactly the argument specs the catalogue gives (sizes from
+%% the declared types, registers fixed); argument k sits in the same
+%% register in every note.
+notes_match_the_catalogue(_Config) ->
+    Catalogue = dtrace_test_lib:catalogue(),
+    Notes = [N || #{provider := <<"erlang">>} = N <- dtrace_test_lib:notes(dtrace_test_lib:nif_path())],
+    ?assertEqual(957, length(Catalogue)),
+    ?assertEqual(lists:sort([{Name, [S || {_, _, _, S} <- Args]} || {Name, Args} <- Catalogue]),
+                 lists:sort([{Name, Args} || #{name := Name, args := Args} <- Notes])),
+    Semaphores = [S || #{semaphore := S} <- Notes],
+    ?assertEqual([], [N || #{name := N, semaphore := 0} <- Notes]),
+    ?assertEqual(length(Notes), length(lists:usort(Semaphores))),
+    %% Argument k: one register (its 32-bit view for an int) in all notes.
+    Registers = lists:usort([{K, register64(Spec)} || #{args := Args} <- Notes,
+                                                      {K, Spec} <- lists:enumerate(0, Args)]),
+    ?assertEqual(lists:usort([K || {K, _} <- Registers]), [K || {K, _} <- Registers]),
+    ?assertEqual([{0, <<"rdi">>}, {1, <<"rsi">>}, {2, <<"rdx">>}, {3, <<"rcx">>}, {4, <<"r8">>},
+                  {5, <<"r9">>}, {6, <<"r10">>}, {7, <<"r11">>}, {8, <<"r12">>}, {9, <<"r13">>},
+                  {10, <<"r14">>}], Registers),
+    [?assertMatch({_, _}, lists:keyfind(K, 1, Registers)) || K <- lists:seq(0, 9)],
+    ct:log("~b notes, registers ~p", [length(Notes), Registers]).
 
-%% [{Name, SemaphoreAddress, ArgumentCount}] of the erlang provider.
-parse_notes(Lines) ->
-    parse_notes([unicode:characters_to_list(L) || L <- Lines], undefined, []).
-
-parse_notes([], _, Acc) ->
-    lists:reverse(Acc);
-parse_notes([Line | Rest], Provider, Acc) ->
-    case string:lexemes(Line, " ,") of
-        ["Provider:", P] -> parse_notes(Rest, P, Acc);
-        ["Name:", Name] when Provider =:= "erlang" ->
-            [Loc, Args | Rest1] = Rest,
-            {match, [Sem]} = re:run(Loc, "Semaphore: 0x([0-9a-f]+)",
-                                    [{capture, all_but_first, list}]),
-            ["Arguments:" | ArgSpecs] = string:lexemes(Args, " "),
-            parse_notes(Rest1, Provider,
-                        [{Name, list_to_integer(Sem, 16), length(ArgSpecs)} | Acc]);
-        _ -> parse_notes(Rest, Provider, Acc)
+%% "-8@%rdx" -> <<"rdx">>, "-4@%r10d" -> <<"r10">>, "-4@%edi" -> <<"rdi">>.
+register64(Spec) ->
+    [_, <<"%", Reg/binary>>] = binary:split(Spec, <<"@">>),
+    case Reg of
+        <<"e", R/binary>> -> <<"r", R/binary>>;
+        <<"r", D, _/binary>> when D >= $0, D =< $9 -> string:trim(Reg, trailing, "d");
+        _ -> Reg
     end.
+
+%% Every probe site lies in an executable segment whose file offset equals
+%% its virtual address, so a tracer that takes a note's address for a file
+%% offset (perf 6.1) still puts its breakpoint on the site; semaphores lie
+%% in the writable .probes section, and .stapsdt.base is there.
+layout_lets_tracers_resolve_probes(_Config) ->
+    So = dtrace_test_lib:nif_path(),
+    {0, Segments} = dtrace_test_lib:run("readelf", ["-lW", So]),
+    Loads = [{binary_to_integer(Off, 16), binary_to_integer(VA, 16), binary_to_integer(Sz, 16), Flags}
+             || L <- Segments,
+                {match, [Off, VA, Sz, Flags]} <-
+                    [re:run(L, "^\\s*LOAD\\s+0x([0-9a-f]+)\\s+0x([0-9a-f]+)\\s+0x[0-9a-f]+\\s+0x[0-9a-f]+"
+                                "\\s+0x([0-9a-f]+)\\s+([RWE ]+?)\\s+0x", [{capture, all_but_first, binary}])]],
+    {0, Sections} = dtrace_test_lib:run("readelf", ["-SW", So]),
+    {ProbesAddr, ProbesSize} = section(Sections, ".probes"),
+    {BaseAddr, _} = section(Sections, ".stapsdt.base"),
+    Notes = dtrace_test_lib:notes(So),
+    Containing = fun(Addr) -> [Seg || {_, VA, Sz, _} = Seg <- Loads, Addr >= VA, Addr < VA + Sz] end,
+    Misplaced = [{Name, Loc, Containing(Loc)}
+                 || #{name := Name, location := Loc} <- Notes,
+                    not lists:any(fun({Off, VA, _, Flags}) ->
+                                          Off =:= VA andalso binary:match(Flags, <<"E">>) =/= nomatch
+                                  end, Containing(Loc))],
+    ?assertEqual([], Misplaced),
+    ?assertEqual([], [N || #{name := N, semaphore := S} <- Notes,
+                           S < ProbesAddr orelse S + 2 > ProbesAddr + ProbesSize]),
+    ?assertEqual([], [N || #{name := N, base := B} <- Notes, B =/= BaseAddr]),
+    ct:log("LOAD segments ~p~n.probes ~.16b+~b", [Loads, ProbesAddr, ProbesSize]).
+
+section(Sections, Name) ->
+    case [{binary_to_integer(A, 16), binary_to_integer(S, 16)}
+          || L <- Sections,
+             {match, [A, S]} <- [re:run(L, "\\s" ++ re_escape(Name) ++
+                                            "\\s+\\S+\\s+([0-9a-f]+)\\s+[0-9a-f]+\\s+([0-9a-f]+)\\s",
+                                        [{capture, all_but_first, binary}])]] of
+        [Found] -> Found;
+        Other -> ct:fail("section ~s: ~p", [Name, Other])
+    end.
+
+re_escape(S) ->
+    lists:append([case C of $. -> "\\."; _ -> [C] end || C <- S]).
+
+%% bpftrace 0.17 and gdb print only the low 32 bits of an int64 with %d:
+%% the shipped scripts use %ld.
+shipped_scripts_print_int64_in_full(_Config) ->
+    Scripts = filelib:wildcard(filename:join(code:priv_dir(dtrace), "*.{bt,gdb}")),
+    ?assert(length(Scripts) >= 4),
+    Found = [{filename:basename(F), Line}
+             || F <- Scripts,
+                {ok, Text} <- [file:read_file(F)],
+                Line <- binary:split(Text, <<"\n">>, [global]),
+                re:run(Line, "%[-0-9]*d") =/= nomatch],
+    ?assertEqual([], Found).
 
 %% Returns flip to true while bpftrace listens and back to false after it
 %% leaves; pid, tag and i1..i4 arrive (bpftrace 0.17 reads arg0..arg5).
@@ -197,3 +266,193 @@ gdb_reads_all_ten_arguments(Config) ->
                 ["EVENT i4s4 pid=", Pid, " tag=gdb-tag ints=1,2,3,4 s1= s2= s3=NULL s4=NULL"],
                 ["EVENT n0 pid=", Pid, " tag=NULL ints=0,0,0,0 s1=n-zero s2=NULL s3=NULL s4=NULL"]],
     ?assertEqual([iolist_to_binary(E) || E <- Expected], Events).
+
+%% Through priv/dtrace-bpftrace, a bpftrace that reads arg0..arg5 only
+%% (Debian 12's 0.17) reads every argument: the ten of user_trace__i4s4
+%% and of a numbered probe, the eleven of efile_drv__entry. Strings,
+%% NULLs and 64-bit integers arrive. (On a bpftrace of 0.24 or later the
+%% wrapper changes nothing, and the same program reads them natively.)
+dtrace_bpftrace_reads_every_argument(Config) ->
+    Print10 = "printf(\"%s %s %s %ld %ld %ld %ld %s %s %s %s\\n\", $KIND, str(arg0), str(arg1), "
+              "arg2, arg3, arg4, arg5, str(arg6), str(arg7), str(arg8), str(arg9));",
+    Program = "
+        usdt:$SO:erlang:user_trace__i4s4 {
+            if (arg2 == 0) { printf(\"SEEN i4s4\\n\"); } else { " ++
+        string:replace(Print10, "$KIND", "\"I4S4\"") ++ " }
+        }
+        usdt:$SO:erlang:user_trace__n950 {
+            if (arg2 == 0) { printf(\"SEEN n950\\n\"); } else { " ++
+        string:replace(Print10, "$KIND", "\"N950\"") ++ " }
+        }
+        usdt:$SO:erlang:efile_drv__entry {
+            if (arg3 == 0) { printf(\"SEEN efile\\n\"); } else {
+                printf(\"ENTRY %ld %ld %s %ld %s %s %ld %ld %ld %ld %s\\n\", arg0, arg1, str(arg2),
+                       arg3, str(arg4), str(arg5), arg6, arg7, arg8, arg9, str(arg10));
+            }
+        }",
+    Max = 9223372036854775807,
+    {{Pid, Results}, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          dtrace_bpftrace, ?config(peer, Config), Program,
+          fun() ->
+                  dtrace:p(0), dtrace:pn(950, 0),
+                  dtrace:efile_entry(1, 0, "x", "y", 0, 0, 0, 0, undefined, undefined)
+          end,
+          [<<"SEEN i4s4">>, <<"SEEN n950">>, <<"SEEN efile">>],
+          fun() ->
+                  dtrace:put_tag(<<"wrapped">>),
+                  R = [dtrace:p(1, -2, Max, -Max - 1, "s-one", <<"s-two">>, ["s-", <<"three">>], "s-four"),
+                       dtrace:pn(950, 5, 6, 7, 8, "a", "b", undef, "d")],
+                  Op = dtrace:efile_entry(3, 12, "old-name", "new-name", 11, -12, Max, 14,
+                                          <<"file-tag">>, self()),
+                  dtrace:put_tag(undefined),
+                  {pid_to_list(self()), R ++ [is_integer(Op)]}
+          end),
+    ?assertEqual([true, true, true], Results),
+    ?assertEqual([iolist_to_binary(["I4S4 ", Pid, " wrapped 1 -2 9223372036854775807 "
+                                    "-9223372036854775808 s-one s-two s-three s-four"])],
+                 [L || <<"I4S4 ", _/binary>> = L <- Lines]),
+    ?assertEqual([iolist_to_binary(["N950 ", Pid, " wrapped 5 6 7 8 a b  d"])],
+                 [L || <<"N950 ", _/binary>> = L <- Lines]),
+    ?assertMatch([<<"ENTRY 3 ", _/binary>>], [L || <<"ENTRY ", _/binary>> = L <- Lines]),
+    [<<"ENTRY 3 ", Rest/binary>>] = [L || <<"ENTRY ", _/binary>> = L <- Lines],
+    ?assertMatch([_OpTag, <<"file-tag">>, <<"12">>, <<"old-name">>, <<"new-name">>, <<"11">>,
+                  <<"-12">>, <<"9223372036854775807">>, <<"14">>, _], binary:split(Rest, <<" ">>, [global])),
+    ?assertEqual(iolist_to_binary(Pid), lists:last(binary:split(Rest, <<" ">>, [global]))).
+
+%% priv/user-probe.bt, run through priv/dtrace-bpftrace, prints what OTP's
+%% user-probe.d prints, s1..s4 included.
+user_probe_bt_prints_otps_format(Config) ->
+    Script = filename:join(code:priv_dir(dtrace), "user-probe.bt"),
+    {{Pid, Results}, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          dtrace_bpftrace, ?config(peer, Config), {file, Script},
+          fun() -> dtrace:p("ready") end,
+          [{contains, <<"'ready'">>}],
+          fun() ->
+                  dtrace:put_tag("GGOOOAAALL!!!!!"),
+                  R = dtrace:p(7, 8, 9, "one", "four"),
+                  dtrace:put_tag(undefined),
+                  {pid_to_list(self()), [R, dtrace:p(-1, 1 bsl 40, <<"b">>, "c", "d", "e")]}
+          end),
+    ?assertEqual([true, true], Results),
+    Events = [L || L <- Lines, binary:match(L, <<"'ready'">>) =:= nomatch,
+                   binary:match(L, list_to_binary(Pid)) =/= nomatch],
+    ?assertEqual([iolist_to_binary([Pid, " GGOOOAAALL!!!!! 7 8 9 0 'one' 'four' '' ''"]),
+                  iolist_to_binary([Pid, "  -1 1099511627776 0 0 'b' 'c' 'd' 'e'"])], Events).
+
+%% perf (Debian's 6.1) places its uprobes on the sites and raises the
+%% semaphores: perf stat counts exactly as many events as there were true
+%% returns, from 4 processes. A ready probe (user_trace__n6) shows when
+%% perf counts; the workload fires user_trace__n5.
+perf_counts_every_true(Config) ->
+    So = dtrace_test_lib:nif_path(),
+    perf_add_probes(So, ["user_trace__n5", "user_trace__n6"]),
+    Peer = ?config(peer, Config),
+    Port = open_port({spawn_executable, os:find_executable("perf")},
+                     [{args, ["stat", "-I", "100", "-x", ",", "-e", "sdt_erlang:user_trace__n6",
+                              "-e", "sdt_erlang:user_trace__n5", "-p", ?config(os_pid, Config)]},
+                      {line, 4096}, stderr_to_stdout, exit_status, binary]),
+    ok = peer:call(Peer, dtrace_test_lib, start_ready_loop, [fun() -> dtrace:pn(6) end]),
+    Seen = perf_wait_count(Port, <<"sdt_erlang:user_trace__n6">>, []),
+    Trues = peer:call(Peer, dtrace_test_lib, stop_ready_loop_and_run,
+                      [fun() ->
+                               Self = self(),
+                               Ws = [spawn_link(fun() ->
+                                                        Self ! {self(), dtrace_test_lib:count_trues(
+                                                                          fun(I) -> dtrace:pn(5, I) end, 10000)}
+                                                end) || _ <- lists:seq(1, 4)],
+                               lists:sum([receive {W, N} -> N end || W <- Ws])
+                       end], 120000),
+    timer:sleep(300),
+    {os_pid, PerfPid} = erlang:port_info(Port, os_pid),
+    _ = os:cmd("kill -INT " ++ integer_to_list(PerfPid)),
+    Lines = Seen ++ perf_collect(Port, []),
+    Counted = lists:sum([binary_to_integer(N) || L <- Lines,
+                                                 [_, N, _, <<"sdt_erlang:user_trace__n5">> | _] <-
+                                                     [binary:split(string:trim(L), <<",">>, [global])],
+                                                 N =/= <<"<not counted>">>]),
+    ?assertEqual(40000, Trues),
+    ?assertEqual(Trues, Counted).
+
+%% perf record + perf script show the arguments: the integers of the SDT
+%% event as they were passed (64 bits, signed), and, through a tracefs
+%% event at the same site and semaphore with string fetch arguments (the
+%% README's recipe), the strings.
+perf_shows_the_arguments(Config) ->
+    So = dtrace_test_lib:nif_path(),
+    perf_add_probes(So, ["user_trace__n7"]),
+    %% The README's recipe: the site and semaphore perf found, with
+    %% string-typed fetch arguments.
+    {ok, Events} = file:read_file("/sys/kernel/tracing/uprobe_events"),
+    {match, [Where]} = re:run(Events, "sdt_erlang/user_trace__n7 (\\S+)", [{capture, all_but_first, binary}]),
+    Def = ["p:dtrace_erlang/n7 ", Where, " pid=+0(%di):string tag=+0(%si):string i1=%dx:s64"
+           " s1=+0(%r10):string s4=+0(%r13):string\n"],
+    ok = file:write_file("/sys/kernel/tracing/uprobe_events", Def, [append]),
+    Data = filename:join(?config(priv_dir, Config), "perf.data"),
+    Port = open_port({spawn_executable, os:find_executable("perf")},
+                     [{args, ["record", "-o", Data, "-e", "sdt_erlang:user_trace__n7",
+                              "-e", "dtrace_erlang:n7", "-p", ?config(os_pid, Config)]},
+                      {line, 4096}, stderr_to_stdout, exit_status, binary]),
+    Pid = in_peer(Config,
+                  fun() ->
+                          1 = dtrace_test_lib:fire_until_true(fun() -> dtrace:is_enabled(7) end),
+                          %% perf enables its events a moment after raising
+                          %% the semaphores; no line tells when.
+                          timer:sleep(1000),
+                          dtrace:put_tag(<<"perf-tag">>),
+                          true = dtrace:pn(7, 9223372036854775807, -5, 6, 7, "s-one", "b", "c", "s-four"),
+                          dtrace:put_tag(undefined),
+                          pid_to_list(self())
+                  end),
+    timer:sleep(300),
+    {os_pid, PerfPid} = erlang:port_info(Port, os_pid),
+    _ = os:cmd("kill -INT " ++ integer_to_list(PerfPid)),
+    _ = perf_collect(Port, []),
+    {0, Script} = dtrace_test_lib:run("perf", ["script", "-i", Data]),
+    ct:log("perf script: ~p", [Script]),
+    [Sdt] = [L || L <- Script, binary:match(L, <<"sdt_erlang:user_trace__n7:">>) =/= nomatch],
+    ?assertMatch({match, _}, re:run(Sdt, " arg3=9223372036854775807 arg4=-5 arg5=6 arg6=7 ")),
+    [Strings] = [L || L <- Script, binary:match(L, <<"dtrace_erlang:n7:">>) =/= nomatch],
+    ?assertMatch({match, _}, re:run(Strings, iolist_to_binary(
+                                               [" pid=\"", Pid, "\" tag=\"perf-tag\" i1=9223372036854775807"
+                                                " s1=\"s-one\" s4=\"s-four\""]))).
+
+%% Registers the SDT events of Probes with perf (perf buildid-cache, perf
+%% probe), after removing any left by an earlier run.
+perf_add_probes(So, Probes) ->
+    perf_cleanup(),
+    {0, _} = dtrace_test_lib:run("perf", ["buildid-cache", "--add", So]),
+    [{0, _} = dtrace_test_lib:run("perf", ["probe", "-x", So, "sdt_erlang:" ++ P]) || P <- Probes],
+    ok.
+
+%% Removes the events perf_add_probes/2 and the recipe made.
+perf_cleanup() ->
+    _ = dtrace_test_lib:run("perf", ["probe", "-d", "sdt_erlang:*"]),
+    _ = file:write_file("/sys/kernel/tracing/uprobe_events", "-:dtrace_erlang/n7\n", [append]),
+    ok.
+
+%% perf stat -I lines until one shows a count for Event; returns them.
+perf_wait_count(Port, Event, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} ->
+            case binary:split(string:trim(Line), <<",">>, [global]) of
+                [_, N, _, Event | _] when N =/= <<"0">>, N =/= <<"<not counted>">> ->
+                    lists:reverse([Line | Acc]);
+                _ ->
+                    perf_wait_count(Port, Event, [Line | Acc])
+            end;
+        {Port, {exit_status, S}} ->
+            ct:fail("perf exited (~p): ~p", [S, lists:reverse(Acc)])
+    after 60000 ->
+            ct:fail("perf counted no ~s: ~p", [Event, lists:reverse(Acc)])
+    end.
+
+perf_collect(Port, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} -> perf_collect(Port, [Line | Acc]);
+        {Port, {data, {noeol, Line}}} -> perf_collect(Port, [Line | Acc]);
+        {Port, {exit_status, _}} -> lists:reverse(Acc)
+    after 60000 ->
+            ct:fail("perf did not stop: ~p", [lists:reverse(Acc)])
+    end.
