@@ -5,7 +5,7 @@ REBAR3 ?= rebar3
 CARGO  ?= cargo
 MIX    ?= mix
 
-.PHONY: all deps build nif test demo bench soak clean
+.PHONY: all deps build nif test demo bench soak clean readme-probes check-aarch64
 
 all: build
 
@@ -22,7 +22,7 @@ test: deps
 	@scripts/tracefs.sh
 	$(CARGO) test --release
 	$(CARGO) clippy --release --all-targets -- -D warnings
-	$(CARGO) clippy --release --all-targets --features test-panic -- -D warnings
+	$(CARGO) clippy --release --all-targets --features test-hooks -- -D warnings
 	MIX_ENV=test $(MIX) test
 	$(REBAR3) edoc
 	$(REBAR3) dialyzer
@@ -42,6 +42,16 @@ soak: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh test/soak.sh
+
+# After a change to native/dtrace_nif/probes.d: rewrite the README's probe
+# and register tables from the catalogue (cargo test checks they match).
+readme-probes:
+	$(CARGO) run --quiet --release -p dtrace_catalogue -- readme README.md
+
+# Builds the NIF for aarch64 Linux and checks its notes (needs the rustup
+# target aarch64-unknown-linux-gnu and Debian's gcc-aarch64-linux-gnu).
+check-aarch64:
+	sh scripts/check-aarch64.sh
 
 clean:
 	$(REBAR3) clean
