@@ -23,6 +23,7 @@ test: deps
 	$(CARGO) test --release
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) clippy --release --all-targets --features test-hooks -- -D warnings
+	$(CARGO) clippy --release --all-targets --features sites-only -- -D warnings
 	MIX_ENV=test $(MIX) test
 	$(REBAR3) edoc
 	$(REBAR3) dialyzer

@@ -4,7 +4,7 @@
 # writes BENCHMARKS.md. Exits non-zero if a budget is missed.
 set -eu
 cd "$(dirname "$0")/.."
-cargo build --release --quiet --example bare_probe
+cargo build --release --quiet --example bare_probe --features sites-only
 target=${CARGO_TARGET_DIR:-target}
 bare=$(cd "$target/release/examples" && pwd)/bare_probe
 work=$(mktemp -d)

@@ -22,12 +22,12 @@
 %%% Now, as root, attach a tracer to the node's OS process with the script
 %%% shipped in `priv/' (see the README for more tracers):
 %%% ```
-%%% # bpftrace -p 5821 priv/user-probe.bt
+%%% # priv/dtrace-bpftrace -p 5821 priv/user-probe.bt
 %%% Attaching 1 probe...
-%%% <0.9.0> req-42 7 8 0 0
+%%% <0.9.0> req-42 7 8 0 0 'one' 'four' '' ''
 %%% '''
-%%% The same call now returns `true', and the tracer prints pid, tag and
-%%% i1..i4 (output of a real session). The count of `true' returns is the
+%%% The same call now returns `true', and the tracer prints pid, tag,
+%%% i1..i4 and s1..s4. The count of `true' returns is the
 %%% count of events the tracer received. Check for a listener before
 %%% computing costly arguments with {@link is_enabled/0}.
 %%%
@@ -38,9 +38,11 @@
 %%%   reading an iolist as soon as it knows it is too long, after 4096
 %%%   terms, or below 256 levels of nesting.</li>
 %%% <li>Integers are signed 64-bit; a bignum reaches the tracer as 0.</li>
-%%% <li>bpftrace older than 0.24 reads USDT arguments `arg0'..`arg5' only:
-%%%   for `user_trace__i4s4' that is pid, tag and i1..i4, not s1..s4. gdb
-%%%   reads all ten.</li>
+%%% <li>bpftrace older than 0.24 (what distributions ship) reads USDT
+%%%   arguments `arg0'..`arg5' only: for `user_trace__i4s4' that is pid, tag
+%%%   and i1..i4. Run it through `priv/dtrace-bpftrace', which reads s1..s4
+%%%   from their fixed registers; gdb, perf and newer bpftrace read all
+%%%   ten.</li>
 %%% <li>Tags are per process, kept in the process dictionary
 %%%   (key <code>'$dtrace_tag'</code>); spread tags travel in the
 %%%   sequential-trace token (see {@link spread_tag/1}).</li>

@@ -47,10 +47,6 @@ fn main() {
     if sdt.is_some() {
         println!("cargo:rustc-cfg=dtrace_sdt");
         println!("cargo:rustc-cdylib-link-arg=-Wl,-z,separate-code");
-        // examples/bare_probe links the library's rlib for its probe site;
-        // the NIFs in it reference the VM's enif_* functions, which it
-        // never calls and a native program does not have.
-        println!("cargo:rustc-link-arg-examples=-Wl,--unresolved-symbols=ignore-all");
     } else if os == "linux" {
         println!("cargo:warning=dtrace_nif: no fixed probe registers for {arch}: built without probes");
     }

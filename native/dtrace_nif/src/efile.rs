@@ -41,9 +41,10 @@ impl EfileOp {
     }
 }
 
-/// The NIFs. Left out of unit-test builds, which never call into the VM
-/// (its `enif_*` functions exist only once the VM loads the library).
-#[cfg(not(test))]
+/// The NIFs. Left out of unit-test and `sites-only` builds, which never
+/// call into the VM (its `enif_*` functions exist only once the VM loads
+/// the library).
+#[cfg(not(any(test, feature = "sites-only")))]
 mod nifs {
     use std::sync::OnceLock;
 

@@ -13,6 +13,8 @@
 //! reads) and calls `file:F` directly, or brackets it with the NIFs of
 //! `efile.rs`, which fire OTP's `efile_drv__*` probes.
 #![deny(clippy::undocumented_unsafe_blocks)]
+// Without the NIFs, most sites have no caller.
+#![cfg_attr(feature = "sites-only", allow(dead_code))]
 
 pub mod args;
 mod atoms;
@@ -21,19 +23,20 @@ pub mod probes;
 
 // The probe families: each registers its own NIFs and load step. Their
 // NIFs (and the shared plumbing in nif.rs) are left out of unit-test
-// builds: they reference the VM's enif_* functions, which only exist once
-// the VM loads the library, and the unit tests never call into the VM.
+// builds and of the `sites-only` feature: they reference the VM's enif_*
+// functions, which only exist once the VM loads the library; the unit
+// tests and native programs never call into the VM.
 pub mod efile;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "sites-only")))]
 mod nif;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "sites-only")))]
 mod user;
 
 // `nif_init`: rustler's entry plus an `upgrade` callback (see entry.rs).
-#[cfg(not(any(test, windows)))]
+#[cfg(not(any(test, windows, feature = "sites-only")))]
 mod entry;
 // On Windows the VM passes its function table to `nif_init`; rustler's own
 // entry does that (without `upgrade`: reloading module dtrace there needs a
 // purge first).
-#[cfg(all(windows, not(test)))]
+#[cfg(all(windows, not(any(test, feature = "sites-only"))))]
 rustler::init!("dtrace", load = nif::load);
