@@ -15,6 +15,29 @@
          pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
 -export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1]).
 -export([user_trace_i4s4/9]).
+%% erl_tracer callbacks: {tracer, dyntrace, []} fires dtrace's VM probes.
+-export([enabled/3, trace/5]).
+
+-on_load(on_load/0).
+-nifs([enabled/3, trace/5]).
+
+%% Loads priv/compat/dyntrace_nif.so, whose NIFs are dtrace_nif.so's
+%% erl_tracer callbacks. Without it (module dtrace not loaded), the stubs
+%% answer `remove', as OTP's dyntrace does on a VM without LTTng.
+on_load() ->
+    Path = filename:join([code:priv_dir(dtrace), "compat", "dyntrace_nif"]),
+    _ = code:ensure_loaded(dtrace),
+    case erlang:load_nif(Path, 0) of
+        ok -> ok;
+        {error, {reload, _}} -> ok;
+        {error, {Reason, Text}} ->
+            logger:info("dtrace: {tracer, dyntrace, []} fires nothing: ~ts: ~p: ~ts",
+                        [Path, Reason, Text]),
+            ok
+    end.
+
+enabled(_TraceTag, _TracerState, _Tracee) -> remove.
+trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) -> ok.
 
 available() -> dtrace:available().
 user_trace_s1(Message) -> dtrace:user_trace_s1(Message).

@@ -2,7 +2,8 @@
 # Builds the NIF with cargo and installs it as priv/dtrace_nif.so, with the
 # probe catalogue build.rs generated as priv/dtrace_probes.json, and
 # compiles the dyntrace compatibility module to priv/compat/dyntrace.beam
-# (kept out of ebin: see src/dtrace_compat.erl).
+# with its NIF library priv/compat/dyntrace_nif.so (kept out of ebin: see
+# src/dtrace_compat.erl).
 # Used by rebar3 (pre_hooks), mix (the compiler in mix.exs) and make, so a
 # project that depends on dtrace needs only cargo, not rustler's hex package.
 #   native/build-nif.sh [release|debug]     (default: release)
@@ -16,7 +17,7 @@ command -v cargo >/dev/null 2>&1 || {
 flag=; [ "$profile" = release ] && flag=--release
 # The JSON messages name build.rs's output directory, where the catalogue is.
 messages=$(cargo build $flag --quiet --message-format=json-render-diagnostics \
-    --manifest-path "$here/Cargo.toml" -p dtrace_nif)
+    --manifest-path "$here/Cargo.toml" -p dtrace_nif -p dyntrace_nif)
 out_dir=$(printf '%s\n' "$messages" | grep '"reason":"build-script-executed"' | grep 'dtrace_nif' |
     sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -1)
 target=${CARGO_TARGET_DIR:-$here/target}
@@ -34,6 +35,9 @@ for lib in libdtrace_nif.so libdtrace_nif.dylib; do
         # library mapped keeps a consistent file.
         cp "$target/$profile/$lib" "$here/priv/.dtrace_nif.so.tmp"
         mv -f "$here/priv/.dtrace_nif.so.tmp" "$here/priv/dtrace_nif.so"
+        compat=$target/$profile/$(echo "$lib" | sed 's/dtrace_nif/dyntrace_nif/')
+        cp "$compat" "$here/priv/compat/.dyntrace_nif.so.tmp"
+        mv -f "$here/priv/compat/.dyntrace_nif.so.tmp" "$here/priv/compat/dyntrace_nif.so"
         exit 0
     fi
 done

@@ -62,10 +62,15 @@
 -export([user_trace_i4s4/9]).
 %% For dtrace_file: the file I/O probes.
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
+%% The VM's own probes.
+-export([vm_probes/0, vm_probes/1, function_probes/1]).
+%% The erl_tracer callbacks ({tracer, dtrace, State}), and for dtrace_vm.
+-export([enabled/3, trace/5, vm_listening/0, vm_call_probes/2]).
 
 -on_load(on_load/0).
 -nifs([available/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
-       user_trace_n/10, efile_enabled/0, efile_entry/10, efile_return/6]).
+       user_trace_n/10, efile_enabled/0, efile_entry/10, efile_return/6,
+       enabled/3, trace/5, vm_listening/0, vm_call_probes/2]).
 
 -define(TAG_KEY, '$dtrace_tag').
 
@@ -244,6 +249,104 @@ efile_entry(_ThreadId, _Command, _S1, _S2, _I1, _I2, _I3, _I4, _UserTag, _Device
 %% when `Success' is false.
 -spec efile_return(integer(), integer(), integer(), iolist_maybe(), boolean(), term()) -> ok.
 efile_return(_ThreadId, _Tag, _Command, _UserTag, _Success, _Reason) ->
+    nif_stub(ok).
+
+%%%===================================================================
+%%% The VM's own probes
+%%%===================================================================
+
+%% @doc The status of the VM probes (`process__spawn', `message__send',
+%% ...; see the README's probe table and {@link dtrace_vm}): a map with
+%% <ul>
+%% <li>`mode': `auto' (trace flags follow the tracers) or `manual';</li>
+%% <li>`poll_ms': how often the semaphores are read, in milliseconds;</li>
+%% <li>`listening': the note names (binaries) of every probe of the library
+%%   a tracer listens on now;</li>
+%% <li>`wanted_flags' and `flags': `#{processes => [Flag], ports => [Flag]}',
+%%   the trace flags those tracers need, and the ones set now;</li>
+%% <li>`new_processes': `ours' (new processes get the flags), `free' (no
+%%   flags wanted) or `{taken, Tracer}' (another tracer is the default
+%%   tracer of new processes: they are left to it);</li>
+%% <li>`traced': processes traced by the automatic mode now; `skipped':
+%%   processes another tracer (dbg, recon, ...) traces, left alone;</li>
+%% <li>`function_patterns': what {@link function_probes/1} was given, and
+%%   `function_patterns_set': whether their call-trace patterns are set
+%%   now.</li>
+%% </ul>
+%% Returns `{error, not_started}' when the `dtrace' application is not
+%% running (automatic mode lives in it). Counting the traced processes
+%% reads every process's tracer: a call costs about a microsecond per
+%% process.
+-spec vm_probes() -> map() | {error, not_started}.
+vm_probes() ->
+    vm_call(fun dtrace_vm:status/0).
+
+%% @doc Switches automatic mode on (`auto') or off (`manual'). In manual
+%% mode dtrace sets no trace flag (the ones it set are removed); trace
+%% processes yourself with the tracer `{tracer, dtrace, []}', as OTP's
+%% LTTng build documents for `dyntrace':
+%% ```
+%% erlang:trace(Pid, true, [procs, {tracer, dtrace, []}])
+%% '''
+%% and the VM probes fire for those processes while a tracer listens.
+%% Function probes follow {@link function_probes/1} in both modes. The
+%% application environment `{dtrace, [{vm_probes, manual}]}' starts in
+%% manual mode. Returns `ok', or `{error, not_started}'; raises `badarg'
+%% for any other `Mode'.
+-spec vm_probes(Mode) -> ok | {error, not_started} when Mode :: auto | manual.
+vm_probes(Mode) when Mode =:= auto; Mode =:= manual ->
+    vm_call(fun() -> dtrace_vm:set_mode(Mode) end);
+vm_probes(Other) ->
+    erlang:error(badarg, [Other]).
+
+%% @doc Sets the functions whose calls and returns fire the function
+%% probes, replacing the previous set; `[]' clears it. Each pattern is
+%% `{Module, Function, Arity}' (`Function' and `Arity' may be the atom
+%% `_', as in `erlang:trace_pattern/3'): calls of it from other modules
+%% fire `global__function__entry'; or `{Module, Function, Arity, local}':
+%% every call fires `local__function__entry' (erl_tracer does not say
+%% whether a call was local). Returns and exceptions fire
+%% `function__return'; a BIF fires `bif__entry' and `bif__return'.
+%%
+%% The call-trace patterns (`erlang:trace_pattern/3', with an
+%% `exception_trace' match spec) are set only while a tracer listens to a
+%% function probe, and removed when it leaves; the modules must be loaded
+%% then. Trace patterns are shared by every tracer of the node: a pattern
+%% set here replaces one an operator set on the same function. A module
+%% `_' (every function of the node) is refused.
+%%
+%% Returns `ok', `{error, {bad_pattern, P}}', `{error, {all_modules, P}}',
+%% `{error, {not_a_list, Patterns}}' or `{error, not_started}'.
+-spec function_probes(Patterns) -> ok | {error, term()} when
+      Patterns :: [{module(), atom(), arity() | '_'} | {module(), atom(), arity() | '_', global | local}].
+function_probes(Patterns) ->
+    vm_call(fun() -> dtrace_vm:function_probes(Patterns) end).
+
+vm_call(Fun) ->
+    case whereis(dtrace_vm) of
+        undefined -> {error, not_started};
+        _ -> Fun()
+    end.
+
+%% @private erl_tracer: is anybody listening to the probes this event
+%% feeds? `trace' or `discard'.
+-spec enabled(atom(), term(), pid() | port() | undefined) -> trace | discard | remove.
+enabled(_TraceTag, _TracerState, _Tracee) ->
+    nif_stub(remove).
+
+%% @private erl_tracer: fires the probes this event feeds.
+-spec trace(atom(), term(), pid() | port(), term(), map()) -> ok.
+trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) ->
+    nif_stub(ok).
+
+%% @private For dtrace_vm: `{ProcessFlags, PortFlags, ProbeNames}'.
+-spec vm_listening() -> {[atom()], [atom()], [binary()]}.
+vm_listening() ->
+    nif_stub({[], [], []}).
+
+%% @private For dtrace_vm: which calls fire which function probes.
+-spec vm_call_probes([tuple()], [mfa()]) -> ok.
+vm_call_probes(_Patterns, _Bifs) ->
     nif_stub(ok).
 
 %% What a NIF stub returns when the library is not loaded: Default, the

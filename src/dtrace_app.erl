@@ -1,8 +1,8 @@
-%%% @doc The dtrace application: nothing runs in it but, on a VM built
-%%% without dynamic trace, the `dyntrace' compatibility layer, installed at
-%%% start and removed at stop (see {@link dtrace_compat}). The probes work
-%%% whether or not the application is started: `dtrace:p/N' only needs the
-%%% module.
+%%% @doc The dtrace application: the VM probes' automatic mode ({@link
+%%% dtrace_vm}) and, on a VM built without dynamic trace, the `dyntrace'
+%%% compatibility layer, installed at start and removed at stop (see
+%%% {@link dtrace_compat}). The user and file probes work whether or not
+%%% the application is started: `dtrace:p/N' only needs the module.
 %%% @end
 -module(dtrace_app).
 -behaviour(application).
@@ -22,4 +22,6 @@ stop(_State) ->
 
 %% @private
 init([]) ->
-    {ok, {#{strategy => one_for_one, intensity => 1, period => 5}, []}}.
+    Vm = #{id => dtrace_vm, start => {dtrace_vm, start_link, []},
+           restart => permanent, shutdown => 5000, type => worker},
+    {ok, {#{strategy => one_for_one, intensity => 5, period => 10}, [Vm]}}.

@@ -75,12 +75,17 @@ uninstall() ->
         false ->
             not_installed;
         true ->
+            %% Ours is deleted and purged before OTP's is loaded: OTP's
+            %% dyntrace loads its own NIF library in its on_load, which the
+            %% VM refuses while old code of the module holds ours (OTP's
+            %% library has no upgrade callback).
+            _ = code:soft_purge(dyntrace),
+            _ = code:delete(dyntrace),
             _ = code:soft_purge(dyntrace),
             _ = case code:where_is_file("dyntrace.beam") of
-                    non_existing -> code:delete(dyntrace);
+                    non_existing -> ok;
                     File -> code:load_abs(filename:rootname(File))
                 end,
-            _ = code:soft_purge(dyntrace),
             removed
     end.
 

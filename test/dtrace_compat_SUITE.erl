@@ -11,12 +11,20 @@
          start_installs_and_logs_once/1,
          stop_puts_otps_dyntrace_back/1,
          opt_out/1,
-         calls_reach_dtrace/1]).
+         calls_reach_dtrace/1,
+         dyntrace_is_a_tracer/1]).
 
 all() ->
     [no_dyntrace_in_the_application, start_installs_and_logs_once,
-     stop_puts_otps_dyntrace_back, opt_out, calls_reach_dtrace].
+     stop_puts_otps_dyntrace_back, opt_out, calls_reach_dtrace, dyntrace_is_a_tracer].
 
+init_per_testcase(dyntrace_is_a_tracer, Config) ->
+    case dtrace_test_lib:require_tracer(bpftrace) of
+        ok ->
+            Peer = dtrace_test_lib:start_peer(),
+            [{peer, Peer} | Config];
+        Skip -> Skip
+    end;
 init_per_testcase(_TC, Config) ->
     Peer = dtrace_test_lib:start_peer(),
     none = peer:call(Peer, erlang, system_info, [dynamic_trace]),
@@ -105,3 +113,34 @@ calls_reach_dtrace(Config) ->
                      end),
     ?assertEqual({<<"via-dyntrace">>, <<"via-dyntrace">>, <<"via-dyntrace">>,
                   {0, <<"via-dyntrace">>}, true, error, badarg, false, false, false}, Result).
+
+%% OTP documents {tracer, dyntrace, []} for its LTTng build; with the
+%% compatibility layer, erlang:trace/3 accepts it on a stock VM (as stock
+%% OTP's dyntrace does), and it fires dtrace's VM probes for the processes
+%% traced with it: here the automatic mode is off, so only those.
+dyntrace_is_a_tracer(Config) ->
+    %% Automatic mode off: while it traces a process, no other tracer can
+    %% (OTP 25 allows one tracer per process).
+    ok = call(Config, application, load, [dtrace]),
+    ok = call(Config, application, set_env, [dtrace, vm_probes, manual]),
+    ok = call(Config, application, start, [dtrace]),
+    true = call(Config, dtrace_compat, installed, []),
+    Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
+    {{Traced, Tracer, Child}, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program, fun() -> ok end, [],
+          fun() ->
+                  timer:sleep(300),
+                  Self = self(),
+                  P = spawn(fun() -> receive go -> Self ! {child, spawn(fun() -> ok end)} end end),
+                  N = erlang:trace(P, true, [{tracer, dyntrace, []}, procs]),
+                  T = erlang:trace_info(P, tracer),
+                  P ! go,
+                  C = receive {child, C0} -> C0 end,
+                  timer:sleep(100),
+                  {N, T, pid_to_list(C)}
+          end),
+    ?assertEqual(1, Traced),
+    ?assertEqual({tracer, {dyntrace, []}}, Tracer),
+    ?assertEqual([iolist_to_binary(["SPAWN ", Child, " erlang:apply/2"])],
+                 [L || <<"SPAWN ", _/binary>> = L <- Lines]).

@@ -87,6 +87,18 @@ documented(spread_tag, [B], {ok, {Flags, Tag}}) ->
 documented(spread_tag, [B], {error, badarg, _}) -> not is_boolean(B);
 documented(restore_tag, [State], {ok, true}) -> tag_state(State);
 documented(restore_tag, [State], {error, badarg, _}) -> not tag_state(State);
+%% The VM probes' API: the application does not run where the property
+%% runs, so automatic mode answers not_started.
+documented(vm_probes, [], {ok, R}) -> is_map(R) orelse R =:= {error, not_started};
+documented(vm_probes, [M], {ok, R}) -> (M =:= auto orelse M =:= manual) andalso
+                                           (R =:= ok orelse R =:= {error, not_started});
+documented(vm_probes, [M], {error, badarg, _}) -> not (M =:= auto orelse M =:= manual);
+documented(function_probes, [_], {ok, R}) -> R =:= ok orelse (is_tuple(R) andalso element(1, R) =:= error);
+%% The erl_tracer callbacks, called by hand with any terms.
+documented(enabled, [_, _, _], {ok, R}) -> R =:= trace orelse R =:= discard;
+documented(trace, [_, _, _, _, _], {ok, R}) -> R =:= ok;
+documented(vm_listening, [], {ok, {P, O, L}}) -> is_list(P) andalso is_list(O) andalso is_list(L);
+documented(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
 %% The internal NIFs behind dtrace_file.
 documented(efile_enabled, [], {ok, B}) -> is_boolean(B);
 documented(efile_entry, _, {ok, Tag}) -> is_integer(Tag) andalso Tag >= 0;
@@ -150,7 +162,13 @@ any_term(S) ->
 
 known_atom() ->
     oneof([a, undef, undefined, true, false, nil, ok, error, badarg, '', 'with space',
-           '\x{444}\x{443}', 'dtrace']).
+           '\x{444}\x{443}', 'dtrace',
+           %% erl_tracer's tags and keys, so that the VM probes' callbacks
+           %% get past their dispatch
+           spawn, exit, link, getting_unlinked, register, open, closed, in, out, out_exited,
+           send, send_to_non_existing_process, 'receive', call, return_from, exception_from,
+           gc_minor_start, gc_major_end, trace_status, extra, wordsize, erlang, hibernate,
+           command, close, global, local, '_']).
 
 large_integer() ->
     oneof([integer(-1 bsl 70, -1 bsl 63), integer(1 bsl 63 - 2, 1 bsl 63 + 2),

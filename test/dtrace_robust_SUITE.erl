@@ -11,6 +11,7 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
+-export([vm_probes_listened/0]).
 -export([any_term_disabled/1, any_term_enabled/1,
          huge_and_deep_iolists_cost_little/1,
          tracer_churn_under_load/1,
@@ -76,18 +77,15 @@ any_term_disabled(Config) ->
 %% user_trace__n0..n31 (the labels the generator favours) and the four
 %% efile_drv probes, so that the conversion code runs on every term.
 any_term_enabled(Config) ->
-    Probes = ["user_trace__s1", "user_trace__i4s4"]
-        ++ ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 31)]
-        ++ ["efile_drv__entry", "efile_drv__int_entry", "efile_drv__int_return",
-            "efile_drv__return"],
-    Program = [["usdt:$SO:erlang:", P, " { @events = count(); }\n"] || P <- Probes],
+    Program = [["usdt:$SO:erlang:", P, " { @events = count(); }\n"] || P <- property_probes()],
     Tracer = dtrace_test_lib:bpftrace_start(?config(os_pid, Config), lists:flatten(Program)),
     _ = in_peer(Config, fun() ->
                                 dtrace_test_lib:fire_until_true(fun() -> dtrace:user_trace_s1("x") end),
                                 [dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(L) end)
                                  || L <- lists:seq(0, 31)],
                                 dtrace_test_lib:fire_until_true(fun dtrace:p/0),
-                                dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0)
+                                dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0),
+                                dtrace_test_lib:fire_until_true(fun ?MODULE:vm_probes_listened/0)
                         end),
     Calls = in_peer(Config, dtrace_props, run, [?PROP_CALLS]),
     Lines = dtrace_test_lib:bpftrace_stop(Tracer),
@@ -97,6 +95,28 @@ any_term_enabled(Config) ->
     ?assert(Events > Calls div 10),
     report("~b calls with arbitrary terms, tracer attached: all documented, ~b events",
            [Calls, Events]).
+
+%% The probes the enabled runs attach: the user probes the generator
+%% favours, the file probes, and the VM probes (whose callbacks the
+%% property calls by hand with any terms).
+property_probes() ->
+    ["user_trace__s1", "user_trace__i4s4"]
+        ++ ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 31)]
+        ++ ["efile_drv__entry", "efile_drv__int_entry", "efile_drv__int_return",
+            "efile_drv__return",
+            "process__spawn", "process__exit", "process__scheduled", "process__unscheduled",
+            "process__hibernate", "message__send", "message__send__remote", "message__queued",
+            "global__function__entry", "local__function__entry", "function__return",
+            "bif__entry", "bif__return", "gc_major__start", "gc_minor__start", "gc_major__end",
+            "gc_minor__end", "port__open", "port__exit", "port__command",
+            "dtrace_process__link", "dtrace_process__register", "dtrace_port__link"].
+
+%% In the peer: do the VM probes' semaphores show a tracer (the callbacks
+%% answer trace for every kind of event)?
+vm_probes_listened() ->
+    lists:all(fun(Tag) -> dtrace:enabled(Tag, [], self()) =:= trace end,
+              [spawn, exit, in, out, send, 'receive', call, gc_minor_start, gc_major_end,
+               open, closed, link, register]).
 
 %%--------------------------------------------------------------------
 %% Bounded work
@@ -294,11 +314,8 @@ memory_now() ->
 no_heap_allocation_on_probe_paths(Config) ->
     Peer = start_test_hooks_peer(Config),
     OsPid = peer:call(Peer, os, getpid, []),
-    Probes = ["user_trace__s1", "user_trace__i4s4"]
-        ++ ["user_trace__n" ++ integer_to_list(L) || L <- lists:seq(0, 31)]
-        ++ ["efile_drv__entry", "efile_drv__int_entry", "efile_drv__int_return",
-            "efile_drv__return"],
-    Program = [["usdt:", test_hooks_nif(Config), ":erlang:", P, " { @events = count(); }\n"] || P <- Probes],
+    Program = [["usdt:", test_hooks_nif(Config), ":erlang:", P, " { @events = count(); }\n"]
+               || P <- property_probes()],
     Tracer = dtrace_test_lib:bpftrace_start(OsPid, lists:flatten(Program)),
     try
         _ = peer:call(Peer, erlang, apply,
@@ -307,7 +324,8 @@ no_heap_allocation_on_probe_paths(Config) ->
                                [dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(L) end)
                                 || L <- lists:seq(0, 31)],
                                dtrace_test_lib:fire_until_true(fun dtrace:p/0),
-                               dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0)
+                               dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0),
+                               dtrace_test_lib:fire_until_true(fun ?MODULE:vm_probes_listened/0)
                        end, []]),
         Calls = peer:call(Peer, dtrace_props, run, [?PROP_CALLS div 4], 600000),
         Big = peer:call(Peer, erlang, apply,

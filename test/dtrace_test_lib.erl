@@ -17,6 +17,8 @@
 %% A logger handler that sends {log, Level, Text} to the pid in its config.
 -export([log/2]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
+%% For the VM-probe suites, in the traced peer.
+-export([terminate_self/0, double/1, sink/0, wait_flags/2, our_traced/0]).
 
 -define(TIMEOUT, 60000).
 
@@ -408,3 +410,40 @@ handle_call(tags, _From, State) ->
     {reply, {dtrace:get_tag(), dtrace:get_tag_data()}, State}.
 
 handle_cast(_Msg, State) -> {noreply, State}.
+
+%%% VM probes
+
+%% Exits with {terminated, self()} (OTP's dyntrace_SUITE:process/1).
+terminate_self() ->
+    exit({terminated, self()}).
+
+%% A function to put call-trace patterns on.
+double(X) ->
+    2 * X.
+
+%% A process that takes any message and forgets it; `stop' ends it.
+sink() ->
+    receive
+        stop -> ok;
+        _ -> sink()
+    end.
+
+%% Waits (at most Ms) until dtrace_vm's process flags are Flags (sorted),
+%% as the status map shows them; returns ok or {timeout, Status}.
+wait_flags(Flags, Ms) ->
+    wait_flags(lists:sort(Flags), Ms, erlang:monotonic_time(millisecond) + Ms).
+
+wait_flags(Flags, Ms, Deadline) ->
+    #{flags := #{processes := P}} = Status = dtrace:vm_probes(),
+    case lists:sort(P) =:= Flags of
+        true -> ok;
+        false ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> {timeout, Status};
+                false -> timer:sleep(10), wait_flags(Flags, Ms, Deadline)
+            end
+    end.
+
+%% The processes traced by dtrace's automatic mode.
+our_traced() ->
+    [P || P <- processes(), erlang:trace_info(P, tracer) =:= {tracer, {dtrace, auto}}].

@@ -253,10 +253,10 @@ fn site_template(provider: &str, note_args: &str) -> String {
     lines.iter().map(|l| format!("                        {l},\n")).collect()
 }
 
-/// For the unit tests: every probe's name with its is-enabled answer and
-/// semaphore, and a call of every site.
+/// Every probe's name with its is-enabled answer (`listened`), and for the
+/// unit tests its semaphore and a call of every site.
 fn test_support(out: &mut String, p: &Provider) {
-    out.push_str("/// Every probe's note name and whether it is enabled.\n#[cfg(test)]\npub(crate) fn enabled_probes() -> Vec<String> {\n    let mut on = Vec::new();\n");
+    out.push_str("/// The note names of the probes a tracer listens on now (semaphore reads).\n#[allow(dead_code)]\npub(crate) fn listened() -> Vec<String> {\n    let mut on = Vec::new();\n");
     for probe in &p.probes {
         match probe.labels {
             None => {

@@ -50,4 +50,83 @@ provider erlang {
 	/* dtrace_file: operation {thread_id, tag} ends; success 1/0, errno. */
 	probe efile_drv__return(int thread_id, int tag, char *user_tag, int command,
 	    int success, int errno);
+
+	/*
+	 * The VM's own probes, fed from erl_tracer events (src/vm.rs) while a
+	 * tracer listens. OTP's names and argument orders; integers are
+	 * int64_t; where erl_tracer does not carry OTP's value, a sentinel:
+	 * -1 for an integer, "<unknown>" for an mfa, NULL for a string.
+	 */
+
+	/* procs: a process spawned p, which starts in mfa (m:f/arity). */
+	probe process__spawn(char *p, char *mfa);
+
+	/* procs: process p exited; reason as ~p text, at most 255 bytes. */
+	probe process__exit(char *p, char *reason);
+
+	/* running: p is scheduled in, to run mfa ("<unknown>" when the VM does not say). */
+	probe process__scheduled(char *p, char *mfa);
+
+	/* running: p is scheduled out (also when it exits: out_exited). */
+	probe process__unscheduled(char *p);
+
+	/* running: p goes to sleep in erlang:hibernate/3 (mfa; the resume mfa is not in the event), also after waking only to handle a signal. */
+	probe process__hibernate(char *p, char *mfa);
+
+	/* send: sender sent a message of size words to receiver, on this node; token fields -1. */
+	probe message__send(char *sender, char *receiver, int64_t size,
+	    int64_t token_label, int64_t token_previous, int64_t token_current);
+
+	/* send: sender sent a message of size words to receiver on node_name; token fields -1. */
+	probe message__send__remote(char *sender, char *node_name, char *receiver, int64_t size,
+	    int64_t token_label, int64_t token_previous, int64_t token_current);
+
+	/* 'receive': a message of size words was queued to receiver; queue_len and token fields -1. */
+	probe message__queued(char *receiver, int64_t size, int64_t queue_len,
+	    int64_t token_label, int64_t token_previous, int64_t token_current);
+
+	/* call (dtrace:function_probes/1, [local] patterns): p calls mfa; depth -1. */
+	probe local__function__entry(char *p, char *mfa, int64_t depth);
+
+	/* call (dtrace:function_probes/1, global patterns): p calls mfa; depth -1. */
+	probe global__function__entry(char *p, char *mfa, int64_t depth);
+
+	/* call: mfa returns to p, or leaves it with an exception; depth -1. */
+	probe function__return(char *p, char *mfa, int64_t depth);
+
+	/* call: p calls the call-traced BIF mfa. */
+	probe bif__entry(char *p, char *mfa);
+
+	/* call: the call-traced BIF mfa returns to p. */
+	probe bif__return(char *p, char *mfa);
+
+	/* garbage_collection: a major collection of p starts; need in words. */
+	probe gc_major__start(char *p, int64_t need);
+
+	/* garbage_collection: a minor collection of p starts; need in words. */
+	probe gc_minor__start(char *p, int64_t need);
+
+	/* garbage_collection: a major collection of p ended; reclaimed in words. */
+	probe gc_major__end(char *p, int64_t reclaimed);
+
+	/* garbage_collection: a minor collection of p ended; reclaimed in words. */
+	probe gc_minor__end(char *p, int64_t reclaimed);
+
+	/* ports: process opened port, with the name it was opened with. */
+	probe port__open(char *process, char *port_name, char *port);
+
+	/* ports: port exited with reason; process and port_name NULL (not in the event). */
+	probe port__exit(char *process, char *port, char *port_name, char *reason);
+
+	/* 'receive' on ports: process sent port a command, close or connect; port_name NULL. */
+	probe port__command(char *process, char *port, char *port_name, char *command_type);
+
+	/* Not OTP's. procs: p and other were linked or unlinked; kind is link, unlink, getting_linked or getting_unlinked. */
+	probe dtrace_process__link(char *p, char *other, char *kind);
+
+	/* Not OTP's. procs: p registered or unregistered name; kind is register or unregister. */
+	probe dtrace_process__register(char *p, char *name, char *kind);
+
+	/* Not OTP's. ports: port and other were linked or unlinked; kind as for dtrace_process__link. */
+	probe dtrace_port__link(char *port, char *other, char *kind);
 };

@@ -80,3 +80,40 @@ unsafe extern "C" fn upgrade(
 ) -> c_int {
     0
 }
+
+/// The erl_tracer callbacks (`enabled/3`, `trace/5`) as NIF functions, for
+/// `dyntrace_nif.so`, the library of the `dyntrace` compatibility module:
+/// its entry lists these, so `{tracer, dyntrace, []}` fires the same
+/// probes. Writes the number of entries to `len` and returns a table that
+/// lives as long as this library.
+#[unsafe(no_mangle)]
+pub extern "C" fn dtrace_erl_tracer_nifs(len: *mut usize) -> *const ErlNifFunc {
+    static TABLE: OnceLock<Tracer> = OnceLock::new();
+    let table = catch_unwind(|| {
+        &TABLE
+            .get_or_init(|| {
+                let funcs: Vec<ErlNifFunc> = inventory::iter::<Nif>()
+                    .map(Nif::get_def)
+                    // SAFETY: registered names are NUL-terminated literals.
+                    .filter(|f| matches!((unsafe { std::ffi::CStr::from_ptr(f.name) }.to_bytes(), f.arity), (b"enabled", 3) | (b"trace", 5)))
+                    .collect();
+                Tracer(Box::leak(funcs.into_boxed_slice()))
+            })
+            .0
+    });
+    let table: &[ErlNifFunc] = table.map(|t| &**t).unwrap_or(&[]);
+    if !len.is_null() {
+        // SAFETY: the caller passes a valid pointer to a usize.
+        unsafe { *len = table.len() };
+    }
+    table.as_ptr()
+}
+
+/// The leaked callback table; only read after it is built.
+struct Tracer(&'static [ErlNifFunc]);
+
+// SAFETY: built once inside OnceLock::get_or_init, read-only after; its
+// pointers point to 'static data (function pointers, string literals).
+unsafe impl Send for Tracer {}
+// SAFETY: as above.
+unsafe impl Sync for Tracer {}

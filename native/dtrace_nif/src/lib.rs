@@ -31,6 +31,14 @@ pub mod efile;
 mod nif;
 #[cfg(not(any(test, feature = "sites-only")))]
 mod user;
+// The VM's own probes, from erl_tracer callbacks; text and message sizes
+// for them.
+#[cfg(not(any(test, feature = "sites-only")))]
+mod flat_size;
+#[cfg(not(any(test, feature = "sites-only")))]
+mod text;
+#[cfg(not(any(test, feature = "sites-only")))]
+mod vm;
 
 // `nif_init`: rustler's entry plus an `upgrade` callback (see entry.rs).
 #[cfg(not(any(test, windows, feature = "sites-only")))]

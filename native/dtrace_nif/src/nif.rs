@@ -85,9 +85,26 @@ impl NifCall {
 
     /// Runs `body` with the call's env and arguments, turning a panic into
     /// the exception `error:nif_panicked` instead of letting it unwind into
-    /// the VM.
+    /// the VM. For probe paths: `body` must not allocate on the heap (the
+    /// `test-hooks` build counts it if it does).
     #[inline(always)]
     pub(crate) fn run(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
+        self.run_with(true, body)
+    }
+
+    /// [`NifCall::run`] for NIFs that are not probe paths (set-up and
+    /// status calls), which may allocate.
+    #[inline(always)]
+    pub(crate) fn run_allocating(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
+        self.run_with(false, body)
+    }
+
+    #[inline(always)]
+    fn run_with(
+        self,
+        #[cfg_attr(not(feature = "test-hooks"), allow(unused_variables))] probe_path: bool,
+        body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>,
+    ) -> ErlNifTerm {
         let scope = ();
         // SAFETY: `env` is the VM's env for this call (NifCall::new); the
         // Env does not outlive `scope`, which ends with this call.
@@ -101,7 +118,7 @@ impl NifCall {
                 }
             }
             #[cfg(feature = "test-hooks")]
-            let _counting = test_hooks::Counting::start();
+            let _counting = probe_path.then(test_hooks::Counting::start);
             body(env, &terms).as_c_arg()
         }));
         match result {

@@ -106,12 +106,12 @@ mod tests {
     #[test]
     fn each_probe_reads_its_own_semaphore() {
         let _lock = SEMAPHORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        assert_eq!(enabled_probes(), Vec::<String>::new());
+        assert_eq!(listened(), Vec::<String>::new());
         let all = semaphores();
         assert_eq!(all.len(), PROBE_COUNT);
         for (name, semaphore) in all {
             semaphore.fetch_add(1, Relaxed);
-            let on = enabled_probes();
+            let on = listened();
             semaphore.fetch_sub(1, Relaxed);
             assert_eq!(on, vec![name]);
         }

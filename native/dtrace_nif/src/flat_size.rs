@@ -1,0 +1,202 @@
+//! The size of a message in machine words, as OTP's message probes report
+//! it: `erts_debug:flat_size/1` (the words of the term's heap copy), with
+//! bounded work.
+//!
+//! Computed through the NIF API, term by term, with a fixed stack and at
+//! most [`MAX_VISITS`] terms visited. The sizes are those of OTP 25 on a
+//! 64-bit VM:
+//! - immediates (atoms, small integers, `[]`, local pids and ports): 0;
+//!   the empty tuple is a shared literal: 0;
+//! - a list cell: 2; a tuple: 1 + arity; a float: 2; an integer that needs
+//!   a bignum of one 64-bit digit: 2;
+//! - a binary of at most 64 bytes (a heap binary): 2 + ceil(bytes / 8); a
+//!   larger one (a reference-counted binary): 6;
+//! - a map of 1..32 keys: 4 + 2 × keys (`#{}`: 3), plus its keys and values;
+//! - a remote pid: 4; a reference: 3.
+//!
+//! Where the NIF API cannot tell the size, the answer is `None` (the probe
+//! passes -1): funs, integers past 64 bits, bitstrings that are not whole
+//! bytes, maps of more than 32 keys, and any term that takes more than
+//! [`MAX_VISITS`] terms or [`MAX_PENDING`] pending containers to walk.
+//! Two kinds are counted at their common size, which can be short: an
+//! alias reference (the tag of a `gen_server:call/2`) has 4 words, not 3;
+//! a sub-binary of a large binary counts as the binary it refers to.
+
+use std::ffi::c_int;
+use std::mem::MaybeUninit;
+
+use arrayvec::ArrayVec;
+use rustler::sys::{ErlNifEnv, ErlNifTerm};
+use rustler::{Binary, Term, TermType};
+
+/// The most terms visited for one size.
+pub const MAX_VISITS: usize = 10_000;
+
+/// The most containers (tuples, lists, maps) waiting to be walked.
+pub const MAX_PENDING: usize = 512;
+
+/// What is left to walk: one term, or the rest of a tuple.
+#[derive(Clone, Copy)]
+enum Pending {
+    Term(ErlNifTerm),
+    Elements { next: *const ErlNifTerm, left: usize },
+}
+
+/// Small integers are 60-bit on a 64-bit VM: -2^59 .. 2^59 - 1.
+const MIN_SMALL: i64 = -(1 << 59);
+const MAX_SMALL: i64 = (1 << 59) - 1;
+
+/// The flat size of `term` in words, or `None` where it cannot be told
+/// exactly enough or over the bounds (see the module doc).
+pub fn flat_size(term: Term<'_>) -> Option<u64> {
+    let env = term.get_env();
+    let raw_env = env.as_c_arg();
+    let mut pending: ArrayVec<Pending, MAX_PENDING> = ArrayVec::new();
+    pending.push(Pending::Term(term.as_c_arg()));
+    let mut size: u64 = 0;
+    let mut visits = 0usize;
+    while let Some(p) = pending.pop() {
+        let raw = match p {
+            Pending::Term(raw) => raw,
+            Pending::Elements { next, left } => {
+                if left > 1 {
+                    // SAFETY: `next` points into a tuple's element array
+                    // (from enif_get_tuple) with `left` elements left.
+                    pending.push(Pending::Elements { next: unsafe { next.add(1) }, left: left - 1 });
+                }
+                // SAFETY: as above; left >= 1.
+                unsafe { *next }
+            }
+        };
+        visits += 1;
+        if visits > MAX_VISITS {
+            return None;
+        }
+        // SAFETY: `raw` is the message or a part of it, a term of `env`.
+        let t = unsafe { Term::new(env, raw) };
+        size += match t.get_type() {
+            TermType::Atom | TermType::Port => 0,
+            TermType::Integer => integer_words(t)?,
+            TermType::Float => 2,
+            TermType::Pid => {
+                let mut pid = MaybeUninit::uninit();
+                // SAFETY: enif_get_local_pid only reads the term and
+                // writes the pid struct we pass.
+                let local = unsafe { rustler::sys::enif_get_local_pid(raw_env, raw, pid.as_mut_ptr()) };
+                if local != 0 { 0 } else { 4 }
+            }
+            TermType::Ref => 3,
+            TermType::Fun | TermType::Unknown => return None,
+            TermType::Binary => {
+                let bytes = Binary::from_term(t).ok()?.len() as u64;
+                if bytes <= 64 { 2 + bytes.div_ceil(8) } else { 6 }
+            }
+            TermType::Tuple => {
+                let mut arity: c_int = 0;
+                let mut elements: *const ErlNifTerm = std::ptr::null();
+                // SAFETY: enif_get_tuple only reads the term and writes the
+                // arity and a pointer to its elements, valid while the term
+                // is (this call).
+                if unsafe { rustler::sys::enif_get_tuple(raw_env, raw, &mut arity, &mut elements) } == 0 {
+                    return None;
+                }
+                let arity = usize::try_from(arity).ok()?;
+                if arity > 0 {
+                    pending.try_push(Pending::Elements { next: elements, left: arity }).ok()?;
+                    1 + arity as u64
+                } else {
+                    0
+                }
+            }
+            TermType::List => list_words(t, &mut pending, &mut visits)?,
+            TermType::Map => map_words(raw_env, raw, &mut pending)?,
+        };
+    }
+    Some(size)
+}
+
+/// Words of an integer: 0 for a small one, 2 for one 64-bit digit.
+fn integer_words(t: Term<'_>) -> Option<u64> {
+    match t.decode::<i64>() {
+        Ok(i) if (MIN_SMALL..=MAX_SMALL).contains(&i) => Some(0),
+        Ok(_) => Some(2),
+        Err(_) => t.decode::<u64>().ok().map(|_| 2),
+    }
+}
+
+/// Walks the cells of a list (2 words each), queueing heads that are not
+/// immediates, and an improper tail.
+fn list_words<'a>(list: Term<'a>, pending: &mut ArrayVec<Pending, MAX_PENDING>, visits: &mut usize) -> Option<u64> {
+    let mut words = 0;
+    let mut cell = list;
+    loop {
+        match cell.list_get_cell() {
+            Ok((head, tail)) => {
+                words += 2;
+                *visits += 1;
+                if *visits > MAX_VISITS {
+                    return None;
+                }
+                if !matches!(head.get_type(), TermType::Atom) && !is_small(head) {
+                    pending.try_push(Pending::Term(head.as_c_arg())).ok()?;
+                }
+                cell = tail;
+            }
+            Err(_) if cell.is_empty_list() => return Some(words),
+            Err(_) => {
+                pending.try_push(Pending::Term(cell.as_c_arg())).ok()?;
+                return Some(words);
+            }
+        }
+    }
+}
+
+fn is_small(t: Term<'_>) -> bool {
+    matches!(t.get_type(), TermType::Integer) && integer_words(t) == Some(0)
+}
+
+/// A flatmap: 4 + 2 × keys words (`#{}`: 3), with its keys and values
+/// queued. `None` for a map of more than 32 keys (a hash map).
+fn map_words(env: *mut ErlNifEnv, map: ErlNifTerm, pending: &mut ArrayVec<Pending, MAX_PENDING>) -> Option<u64> {
+    let mut keys: usize = 0;
+    // SAFETY: enif_get_map_size only reads the term and writes the size.
+    if unsafe { rustler::sys::enif_get_map_size(env, map, &mut keys) } == 0 || keys > 32 {
+        return None;
+    }
+    if keys == 0 {
+        return Some(3);
+    }
+    let mut iter = MaybeUninit::<rustler::sys::ErlNifMapIterator>::uninit();
+    // SAFETY: the iterator is created over a valid map of `env` and
+    // destroyed below; for a map of at most 32 keys (a flatmap) creating
+    // it allocates nothing.
+    let created = unsafe {
+        rustler::sys::enif_map_iterator_create(
+            env,
+            map,
+            iter.as_mut_ptr(),
+            rustler::sys::ErlNifMapIteratorEntry::ERL_NIF_MAP_ITERATOR_HEAD,
+        )
+    };
+    if created == 0 {
+        return None;
+    }
+    let mut ok = true;
+    for _ in 0..keys {
+        let (mut k, mut v) = (ErlNifTerm::default(), ErlNifTerm::default());
+        // SAFETY: the iterator was created above and is not at its end
+        // (we stop after `keys` pairs).
+        if unsafe { rustler::sys::enif_map_iterator_get_pair(env, iter.as_mut_ptr(), &mut k, &mut v) } == 0
+            || pending.try_push(Pending::Term(k)).is_err()
+            || pending.try_push(Pending::Term(v)).is_err()
+        {
+            ok = false;
+            break;
+        }
+        // SAFETY: as above.
+        unsafe { rustler::sys::enif_map_iterator_next(env, iter.as_mut_ptr()) };
+    }
+    // SAFETY: created above, destroyed once.
+    unsafe { rustler::sys::enif_map_iterator_destroy(env, iter.as_mut_ptr()) };
+    ok.then_some(4 + 2 * keys as u64)
+}

@@ -1,0 +1,124 @@
+//! `dyntrace_nif`: the NIF library of the `dyntrace` compatibility module
+//! (compat/dyntrace.erl), so that `{tracer, dyntrace, []}` works on a stock
+//! VM as OTP documents it for its LTTng build.
+//!
+//! erl_tracer calls a tracer module's `enabled/3` and `trace/5`, and both
+//! must be NIFs of that module; a NIF library belongs to one module. This
+//! library has no callbacks of its own: its entry, named `dyntrace`, lists
+//! `dtrace_nif.so`'s (`dtrace_erl_tracer_nifs`), so both tracers fire the
+//! same probes with the same semaphores. It finds `dtrace_nif.so` next to
+//! itself (`priv/compat/../dtrace_nif.so`), already loaded by module
+//! `dtrace`, and keeps it loaded (a reference from `dlopen`).
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+use std::ffi::{CStr, CString, c_int, c_void};
+use std::panic::catch_unwind;
+use std::path::Path;
+use std::ptr;
+use std::sync::OnceLock;
+
+use rustler::codegen_runtime::{ErlNifEntry, ErlNifEnv, ErlNifTerm};
+use rustler::sys::ErlNifFunc;
+
+/// The entry, built once. The VM only reads it.
+struct Entry(ErlNifEntry);
+
+// SAFETY: written once inside `OnceLock::get_or_init`, read-only after; its
+// pointers point to 'static data (a string literal, and dtrace_nif.so's
+// function table, which stays loaded: we hold a dlopen reference).
+unsafe impl Send for Entry {}
+// SAFETY: as above.
+unsafe impl Sync for Entry {}
+
+static ENTRY: OnceLock<Option<Entry>> = OnceLock::new();
+
+/// What dtrace_nif.so exports: its erl_tracer callbacks as NIF functions.
+type TracerNifs = unsafe extern "C" fn(len: *mut usize) -> *const ErlNifFunc;
+
+/// Called by the VM when compat/dyntrace.erl loads this library. NULL (the
+/// load fails, and `dyntrace` keeps stubs that answer `remove`) when
+/// dtrace_nif.so is not loaded or not found.
+#[unsafe(no_mangle)]
+pub extern "C" fn nif_init() -> *const ErlNifEntry {
+    // SAFETY: rustler's first step of a NIF entry (a no-op on Linux).
+    unsafe { rustler::codegen_runtime::internal_write_symbols() };
+    catch_unwind(|| match ENTRY.get_or_init(|| build().map(Entry)) {
+        Some(entry) => &entry.0 as *const ErlNifEntry,
+        None => ptr::null(),
+    })
+    .unwrap_or(ptr::null())
+}
+
+fn build() -> Option<ErlNifEntry> {
+    let funcs = dtrace_tracer_nifs()?;
+    let mut entry = ErlNifEntry::new(c"dyntrace", funcs, load);
+    entry.upgrade = Some(upgrade);
+    Some(entry)
+}
+
+/// dtrace_nif.so's callback table, through dlsym on the already loaded
+/// library next to this one.
+fn dtrace_tracer_nifs() -> Option<&'static [ErlNifFunc]> {
+    let path = dtrace_nif_path()?;
+    // SAFETY: dlopen with RTLD_NOLOAD only returns a handle if the library
+    // is already loaded (by module dtrace), adding a reference we never
+    // release, so its code and data stay mapped for good.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: dlsym on a valid handle with a NUL-terminated name.
+    let sym = unsafe { libc::dlsym(handle, c"dtrace_erl_tracer_nifs".as_ptr()) };
+    if sym.is_null() {
+        return None;
+    }
+    // SAFETY: dtrace_nif.so defines this symbol with the TracerNifs
+    // signature (src/entry.rs there).
+    let get: TracerNifs = unsafe { std::mem::transmute::<*mut c_void, TracerNifs>(sym) };
+    let mut len = 0usize;
+    // SAFETY: it writes the table's length and returns a pointer to a
+    // leaked (static) table of that many entries.
+    let table = unsafe { get(&mut len) };
+    if table.is_null() || len == 0 {
+        return None;
+    }
+    // SAFETY: as above: `len` valid entries, alive while the library is
+    // loaded, which is for good.
+    Some(unsafe { std::slice::from_raw_parts(table, len) })
+}
+
+/// `<dir of this library>/../dtrace_nif.so`, from dladdr on our own code.
+fn dtrace_nif_path() -> Option<CString> {
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: ptr::null(),
+        dli_fbase: ptr::null_mut(),
+        dli_sname: ptr::null(),
+        dli_saddr: ptr::null_mut(),
+    };
+    // SAFETY: dladdr fills `info` for an address inside a loaded object
+    // (our own function); the file name it points to lives as long as the
+    // library is loaded.
+    if unsafe { libc::dladdr(nif_init as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: checked non-NULL; a NUL-terminated path from the loader.
+    let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
+    let lib = Path::new(me).parent()?.parent()?.join("dtrace_nif.so");
+    CString::new(lib.to_str()?).ok()
+}
+
+/// Nothing to set up: the callbacks live in dtrace_nif.so.
+unsafe extern "C" fn load(_env: *mut ErlNifEnv, _priv: *mut *mut c_void, _info: ErlNifTerm) -> c_int {
+    0
+}
+
+/// A new version of module `dyntrace` takes the library over: nothing to
+/// do (no state).
+unsafe extern "C" fn upgrade(
+    _env: *mut ErlNifEnv,
+    _priv: *mut *mut c_void,
+    _old_priv: *mut *mut c_void,
+    _info: ErlNifTerm,
+) -> c_int {
+    0
+}

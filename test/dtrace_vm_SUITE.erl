@@ -1,0 +1,543 @@
+%%% The VM's own probes, fed from erl_tracer events, on a real node with a
+%%% real tracer (bpftrace), in automatic mode: the dtrace application runs
+%%% in the traced peer and sets trace flags only while bpftrace listens.
+%%%
+%%% Events are printed with their time (nsecs) and sorted by it: a process
+%%% may move between schedulers, and bpftrace reads one buffer per CPU.
+-module(dtrace_vm_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, init_per_testcase/2, end_per_testcase/2]).
+-export([no_tracer_no_flags/1, process_events_in_otps_order/1,
+         sends_and_queues_with_flat_sizes/1, remote_send_names_the_node/1,
+         major_gcs_pair_up/1, function_probes_follow_the_tracer/1,
+         attach_detach_cycles_leave_operators_alone/1,
+         shipped_scripts/1, otp_d_scripts_match_the_catalogue/1,
+         manual_mode_and_user_tracer/1]).
+
+all() ->
+    [no_tracer_no_flags, process_events_in_otps_order, sends_and_queues_with_flat_sizes,
+     remote_send_names_the_node, major_gcs_pair_up, function_probes_follow_the_tracer,
+     attach_detach_cycles_leave_operators_alone, manual_mode_and_user_tracer,
+     shipped_scripts, otp_d_scripts_match_the_catalogue].
+
+init_per_testcase(otp_d_scripts_match_the_catalogue, Config) ->
+    dtrace_test_lib:with_tracer(readelf, Config);
+init_per_testcase(remote_send_names_the_node, Config) ->
+    dtrace_test_lib:with_tracer(bpftrace, Config);
+init_per_testcase(_TC, Config) ->
+    case dtrace_test_lib:require_tracer(bpftrace) of
+        ok ->
+            Peer = dtrace_test_lib:start_peer(),
+            {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+            [{peer, Peer}, {os_pid, dtrace_test_lib:os_pid(Peer)} | Config];
+        Skip ->
+            Skip
+    end.
+
+end_per_testcase(_TC, Config) ->
+    case ?config(peer, Config) of
+        undefined -> ok;
+        Peer -> dtrace_test_lib:stop_peer(Peer)
+    end.
+
+in_peer(Config, Fun) ->
+    peer:call(?config(peer, Config), erlang, apply, [Fun, []], 120000).
+
+%% [{Nsecs, Fields}] of the "EV <nsecs> ..." lines, sorted by time.
+events(Lines) ->
+    lists:sort([{binary_to_integer(T), Rest}
+                || <<"EV ", L/binary>> <- Lines, [T | Rest] <- [binary:split(L, <<" ">>, [global])]]).
+
+%%--------------------------------------------------------------------
+
+%% With the application running and no tracer, no process or port has a
+%% trace flag of dtrace's, and the status says so.
+no_tracer_no_flags(Config) ->
+    {Ours, Status, Flags} =
+        in_peer(Config, fun() ->
+                                timer:sleep(300),
+                                {dtrace_test_lib:our_traced(), dtrace:vm_probes(),
+                                 erlang:trace_info(self(), flags)}
+                        end),
+    ?assertEqual([], Ours),
+    ?assertEqual({flags, []}, Flags),
+    ?assertMatch(#{mode := auto, poll_ms := 100, listening := [],
+                   flags := #{processes := [], ports := []}, traced := 0, skipped := 0}, Status).
+
+%% OTP's own VM-probe test (dyntrace_SUITE:process/1), ported to bpftrace:
+%% a spawned process hibernates once and exits; its events come in
+%% exactly this order.
+process_events_in_otps_order(Config) ->
+    Program = "
+        usdt:$SO:erlang:process__spawn { printf(\"EV %lu spawn %s %s\\n\", nsecs, str(arg0), str(arg1)); }
+        usdt:$SO:erlang:process__scheduled { printf(\"EV %lu scheduled %s %s\\n\", nsecs, str(arg0), str(arg1)); }
+        usdt:$SO:erlang:process__unscheduled { printf(\"EV %lu unscheduled %s\\n\", nsecs, str(arg0)); }
+        usdt:$SO:erlang:process__hibernate { printf(\"EV %lu hibernate %s %s\\n\", nsecs, str(arg0), str(arg1)); }
+        usdt:$SO:erlang:process__exit { printf(\"EV %lu exit %s %s\\n\", nsecs, str(arg0), str(arg1)); }",
+    %% No signal may reach the hibernating process before its message: a
+    %% monitor set later, or process_info/2, wakes it to handle the signal
+    %% (an extra in/out pair). So it is monitored from its spawn, says
+    %% when it is about to hibernate, and is left alone for a moment.
+    Hibernating = fun() ->
+                          Self = self(),
+                          {P, Ref} = spawn_monitor(fun() ->
+                                                           Self ! {hibernating, self()},
+                                                           erlang:hibernate(dtrace_test_lib, terminate_self, [])
+                                                   end),
+                          receive {hibernating, P} -> ok end,
+                          timer:sleep(20),
+                          {P, Ref}
+                  end,
+    {Pid, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program,
+          fun() -> {P, Ref} = Hibernating(), P ! wake, receive {'DOWN', Ref, _, _, _} -> ok end end,
+          [{contains, <<" spawn ">>}, {contains, <<" scheduled ">>}, {contains, <<" hibernate ">>},
+           {contains, <<" unscheduled ">>}, {contains, <<" exit ">>}],
+          fun() ->
+                  {P, Ref} = Hibernating(),
+                  P ! wake,
+                  receive {'DOWN', Ref, _, _, _} -> ok end,
+                  timer:sleep(50),
+                  pid_to_list(P)
+          end),
+    Bin = list_to_binary(Pid),
+    Mine = [Fields || {_, [_Kind, P | _] = Fields} <- events(Lines), P =:= Bin],
+    ct:log("events of ~s: ~p", [Pid, Mine]),
+    Reason = iolist_to_binary(["{terminated,", Pid, "}"]),
+    ?assertMatch([[<<"spawn">>, Bin, <<"erlang:apply/2">>],
+                  [<<"scheduled">>, Bin | _],
+                  [<<"hibernate">>, Bin, <<"erlang:hibernate/3">>],
+                  [<<"unscheduled">>, Bin],
+                  [<<"scheduled">>, Bin | _],
+                  [<<"exit">>, Bin, Reason],
+                  [<<"unscheduled">>, Bin]], Mine).
+
+wait_hibernating(P) ->
+    case erlang:process_info(P, current_function) of
+        {current_function, {erlang, hibernate, 3}} -> ok;
+        _ -> timer:sleep(1), wait_hibernating(P)
+    end.
+
+%% N sends between two known processes give N message__send events with
+%% their pids and the messages' flat sizes in words (erts_debug:flat_size/1),
+%% and N message__queued events at the receiver; a message whose size the
+%% NIF API cannot tell (a fun) has size -1.
+sends_and_queues_with_flat_sizes(Config) ->
+    {SenderText, ReceiverText} =
+        in_peer(Config, fun() ->
+                                R = spawn(fun dtrace_test_lib:sink/0),
+                                S = spawn(fun Loop() ->
+                                                  receive
+                                                      {send, Msgs} -> [R ! M || M <- Msgs], Loop();
+                                                      ping -> R ! ready, Loop()
+                                                  end
+                                          end),
+                                register(vm_sender, S),
+                                register(vm_receiver, R),
+                                {pid_to_list(S), pid_to_list(R)}
+                        end),
+    Program = "
+        usdt:$SO:erlang:message__send /str(arg0) == \"" ++ SenderText ++ "\"/ {
+            printf(\"SEND %s %s %ld\\n\", str(arg0), str(arg1), arg2); }
+        usdt:$SO:erlang:message__queued /str(arg0) == \"" ++ ReceiverText ++ "\"/ {
+            printf(\"QUEUED %s %ld\\n\", str(arg0), arg1); }",
+    Rounds = 20,
+    {Expected, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program,
+          fun() -> vm_sender ! ping end,
+          [{contains, <<"SEND ">>}, {contains, <<"QUEUED ">>}],
+          fun() ->
+                  Big = binary:copy(<<"x">>, 100),
+                  Msgs = [{hello, 1, <<"abc">>}, [1, 2, 3], #{k => v, n => 1, l => [a]}, 1.5,
+                          Big, {self(), make_ref()}, 1 bsl 62, "string", {}, <<>>,
+                          {fun() -> ok end}],
+                  Sizes = [case is_tuple(M) andalso tuple_size(M) =:= 1 of
+                               true -> -1;
+                               false -> erts_debug:flat_size(M)
+                           end || M <- Msgs],
+                  [vm_sender ! {send, Msgs} || _ <- lists:seq(1, Rounds)],
+                  vm_sender ! {send, [done]},
+                  wait_queue_empty(whereis(vm_sender)),
+                  timer:sleep(100),
+                  Sizes
+          end),
+    Sends = [binary:split(L, <<" ">>, [global]) || <<"SEND ", L/binary>> <- Lines],
+    Queued = [binary:split(L, <<" ">>, [global]) || <<"QUEUED ", L/binary>> <- Lines],
+    S = list_to_binary(SenderText),
+    R = list_to_binary(ReceiverText),
+    %% The ready messages (`ready', 0 words) and `done' are left out.
+    SendSizes = lists:sort([binary_to_integer(N) || [From, To, N] <- Sends, From =:= S, To =:= R, N =/= <<"0">>]),
+    QueuedSizes = lists:sort([binary_to_integer(N) || [To, N] <- Queued, To =:= R, N =/= <<"0">>]),
+    Want = lists:sort(lists:append(lists:duplicate(Rounds, [Sz || Sz <- Expected, Sz =/= 0]))),
+    ct:log("expected sizes per round ~p", [Expected]),
+    ?assertEqual(Want, SendSizes),
+    ?assertEqual(Want, QueuedSizes),
+    ?assert(lists:member(-1, Expected)).
+
+wait_queue_empty(P) ->
+    case erlang:process_info(P, message_queue_len) of
+        {message_queue_len, 0} -> ok;
+        _ -> timer:sleep(5), wait_queue_empty(P)
+    end.
+
+%% A send to a process on a second node fires message__send__remote with
+%% that node's name, for a pid and for {Name, Node}.
+remote_send_names_the_node(_Config) ->
+    Cookie = "dtrace_vm_test",
+    Paths = lists:append([["-pa", filename:dirname(code:which(M))] || M <- [dtrace, dtrace_test_lib]]),
+    Start = fun(Name) ->
+                    {ok, P, N} = peer:start_link(#{name => Name, longnames => false,
+                                                   connection => standard_io,
+                                                   args => ["-setcookie", Cookie | Paths]}),
+                    true = peer:call(P, dtrace, available, []),
+                    {P, N}
+            end,
+    {PeerA, _NodeA} = Start(peer:random_name("dtrace_vm_a")),
+    {PeerB, NodeB} = Start(peer:random_name("dtrace_vm_b")),
+    try
+        {ok, _} = peer:call(PeerA, application, ensure_all_started, [dtrace]),
+        RemotePid = peer:call(PeerB, erlang, spawn, [dtrace_test_lib, sink, []]),
+        true = peer:call(PeerB, erlang, register, [vm_remote_sink, RemotePid]),
+        true = peer:call(PeerA, net_kernel, connect_node, [NodeB]),
+        Program = "
+            usdt:$SO:erlang:message__send__remote {
+                printf(\"REMOTE %s %s %s %ld\\n\", str(arg0), str(arg1), str(arg2), arg3); }",
+        {Sender, Lines} =
+            dtrace_test_lib:bpftrace_window(
+              PeerA, Program,
+              fun() -> {vm_remote_sink, NodeB} ! ready end,
+              [{contains, <<"REMOTE ">>}],
+              fun() ->
+                      [RemotePid ! {to_pid, I} || I <- lists:seq(1, 10)],
+                      [{vm_remote_sink, NodeB} ! {to_name, I} || I <- lists:seq(1, 10)],
+                      timer:sleep(100),
+                      pid_to_list(self())
+              end),
+        Node = atom_to_binary(NodeB),
+        Mine = [binary:split(L, <<" ">>, [global]) || <<"REMOTE ", L/binary>> = L0 <- Lines,
+                                                     binary:match(L0, list_to_binary(Sender)) =/= nomatch],
+        %% {to_pid, I}: a 2-tuple of immediates, 3 words.
+        ?assertEqual(10, length([x || [_, N, <<"vm_remote_sink">>, <<"3">>] <- Mine, N =:= Node])),
+        ?assertEqual(10, length([x || [_, N, <<"<", _/binary>>, <<"3">>] <- Mine, N =:= Node]))
+    after
+        dtrace_test_lib:stop_peer(PeerA),
+        dtrace_test_lib:stop_peer(PeerB)
+    end.
+
+%% A process forced through N major collections gives N start/end pairs.
+major_gcs_pair_up(Config) ->
+    N = 25,
+    Pid = in_peer(Config, fun() ->
+                                  P = spawn(fun Loop() ->
+                                                    receive
+                                                        {gc, K, From} ->
+                                                            _ = [erlang:garbage_collect() || _ <- lists:seq(1, K)],
+                                                            From ! {done, self()},
+                                                            Loop()
+                                                    end
+                                            end),
+                                  register(vm_gc, P),
+                                  pid_to_list(P)
+                          end),
+    Program = "
+        usdt:$SO:erlang:gc_major__start /str(arg0) == \"" ++ Pid ++ "\"/ {
+            printf(\"EV %lu start %s %ld\\n\", nsecs, str(arg0), arg1); }
+        usdt:$SO:erlang:gc_major__end /str(arg0) == \"" ++ Pid ++ "\"/ {
+            printf(\"EV %lu end %s %ld\\n\", nsecs, str(arg0), arg1); }",
+    {ok, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program,
+          fun() -> vm_gc ! {gc, 1, self()}, receive {done, _} -> ok end end,
+          [{contains, <<" start ">>}, {contains, <<" end ">>}],
+          fun() ->
+                  timer:sleep(50),
+                  vm_gc ! {gc, N, self()},
+                  receive {done, _} -> ok end,
+                  ok
+          end),
+    Events = [K || {_, [K | _]} <- events(Lines)],
+    %% Ready GCs come first; the last 2N events are the workload's.
+    Work = lists:nthtail(length(Events) - 2 * N, Events),
+    ?assertEqual(lists:append(lists:duplicate(N, [<<"start">>, <<"end">>])), Work),
+    ?assert(length(Events) rem 2 =:= 0).
+
+%% A pattern on one function gives exactly its calls, entry and return
+%% paired; nothing while no tracer listens (no trace pattern is set), and
+%% nothing after the pattern is cleared.
+function_probes_follow_the_tracer(Config) ->
+    MFA = {dtrace_test_lib, double, 1},
+    ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_lib),
+                                  dtrace:function_probes([MFA]) end),
+    ?assertEqual({traced, false}, in_peer(Config, fun() -> timer:sleep(300), erlang:trace_info(MFA, traced) end)),
+    ?assertEqual({error, {all_modules, {'_', '_', '_'}}},
+                 in_peer(Config, fun() -> dtrace:function_probes([{'_', '_', '_'}]) end)),
+    ?assertEqual({error, {bad_pattern, {a, b, -1}}},
+                 in_peer(Config, fun() -> dtrace:function_probes([{a, b, -1}]) end)),
+    Program = "
+        usdt:$SO:erlang:global__function__entry { printf(\"EV %lu entry %s %s %ld\\n\", nsecs, str(arg0), str(arg1), arg2); }
+        usdt:$SO:erlang:function__return { printf(\"EV %lu return %s %s %ld\\n\", nsecs, str(arg0), str(arg1), arg2); }",
+    N = 40,
+    {{Pid, Results, Cleared, ClearedPid}, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program,
+          fun() -> dtrace_test_lib:double(0) end,
+          [{contains, <<" entry ">>}, {contains, <<" return ">>}],
+          fun() ->
+                  R = [dtrace_test_lib:double(I) || I <- lists:seq(1, N)],
+                  Me = pid_to_list(self()),
+                  ok = dtrace:function_probes([]),
+                  ok = wait_traced(MFA, false),
+                  Other = spawn(fun() -> [dtrace_test_lib:double(I) || I <- lists:seq(1, N)] end),
+                  timer:sleep(100),
+                  {Me, R, erlang:trace_info(MFA, traced), pid_to_list(Other)}
+          end),
+    ?assertEqual([2 * I || I <- lists:seq(1, N)], Results),
+    ?assertEqual({traced, false}, Cleared),
+    P = list_to_binary(Pid),
+    Mine = [{K, M, D} || {_, [K, Pr, M, D]} <- events(Lines), Pr =:= P],
+    ?assertEqual(lists:append(lists:duplicate(N, [{<<"entry">>, <<"dtrace_test_lib:double/1">>, <<"-1">>},
+                                                  {<<"return">>, <<"dtrace_test_lib:double/1">>, <<"-1">>}])),
+                 Mine),
+    ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(ClearedPid)) =/= nomatch]),
+    %% The tracer gone, the pattern is not set again.
+    ?assertEqual({traced, false}, in_peer(Config, fun() -> timer:sleep(300), erlang:trace_info(MFA, traced) end)).
+
+wait_traced(MFA, Want) ->
+    case erlang:trace_info(MFA, traced) of
+        {traced, Want} -> ok;
+        {traced, false} when Want =/= false -> timer:sleep(5), wait_traced(MFA, Want);
+        {traced, _} when Want =:= false -> timer:sleep(5), wait_traced(MFA, Want);
+        _ -> ok
+    end.
+
+%% Attaching a tracer sets the flags within one poll and detaching clears
+%% them; 50 attach/detach cycles under load leave the node alive, no flag
+%% of dtrace's set, and an operator's dbg trace of another process
+%% untouched throughout.
+attach_detach_cycles_leave_operators_alone(Config) ->
+    Peer = ?config(peer, Config),
+    {Watched, DbgBefore} =
+        in_peer(Config, fun() ->
+                                W = spawn(fun dtrace_test_lib:sink/0),
+                                {ok, _} = dbg:tracer(process, {fun(_, N) -> N + 1 end, 0}),
+                                {ok, _} = dbg:p(W, [m]),
+                                Load = [spawn(fun Ping() ->
+                                                      Me = self(),
+                                                      E = spawn(fun() -> receive {P, x} -> P ! y end end),
+                                                      E ! {Me, x},
+                                                      receive y -> ok end,
+                                                      Ping()
+                                              end) || _ <- [1, 2]],
+                                put(load, Load),
+                                register(vm_watched, W),
+                                {W, {erlang:trace_info(W, tracer), erlang:trace_info(W, flags)}}
+                        end),
+    %% bpftrace must be fully attached before it is stopped (a SIGINT
+    %% during its set-up can leave it waiting for ever): it says SEEN at
+    %% its first event.
+    Program = "usdt:$SO:erlang:message__send {
+                   if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } @n = count(); }",
+    Cycles =
+        [begin
+             {{On, WatchedOn}, _} =
+                 dtrace_test_lib:bpftrace_window(
+                   Peer, Program, fun() -> self() ! x, receive x -> ok end end, [<<"SEEN">>],
+                   fun() ->
+                           {dtrace_test_lib:wait_flags([send], 5000), erlang:trace_info(Watched, tracer)}
+                   end),
+             Off = peer:call(Peer, dtrace_test_lib, wait_flags, [[], 5000]),
+             {On, Off, WatchedOn}
+         end || _ <- lists:seq(1, 50)],
+    ?assertEqual([], [C || {On, Off, _} = C <- Cycles, {On, Off} =/= {ok, ok}]),
+    {DbgTracer, _} = DbgBefore,
+    ?assertEqual([], [W || {_, _, W} <- Cycles, W =/= DbgTracer]),
+    {Ours, DbgAfter, Status} =
+        in_peer(Config, fun() ->
+                                timer:sleep(300),
+                                {dtrace_test_lib:our_traced(),
+                                 {erlang:trace_info(Watched, tracer), erlang:trace_info(Watched, flags)},
+                                 dtrace:vm_probes()}
+                        end),
+    ?assertEqual([], Ours),
+    ?assertEqual(DbgBefore, DbgAfter),
+    ?assertMatch(#{flags := #{processes := []}}, Status),
+    ct:log("dbg's trace of ~p: ~p", [Watched, DbgAfter]).
+
+%% Manual mode: dtrace sets no flag; a user's own {tracer, dtrace, []}
+%% feeds the probes for the processes they trace.
+manual_mode_and_user_tracer(Config) ->
+    ok = in_peer(Config, fun() -> dtrace:vm_probes(manual) end),
+    Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
+    {{Flags, Child, Untraced}, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program,
+          fun() -> ok end, [],
+          fun() ->
+                  timer:sleep(300),
+                  F = dtrace_test_lib:our_traced(),
+                  Self = self(),
+                  Traced = spawn(fun() ->
+                                         receive go -> ok end,
+                                         C = spawn(fun() -> ok end),
+                                         Self ! {child, C}
+                                 end),
+                  1 = erlang:trace(Traced, true, [procs, {tracer, dtrace, []}]),
+                  Traced ! go,
+                  C = receive {child, C0} -> C0 end,
+                  U = spawn(fun() -> ok end),
+                  timer:sleep(100),
+                  {F, pid_to_list(C), pid_to_list(U)}
+          end),
+    ?assertEqual([], Flags),
+    ?assertEqual([iolist_to_binary(["SPAWN ", Child, " erlang:apply/2"])],
+                 [L || <<"SPAWN ", _/binary>> = L <- Lines]),
+    ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(Untraced)) =/= nomatch]).
+
+%%--------------------------------------------------------------------
+%% Shipped scripts
+
+%% Each bpftrace port of OTP's example scripts, and the send-to-scheduled
+%% latency script, run against a workload that makes them print.
+shipped_scripts(Config) ->
+    Priv = code:priv_dir(dtrace),
+    Peer = ?config(peer, Config),
+    Run = fun(Script, Ready, Seen, Work) ->
+                  dtrace_test_lib:bpftrace_window(bpftrace, Peer, {file, filename:join(Priv, Script)},
+                                                  Ready, Seen, Work)
+          end,
+    %% spawn-exit.bt
+    {SpawnPid, L1} = Run("spawn-exit.bt", fun() -> spawn(fun() -> ok end) end,
+                         [{contains, <<"mfa">>}, {contains, <<"reason">>}],
+                         fun() ->
+                                 P = spawn(fun() -> exit(shipped) end),
+                                 timer:sleep(50),
+                                 pid_to_list(P)
+                         end),
+    ?assert(lists:member(iolist_to_binary(["pid ", SpawnPid, " mfa erlang:apply/2"]), L1)),
+    ?assert(lists:member(iolist_to_binary(["pid ", SpawnPid, " reason shipped"]), L1)),
+    %% process-scheduling.bt
+    {HibPid, L2} = Run("process-scheduling.bt",
+                       fun() -> P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
+                                timer:sleep(2), P ! wake end,
+                       [{contains, <<"  Schedule pid">>}, {contains, <<"Unschedule pid">>},
+                        {contains, <<"Hibernate pid">>}],
+                       fun() ->
+                               P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
+                               wait_hibernating(P),
+                               P ! wake,
+                               timer:sleep(50),
+                               pid_to_list(P)
+                       end),
+    ?assert(lists:member(iolist_to_binary([" Hibernate pid ", HibPid, " resume mfa erlang:hibernate/3"]), L2)),
+    ?assert(lists:member(iolist_to_binary(["Unschedule pid ", HibPid]), L2)),
+    ?assert(lists:member(iolist_to_binary(["  Schedule pid ", HibPid, " mfa erlang:apply/2"]), L2)),
+    %% messages.bt
+    {{From, To}, L3} = Run("messages.bt",
+                           fun() -> self() ! ready, receive ready -> ok end end,
+                           [{contains, <<"send:">>}, {contains, <<"queued:">>}],
+                           fun() ->
+                                   S = spawn(fun dtrace_test_lib:sink/0),
+                                   S ! {a, b, c},
+                                   timer:sleep(50),
+                                   {pid_to_list(self()), pid_to_list(S)}
+                           end),
+    ?assert(lists:member(iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]), L3)),
+    ?assert(lists:member(iolist_to_binary(["queued: ", To, ": 4 words"]), L3)),
+    %% garbage-collection.bt
+    {GcPid, L4} = Run("garbage-collection.bt", fun() -> erlang:garbage_collect() end,
+                      [{contains, <<"GC major start">>}, {contains, <<"GC major end">>}],
+                      fun() ->
+                              P = spawn(fun() -> erlang:garbage_collect(), receive stop -> ok end end),
+                              timer:sleep(50),
+                              pid_to_list(P)
+                      end),
+    ?assert(lists:any(fun(L) -> binary:match(L, iolist_to_binary(["GC major start pid ", GcPid, " need "])) =/= nomatch end, L4)),
+    ?assert(lists:any(fun(L) -> binary:match(L, iolist_to_binary(["GC major end pid ", GcPid, " reclaimed "])) =/= nomatch end, L4)),
+    ?assert(lists:member(<<"Time in garbage collection (us), per process:">>, L4)),
+    %% function-calls.bt
+    ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_lib, double, 1}, {erlang, phash2, 1}]]),
+    {CallPid, L5} = Run("function-calls.bt",
+                        fun() -> dtrace_test_lib:double(1), erlang:phash2(x) end,
+                        [{contains, <<"enter (global)">>}, {contains, <<" return ">>},
+                         {contains, <<"BIF entry">>}, {contains, <<"BIF return">>}],
+                        fun() ->
+                                6 = dtrace_test_lib:double(3),
+                                _ = erlang:phash2(y),
+                                pid_to_list(self())
+                        end),
+    ok = peer:call(Peer, dtrace, function_probes, [[]]),
+    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " enter (global)  dtrace_test_lib:double/1 depth -1"]), L5)),
+    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " return dtrace_test_lib:double/1 depth -1"]), L5)),
+    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " BIF entry  mfa erlang:phash2/1"]), L5)),
+    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " BIF return mfa erlang:phash2/1"]), L5)),
+    %% port1.bt
+    {{Owner, PortText}, L6} = Run("port1.bt",
+                                  fun() -> P = open_port({spawn, "true"}, []), catch port_close(P) end,
+                                  [{contains, <<"port open">>}, {contains, <<"port exit">>}],
+                                  fun() ->
+                                          P = open_port({spawn, "cat >/dev/null"}, [binary]),
+                                          true = port_command(P, <<"hi">>),
+                                          true = port_close(P),
+                                          timer:sleep(50),
+                                          {pid_to_list(self()), erlang:port_to_list(P)}
+                                  end),
+    ?assert(lists:member(iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", PortText]), L6)),
+    ?assert(lists:member(iolist_to_binary(["port command pid ", Owner, " port ", PortText,
+                                           " port name  command type command"]), L6)),
+    ?assert(lists:any(fun(L) -> binary:match(L, iolist_to_binary(["port exit pid  port ", PortText])) =/= nomatch end, L6)),
+    %% message-latency.bt
+    {ok, L7} = Run("message-latency.bt",
+                   fun() -> self() ! ready, receive ready -> ok end end,
+                   [{contains, <<"Tracing message send">>}],
+                   fun() ->
+                           S = spawn(fun dtrace_test_lib:sink/0),
+                           [begin S ! I, timer:sleep(1) end || I <- lists:seq(1, 50)],
+                           timer:sleep(50),
+                           ok
+                   end),
+    ?assert(lists:member(<<"@wait_us: ">>, L7) orelse lists:any(fun(L) -> binary:match(L, <<"@wait_us:">>) =/= nomatch end, L7)),
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"@max_wait_us[<">>) =/= nomatch end, L7)).
+
+%% OTP's D scripts for these probes (runtime_tools' examples) name probes
+%% and argument indexes this library has, except the probes a stock VM
+%% cannot feed from erl_tracer events (listed here, so that a change to
+%% the catalogue shows up).
+otp_d_scripts_match_the_catalogue(_Config) ->
+    Dir = filename:join(code:lib_dir(runtime_tools), "examples"),
+    Scripts = ["spawn-exit.d", "messages.d", "process-scheduling.d", "garbage-collection.d",
+               "function-calls.d", "port1.d"],
+    Catalogue = maps:from_list([{N, length(Args)} || {N, Args} <- dtrace_test_lib:catalogue()]),
+    Uses = lists:append([d_uses(filename:join(Dir, S)) || S <- Scripts]),
+    Missing = lists:usort([P || {P, _} <- Uses, not maps:is_key(P, Catalogue)]),
+    ?assertEqual([<<"aio_pool__add">>, <<"aio_pool__get">>, <<"message__receive">>,
+                  <<"nif__entry">>, <<"nif__return">>, <<"port__busy">>, <<"port__connect">>,
+                  <<"port__control">>, <<"port__not_busy">>, <<"process__exit_signal">>,
+                  <<"process__exit_signal__remote">>], Missing),
+    Bad = [{P, Max, maps:get(P, Catalogue)} || {P, Max} <- Uses, maps:is_key(P, Catalogue),
+                                               Max >= maps:get(P, Catalogue)],
+    ?assertEqual([], Bad),
+    ?assert(length(Uses) >= 20).
+
+%% [{ProbeNoteName, HighestArgIndexRead}] for the clauses of a D script.
+d_uses(File) ->
+    {ok, D} = file:read_file(File),
+    Clauses = re:split(D, "^}", [multiline]),
+    lists:append(
+      [[{note_name(P), lists:max([-1 | [binary_to_integer(N) || [N] <- match_all(C, "\\barg([0-9]+)\\b")]])}
+        || [P] <- match_all(C, "erlang\\*:::([a-z_-]+)")]
+       || C <- Clauses]).
+
+%% D's dashes are the note's double underscores.
+note_name(P) ->
+    binary:replace(P, <<"-">>, <<"__">>, [global]).
+
+match_all(Subject, Re) ->
+    case re:run(Subject, Re, [global, {capture, all_but_first, binary}]) of
+        {match, M} -> M;
+        nomatch -> []
+    end.
