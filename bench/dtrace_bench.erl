@@ -13,7 +13,7 @@
 %%% native program (bare_probe), with the same tracer program shape. Without root or bpftrace those rows are skipped.
 -module(dtrace_bench).
 
--export([main/1, empty/0]).
+-export([main/1, empty/0, vm_rows_for_test/0]).
 
 -define(ROUNDS, 7).
 -define(N_DISABLED, 2000000).
@@ -91,10 +91,12 @@ main([OutFile, BareProbe]) ->
                 io:format("~nEnabled rows skipped: ~s~n", [W]),
                 {[], undefined, W}
         end,
-    Budgets = budgets(DisRows, Tput, EnRows, Floor, Work),
+    VmRows = vm_rows(can_trace()),
+    print(VmRows),
+    Budgets = budgets(DisRows, Tput, EnRows, Floor, Work) ++ vm_budgets(VmRows),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
-    write_md(OutFile, DisRows ++ Spread, Tput, Work, EnRows, Floor, Why, Budgets),
+    write_md(OutFile, DisRows ++ Spread, Tput, Work, EnRows, Floor, Why, VmRows, Budgets),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 
@@ -199,6 +201,111 @@ by_hand() ->
     ok = file:close(Mem),
     false = dtrace:is_enabled(),
     Rows.
+
+%%% VM probes: a message ping-pong
+
+-define(PINGPONG, 500000).
+
+%% Time per message of a ping-pong of ?PINGPONG round trips (1M messages)
+%% between this process and an echo process.
+pingpong() ->
+    Echo = spawn_link(fun Loop() -> receive {From, M} -> From ! M, Loop() end end),
+    Me = self(),
+    T0 = erlang:monotonic_time(nanosecond),
+    pingpong(Echo, Me, ?PINGPONG),
+    T = erlang:monotonic_time(nanosecond) - T0,
+    unlink(Echo),
+    exit(Echo, kill),
+    T / (2 * ?PINGPONG).
+
+pingpong(_Echo, _Me, 0) -> ok;
+pingpong(Echo, Me, N) -> Echo ! {Me, ping}, receive ping -> pingpong(Echo, Me, N - 1) end.
+
+%% The ping-pong without the dtrace application, with it (no tracer), and
+%% with it and a tracer on message__send (bpftrace, counting), against an
+%% Erlang process tracer of the same send events, and with a tracer on
+%% process__spawn only. [{Name, {Median, Min, Max}}] in ns per message.
+vm_rows(CanTrace) ->
+    io:format("~nVM probes: message ping-pong, ~b messages per run:~n", [2 * ?PINGPONG]),
+    _ = pingpong(),
+    Pairs = [begin
+                 _ = application:stop(dtrace),
+                 Off = pingpong(),
+                 {ok, _} = application:ensure_all_started(dtrace),
+                 timer:sleep(200),
+                 {Off, pingpong()}
+             end || _ <- lists:seq(1, 5)],
+    Base = [{"ping-pong, dtrace application not running", stats([O || {O, _} <- Pairs])},
+            {"ping-pong, dtrace application running, no tracer", stats([W || {_, W} <- Pairs])}],
+    Sink = spawn(fun Drain() -> receive _ -> Drain() end end),
+    Process = [begin
+                   _ = erlang:trace(all, true, [send, {tracer, Sink}]),
+                   T = pingpong(),
+                   _ = erlang:trace(all, false, [send]),
+                   T
+               end || _ <- lists:seq(1, 3)],
+    {message_queue_len, SinkQueue} = erlang:process_info(Sink, message_queue_len),
+    exit(Sink, kill),
+    io:format("  (the process tracer's sink had ~b trace messages queued after its runs)~n", [SinkQueue]),
+    ProcRow = {"ping-pong, Erlang process tracer on send (erlang:trace/3)", stats(Process)},
+    case CanTrace of
+        ok ->
+            Send = traced_pingpong("message__send",
+                                   fun(#{flags := #{processes := P}}) -> lists:member(send, P) end),
+            %% process__spawn alone: meta tracing of the spawn BIFs, no flag.
+            Spawn = traced_pingpong("process__spawn", fun(#{spawn_meta := M}) -> M =:= on end),
+            Base ++ [ProcRow,
+                     {"ping-pong, bpftrace on message__send (count)", Send},
+                     {"ping-pong, bpftrace on process__spawn only", Spawn}];
+        {skip, _} ->
+            Base ++ [ProcRow]
+    end.
+
+%% Three ping-pong runs with bpftrace counting Probe, once automatic mode
+%% has done what Ready(Status) checks.
+traced_pingpong(Probe, Ready) ->
+    Tracer = bpftrace(os:getpid(), "usdt:" ++ nif() ++ ":erlang:" ++ Probe ++ " { @n = count(); }"),
+    ok = wait_vm(Ready, 200),
+    timer:sleep(500),
+    Runs = [pingpong() || _ <- lists:seq(1, 3)],
+    MaxQueue = lists:max([N || P <- processes(), {message_queue_len, N} <- [erlang:process_info(P, message_queue_len)]]),
+    stop(Tracer),
+    io:format("  (bpftrace on ~s: longest mailbox of any process after the runs: ~b)~n", [Probe, MaxQueue]),
+    stats(Runs).
+
+wait_vm(_Ready, 0) ->
+    timeout;
+wait_vm(Ready, Tries) ->
+    case Ready(dtrace:vm_probes()) of
+        true -> ok;
+        false -> timer:sleep(10), wait_vm(Ready, Tries - 1)
+    end.
+
+vm_budgets(Rows) ->
+    Med = fun(Name) -> case proplists:get_value(Name, Rows) of
+                           {M, _, _} -> M;
+                           undefined -> undefined
+                       end
+          end,
+    Off = Med("ping-pong, dtrace application not running"),
+    On = Med("ping-pong, dtrace application running, no tracer"),
+    Proc = Med("ping-pong, Erlang process tracer on send (erlang:trace/3)"),
+    Send = Med("ping-pong, bpftrace on message__send (count)"),
+    Spawn = Med("ping-pong, bpftrace on process__spawn only"),
+    [{io_lib:format("ping-pong with the application running, no tracer >= 0.98 x the throughput "
+                    "without it: ~.3fx", [Off / On]), Off / On >= 0.98}
+     | case Send of
+           undefined ->
+               [{"VM probe budgets with a tracer: not measured", skipped}];
+           _ ->
+               [{io_lib:format("message__send under bpftrace: overhead per message <= 0.7 x the process "
+                               "tracer's: ~.1f ns vs ~.1f ns (~.2fx)",
+                               [Send - On, Proc - On, (Send - On) / (Proc - On)]),
+                 Send - On =< 0.7 * (Proc - On)},
+                {io_lib:format("process__spawn under bpftrace: ping-pong pays <= 2%: ~.1f%",
+                               [100 * (Spawn - On) / On]),
+                 Spawn =< 1.02 * On}]
+       end].
 
 %%% Tracers
 
@@ -306,7 +413,7 @@ verdict(info) -> "measured".
 
 %%% BENCHMARKS.md
 
-write_md(File, Dis, Tput, Work, En, Floor, Why, Budgets) ->
+write_md(File, Dis, Tput, Work, En, Floor, Why, Vm, Budgets) ->
     Row = fun({Name, {Med, Min, Max}}) ->
                   io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [Name, Med, Min, Max])
           end,
@@ -343,6 +450,10 @@ write_md(File, Dis, Tput, Work, En, Floor, Why, Budgets) ->
              _ -> ["| call | ns/call | spread |\n|---|---|---|\n", [Row(R) || R <- En],
                    Row({"bare SDT hit, native program (the floor)", Floor})]
          end,
+         "\n## VM probes: message ping-pong (ns per message)\n\n"
+         "Automatic mode sets the trace flags only while a tracer listens. Each row is the median of\n"
+         "its runs (1M messages each).\n\n| run | ns/message | spread |\n|---|---|---|\n",
+         [Row(R) || R <- Vm],
          "\n## Budgets\n\n",
          [io_lib:format("- ~s: **~s**~n", [T, verdict(OK)]) || {T, OK} <- Budgets],
          "- no heap allocation on any probe path: asserted in the real NIF by\n"
@@ -369,3 +480,8 @@ write_md(File, Dis, Tput, Work, En, Floor, Why, Budgets) ->
          "  the small native floor program on some hosts (see the reference line under Budgets), so\n"
          "  the budget is set on the library's own work.\n"],
     ok = file:write_file(File, Text).
+
+%% @private For trying the VM rows alone.
+vm_rows_for_test() ->
+    Rows = vm_rows(can_trace()),
+    Rows ++ [{budget, T, OK} || {T, OK} <- vm_budgets(Rows)].

@@ -267,6 +267,9 @@ efile_return(_ThreadId, _Tag, _Command, _UserTag, _Success, _Reason) ->
 %% <li>`new_processes': `ours' (new processes get the flags), `free' (no
 %%   flags wanted) or `{taken, Tracer}' (another tracer is the default
 %%   tracer of new processes: they are left to it);</li>
+%% <li>`spawn_meta': `on' while `process__spawn' is fed by meta tracing of
+%%   the spawn BIFs, `off', or `{taken, Tracer}' (another tracer has a meta
+%%   pattern on one of them: left alone);</li>
 %% <li>`traced': processes traced by the automatic mode now; `skipped':
 %%   processes another tracer (dbg, recon, ...) traces, left alone;</li>
 %% <li>`function_patterns': what {@link function_probes/1} was given, and
@@ -339,10 +342,10 @@ enabled(_TraceTag, _TracerState, _Tracee) ->
 trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) ->
     nif_stub(ok).
 
-%% @private For dtrace_vm: `{ProcessFlags, PortFlags, ProbeNames}'.
--spec vm_listening() -> {[atom()], [atom()], [binary()]}.
+%% @private For dtrace_vm: `{ProcessFlags, PortFlags, ProbeNames, Meta}'.
+-spec vm_listening() -> {[atom()], [atom()], [binary()], [spawn]}.
 vm_listening() ->
-    nif_stub({[], [], []}).
+    nif_stub({[], [], [], []}).
 
 %% @private For dtrace_vm: which calls fire which function probes.
 -spec vm_call_probes([tuple()], [mfa()]) -> ok.

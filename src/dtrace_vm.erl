@@ -18,7 +18,15 @@
 %%% manual mode first ({@link dtrace:vm_probes/1}). See {@link
 %%% dtrace:vm_probes/0} for the status.
 %%%
-%%% Function probes follow the patterns given to {@link
+%%% `process__spawn' alone needs no trace flag: while it is the only
+%%% probe of processes with a tracer, this process meta-traces the three
+%%% BIFs every local spawn goes through (`erlang:spawn/3', `spawn_link/3',
+%%% `spawn_opt/4'), so a node traced for spawns only pays on each spawn,
+%%% not on every scheduling of every process (a traced process costs the
+%%% VM a tracer check at each schedule-in). It then fires when the BIF
+%%% returns, which may be after the new process first ran. With other
+%%% process probes listened to, it comes from the `procs' flag, in order
+%%% with them. Function probes follow the patterns given to {@link
 %%% dtrace:function_probes/1}: the call-trace patterns are set only while a
 %%% tracer listens to a function probe.
 %%% @end
@@ -32,6 +40,11 @@
 %% state tells them from a user's own {tracer, dtrace, []}.
 -define(TRACER, {tracer, dtrace, auto}).
 -define(MS, [{'_', [], [{exception_trace}]}]).
+%% process__spawn in automatic mode: meta tracing of the BIFs every local
+%% spawn goes through (spawn/1, spawn_monitor/1, proc_lib, ... call them),
+%% which sets no trace flag on any process.
+-define(SPAWN_BIFS, [{erlang, spawn, 3}, {erlang, spawn_link, 3}, {erlang, spawn_opt, 4}]).
+-define(META, {dtrace, spawn_meta}).
 
 -type flags() :: {Processes :: [atom()], Ports :: [atom()]}.
 -type pattern() :: {module(), atom(), arity() | '_', global | local}.
@@ -41,7 +54,8 @@
             flags = {[], []} :: flags(),
             patterns = [] :: [pattern()],
             active = [] :: [pattern()],
-            new = free :: free | ours | {taken, term()}}).
+            new = free :: free | ours | {taken, term()},
+            spawn_meta = off :: off | on | {taken, term()}}).
 
 %% @private
 start_link() ->
@@ -86,7 +100,7 @@ handle_call(status, _From, S) ->
     {reply, status(S), S};
 handle_call({mode, Mode}, _From, S) when Mode =:= auto; Mode =:= manual ->
     S1 = case Mode of
-             manual -> clear_flags(S);
+             manual -> apply_meta(false, clear_flags(S));
              auto -> S
          end,
     {reply, ok, poll(S1#s{mode = Mode})};
@@ -122,19 +136,55 @@ terminate(_Reason, S) ->
 %%% Polling
 
 poll(S) ->
-    {ProcFlags0, PortFlags, _Listening} = dtrace:vm_listening(),
+    {ProcFlags0, PortFlags, _Listening, Spawn} = dtrace:vm_listening(),
     CallsListened = lists:member(call, ProcFlags0),
     S1 = case S#s.mode of
              auto ->
-                 ProcFlags = case S#s.patterns of
-                                 [] -> ProcFlags0 -- [call, arity];
-                                 _ -> ProcFlags0
-                             end,
-                 apply_flags({ProcFlags, PortFlags}, S);
+                 ProcFlags1 = case S#s.patterns of
+                                  [] -> ProcFlags0 -- [call, arity];
+                                  _ -> ProcFlags0
+                              end,
+                 %% process__spawn: from the procs flag when processes are
+                 %% traced anyway (events in order with the others),
+                 %% otherwise from meta tracing, which costs nothing to
+                 %% processes that do not spawn.
+                 {ProcFlags, Meta} =
+                     case {Spawn, ProcFlags1} of
+                         {[], _} -> {ProcFlags1, false};
+                         {_, []} -> {[], true};
+                         {_, _} -> {lists:usort([procs | ProcFlags1]), false}
+                     end,
+                 apply_meta(Meta, apply_flags({ProcFlags, PortFlags}, S));
              manual ->
-                 S
+                 apply_meta(false, S)
          end,
     apply_patterns(CallsListened andalso S1#s.patterns =/= [], S1).
+
+%% Sets (true) or removes (false) the meta-trace patterns that feed
+%% process__spawn; another tracer's meta pattern on a spawn BIF is left
+%% alone (and reported).
+apply_meta(true, #s{spawn_meta = off} = S) ->
+    case [T || MFA <- ?SPAWN_BIFS, {meta, T} <- [erlang:trace_info(MFA, meta)], T =/= false, T =/= ?META] of
+        [] ->
+            [erlang:trace_pattern(MFA, [{'_', [], [{return_trace}]}], [{meta, dtrace, spawn_meta}])
+             || MFA <- ?SPAWN_BIFS],
+            S#s{spawn_meta = on};
+        [Other | _] ->
+            S#s{spawn_meta = {taken, Other}}
+    end;
+apply_meta(false, #s{spawn_meta = on} = S) ->
+    clear_meta(),
+    S#s{spawn_meta = off};
+apply_meta(false, #s{spawn_meta = {taken, _}} = S) ->
+    S#s{spawn_meta = off};
+apply_meta(_, S) ->
+    S.
+
+%% Removes our meta patterns from the spawn BIFs (not another tracer's).
+clear_meta() ->
+    [erlang:trace_pattern(MFA, false, [meta])
+     || MFA <- ?SPAWN_BIFS, erlang:trace_info(MFA, meta) =:= {meta, ?META}],
+    ok.
 
 apply_flags(Want, #s{flags = Want} = S) ->
     S;
@@ -170,8 +220,9 @@ clear_flags(#s{flags = {P, O}} = S) ->
     _ = set_new(new_ports, O, []),
     S#s{flags = {[], []}, new = free}.
 
-%% Every flag any tracer {dtrace, auto} may hold.
+%% Every flag any tracer {dtrace, auto} may hold, and our meta patterns.
 clear_all() ->
+    _ = (catch clear_meta()),
     All = [procs, running, exiting, send, 'receive', call, arity, garbage_collection],
     _ = (catch set(existing_processes, All, [])),
     _ = (catch set(existing_ports, [ports, 'receive'], [])),
@@ -241,8 +292,9 @@ pattern(P) ->
 %%%===================================================================
 %%% Status
 
-status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active = Active, new = New}) ->
-    {ListenP, ListenO, Probes} = dtrace:vm_listening(),
+status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active = Active, new = New,
+          spawn_meta = Meta}) ->
+    {ListenP, ListenO, Probes, _} = dtrace:vm_listening(),
     {Ours, Others} = count_tracers(),
     #{mode => Mode,
       poll_ms => Poll,
@@ -250,6 +302,7 @@ status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active 
       wanted_flags => #{processes => ListenP, ports => ListenO},
       flags => #{processes => P, ports => O},
       new_processes => New,
+      spawn_meta => Meta,
       traced => Ours,
       skipped => Others,
       function_patterns => [external(Pt) || Pt <- Patterns],

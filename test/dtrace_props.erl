@@ -97,7 +97,7 @@ documented(function_probes, [_], {ok, R}) -> R =:= ok orelse (is_tuple(R) andals
 %% The erl_tracer callbacks, called by hand with any terms.
 documented(enabled, [_, _, _], {ok, R}) -> R =:= trace orelse R =:= discard;
 documented(trace, [_, _, _, _, _], {ok, R}) -> R =:= ok;
-documented(vm_listening, [], {ok, {P, O, L}}) -> is_list(P) andalso is_list(O) andalso is_list(L);
+documented(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andalso is_list(L) andalso is_list(M);
 documented(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
 %% The internal NIFs behind dtrace_file.
 documented(efile_enabled, [], {ok, B}) -> is_boolean(B);

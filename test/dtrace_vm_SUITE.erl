@@ -15,12 +15,13 @@
          major_gcs_pair_up/1, function_probes_follow_the_tracer/1,
          attach_detach_cycles_leave_operators_alone/1,
          shipped_scripts/1, otp_d_scripts_match_the_catalogue/1,
-         manual_mode_and_user_tracer/1]).
+         manual_mode_and_user_tracer/1, spawn_alone_sets_no_flag/1]).
 
 all() ->
     [no_tracer_no_flags, process_events_in_otps_order, sends_and_queues_with_flat_sizes,
      remote_send_names_the_node, major_gcs_pair_up, function_probes_follow_the_tracer,
      attach_detach_cycles_leave_operators_alone, manual_mode_and_user_tracer,
+     spawn_alone_sets_no_flag,
      shipped_scripts, otp_d_scripts_match_the_catalogue].
 
 init_per_testcase(otp_d_scripts_match_the_catalogue, Config) ->
@@ -398,6 +399,44 @@ manual_mode_and_user_tracer(Config) ->
                  [L || <<"SPAWN ", _/binary>> = L <- Lines]),
     ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(Untraced)) =/= nomatch]).
 
+%% process__spawn alone sets no trace flag on any process: automatic mode
+%% meta-traces the spawn BIFs, and every way of spawning fires it with the
+%% function the new process starts in; the patterns go when the tracer
+%% leaves.
+spawn_alone_sets_no_flag(Config) ->
+    Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
+    {{Status, Ours, Spawned}, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program,
+          fun() -> spawn(fun() -> ok end) end, [{contains, <<"SPAWN">>}],
+          fun() ->
+                  P1 = spawn(fun() -> ok end),
+                  P2 = spawn(dtrace_test_lib, double, [1]),
+                  {P3, _} = spawn_monitor(fun() -> ok end),
+                  P4 = proc_lib:spawn(fun() -> ok end),
+                  P5 = spawn_link(fun() -> ok end),
+                  P6 = spawn_opt(fun() -> ok end, [{priority, low}]),
+                  timer:sleep(100),
+                  {dtrace:vm_probes(), dtrace_test_lib:our_traced(),
+                   [pid_to_list(P) || P <- [P1, P2, P3, P4, P5, P6]]}
+          end),
+    ?assertMatch(#{flags := #{processes := [], ports := []}, spawn_meta := on}, Status),
+    ?assertEqual([], Ours),
+    [P1, P2, P3, P4, P5, P6] = Spawned,
+    Want = [["SPAWN ", P1, " erlang:apply/2"], ["SPAWN ", P2, " dtrace_test_lib:double/1"],
+            ["SPAWN ", P3, " erlang:apply/2"], ["SPAWN ", P4, " proc_lib:init_p/3"],
+            ["SPAWN ", P5, " erlang:apply/2"], ["SPAWN ", P6, " erlang:apply/2"]],
+    ?assertEqual([iolist_to_binary(W) || W <- Want],
+                 [L || <<"SPAWN ", _/binary>> = L <- Lines,
+                       lists:any(fun(P) -> binary:match(L, list_to_binary([P, " "])) =/= nomatch end, Spawned)]),
+    ?assertEqual([{meta, false}, {meta, false}, {meta, false}],
+                 in_peer(Config, fun() ->
+                                         timer:sleep(300),
+                                         [erlang:trace_info(MFA, meta)
+                                          || MFA <- [{erlang, spawn, 3}, {erlang, spawn_link, 3},
+                                                     {erlang, spawn_opt, 4}]]
+                                 end)).
+
 %%--------------------------------------------------------------------
 %% Shipped scripts
 
@@ -477,8 +516,13 @@ shipped_scripts(Config) ->
     ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " BIF return mfa erlang:phash2/1"]), L5)),
     %% port1.bt
     {{Owner, PortText}, L6} = Run("port1.bt",
-                                  fun() -> P = open_port({spawn, "true"}, []), catch port_close(P) end,
-                                  [{contains, <<"port open">>}, {contains, <<"port exit">>}],
+                                  fun() ->
+                                          P = open_port({spawn, "cat >/dev/null"}, []),
+                                          port_command(P, "x"),
+                                          catch port_close(P)
+                                  end,
+                                  [{contains, <<"port open">>}, {contains, <<"port command">>},
+                                   {contains, <<"port exit">>}],
                                   fun() ->
                                           P = open_port({spawn, "cat >/dev/null"}, [binary]),
                                           true = port_command(P, <<"hi">>),

@@ -58,7 +58,7 @@ provider erlang {
 	 * -1 for an integer, "<unknown>" for an mfa, NULL for a string.
 	 */
 
-	/* procs: a process spawned p, which starts in mfa (m:f/arity). */
+	/* procs, or alone meta tracing of the spawn BIFs: a process spawned p, which starts in mfa (m:f/arity). */
 	probe process__spawn(char *p, char *mfa);
 
 	/* procs: process p exited; reason as ~p text, at most 255 bytes. */

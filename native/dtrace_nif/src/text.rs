@@ -9,9 +9,11 @@
 //! `DTRACE_TERM_BUF_SIZE`), longer text is cut, and `%T` is given a
 //! precision of [`MAX_NODES`] terms, after which the VM's formatter stops
 //! walking the term and writes `...`, whatever the term's size or depth.
+//! Buffers are not cleared first: only the bytes written are read.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint};
+use std::mem::MaybeUninit;
 
 use rustler::sys::ErlNifTerm;
 use rustler::{Env, Term};
@@ -25,9 +27,18 @@ pub const TEXT_BYTES: usize = 256;
 /// The most terms `%T` visits for one text; it then writes `...`.
 pub const MAX_NODES: c_int = 64;
 
+/// A text kept for later: its bytes, NUL included, and their number.
+#[derive(Clone, Copy)]
+pub struct KeptText {
+    bytes: [u8; TEXT_BYTES],
+    len: usize,
+}
+
 /// A stack buffer for one text argument.
 pub struct TextBuf {
-    bytes: [u8; TEXT_BYTES],
+    bytes: [MaybeUninit<u8>; TEXT_BYTES],
+    /// How many bytes were written, NUL included; 0 when none (NULL).
+    len: usize,
 }
 
 impl Default for TextBuf {
@@ -37,22 +48,44 @@ impl Default for TextBuf {
 }
 
 impl TextBuf {
-    /// An empty buffer.
+    /// An empty buffer (its bytes are not cleared).
     #[inline(always)]
     pub fn new() -> Self {
-        Self { bytes: [0; TEXT_BYTES] }
+        Self { bytes: [MaybeUninit::uninit(); TEXT_BYTES], len: 0 }
     }
 
-    /// The text written, up to and with its NUL; NULL if nothing was.
-    fn text(&mut self, written: c_int) -> Str<'_> {
-        if written < 0 {
-            return Str::NULL;
+    /// The bytes written, NUL included.
+    fn written(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes were written (every writer below
+        // sets `len` to what it wrote), `len <= TEXT_BYTES`, and u8 and
+        // MaybeUninit<u8> have the same layout.
+        unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    /// The text, or NULL if nothing was written.
+    fn str(&self) -> Str<'_> {
+        Str::from_bytes_with_nul(self.written()).unwrap_or(Str::NULL)
+    }
+
+    /// After `enif_snprintf` returned `res`: it wrote `res` characters and
+    /// a NUL, or, cut, `TEXT_BYTES - 1` and a NUL (erts_vsnprintf).
+    fn after_snprintf(&mut self, res: c_int) -> Str<'_> {
+        self.len = match usize::try_from(res) {
+            Ok(n) => n.min(TEXT_BYTES - 1) + 1,
+            Err(_) => 0,
+        };
+        self.str()
+    }
+
+    /// Copies `text` (without a NUL) and a NUL, cut to fit.
+    fn copy(&mut self, text: &[u8]) -> Str<'_> {
+        let n = text.len().min(TEXT_BYTES - 1);
+        for (dst, &b) in self.bytes.iter_mut().zip(&text[..n]) {
+            dst.write(b);
         }
-        // enif_snprintf NUL-terminates within the buffer, cutting what
-        // does not fit; make sure of it.
-        self.bytes[TEXT_BYTES - 1] = 0;
-        let len = self.bytes.iter().position(|&b| b == 0).map_or(TEXT_BYTES, |n| n + 1);
-        Str::from_bytes_with_nul(&self.bytes[..len]).unwrap_or(Str::NULL)
+        self.bytes[n].write(0);
+        self.len = n + 1;
+        self.str()
     }
 
     /// Any term as `~p` text (`%T`), at most [`MAX_NODES`] terms of it.
@@ -61,7 +94,7 @@ impl TextBuf {
         // included, into our buffer of that size; `%.*T` consumes an int
         // precision and one term, which we pass, and the term is a valid
         // term of its env for this call.
-        let written = unsafe {
+        let res = unsafe {
             rustler::sys::get_enif_snprintf()(
                 self.bytes.as_mut_ptr().cast::<c_char>(),
                 TEXT_BYTES,
@@ -70,14 +103,14 @@ impl TextBuf {
                 term.as_c_arg(),
             )
         };
-        self.text(written)
+        self.after_snprintf(res)
     }
 
     /// `m:f/arity`, as OTP's probes write an mfa.
     pub fn mfa(&mut self, module: Term<'_>, function: Term<'_>, arity: u32) -> Str<'_> {
         // SAFETY: as in `term`; the format consumes two bounded terms and
         // an unsigned int, which we pass.
-        let written = unsafe {
+        let res = unsafe {
             rustler::sys::get_enif_snprintf()(
                 self.bytes.as_mut_ptr().cast::<c_char>(),
                 TEXT_BYTES,
@@ -89,23 +122,20 @@ impl TextBuf {
                 arity as c_uint,
             )
         };
-        self.text(written)
+        self.after_snprintf(res)
     }
 
     /// A fixed text.
     pub fn literal(&mut self, text: &str) -> Str<'_> {
-        let n = text.len().min(TEXT_BYTES - 1);
-        self.bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
-        self.bytes[n] = 0;
-        Str::from_bytes_with_nul(&self.bytes[..=n]).unwrap_or(Str::NULL)
+        self.copy(text.as_bytes())
     }
 
     /// The name of an atom (latin-1 atoms as is; others as `%T` writes
     /// them).
     pub fn atom(&mut self, env: Env<'_>, atom: Term<'_>) -> Str<'_> {
         // SAFETY: enif_get_atom writes at most TEXT_BYTES bytes, NUL
-        // included, into our buffer, and returns 0 if `atom` is not an
-        // atom or does not fit.
+        // included, into our buffer, and returns how many (NUL included),
+        // or 0 if `atom` is not an atom or does not fit.
         let written = unsafe {
             rustler::sys::enif_get_atom(
                 env.as_c_arg(),
@@ -115,7 +145,31 @@ impl TextBuf {
                 rustler::sys::ErlNifCharEncoding::ERL_NIF_LATIN1,
             )
         };
-        if written > 0 { self.text(written) } else { self.term(atom) }
+        match usize::try_from(written) {
+            Ok(n @ 1..=TEXT_BYTES) => {
+                self.len = n;
+                self.str()
+            }
+            _ => self.term(atom),
+        }
+    }
+
+    /// The text, kept for later ([`TextBuf::kept`]).
+    pub fn keep(&self) -> KeptText {
+        let mut kept = KeptText { bytes: [0; TEXT_BYTES], len: self.len };
+        kept.bytes[..self.len].copy_from_slice(self.written());
+        kept
+    }
+
+    /// A text kept with [`TextBuf::keep`].
+    pub fn kept(&mut self, kept: &KeptText) -> Str<'_> {
+        match kept.len.checked_sub(1) {
+            Some(n) => self.copy(&kept.bytes[..n]),
+            None => {
+                self.len = 0;
+                Str::NULL
+            }
+        }
     }
 }
 
@@ -129,18 +183,18 @@ pub struct IdBuf {
 /// Cache entries per scheduler thread.
 const CACHED_IDS: usize = 4;
 
-/// The longest id text cached (`<0.N.S>`, `#Port<0.N>`).
+/// The longest id text cached, NUL included (`<0.N.S>`, `#Port<0.N>`).
 const ID_BYTES: usize = 40;
 
-/// Recently formatted ids (term and NUL-terminated text), and the slot
-/// written next.
-type IdCache = ([(Option<ErlNifTerm>, [u8; ID_BYTES]); CACHED_IDS], usize);
+/// Recently formatted ids (term, text with its NUL, its length), and the
+/// slot written next.
+type IdCache = ([(Option<ErlNifTerm>, [u8; ID_BYTES], usize); CACHED_IDS], usize);
 
 thread_local! {
     /// Recently formatted local pids and ports. Local pids and ports are
     /// immediates, whose value names one process or port; the slot written
     /// next rotates.
-    static IDS: Cell<IdCache> = const { Cell::new(([(None, [0; ID_BYTES]); CACHED_IDS], 0)) };
+    static IDS: Cell<IdCache> = const { Cell::new(([(None, [0; ID_BYTES], 0); CACHED_IDS], 0)) };
 }
 
 impl Default for IdBuf {
@@ -164,22 +218,21 @@ impl IdBuf {
         let raw = term.as_c_arg();
         if cacheable {
             let (entries, _) = IDS.get();
-            if let Some((_, text)) = entries.iter().find(|(key, _)| *key == Some(raw)) {
-                self.buf.bytes[..ID_BYTES].copy_from_slice(text);
-                return self.buf.text(0);
+            if let Some((_, text, len)) = entries.iter().find(|(key, _, _)| *key == Some(raw)) {
+                return self.buf.copy(&text[..len - 1]);
             }
         }
-        let failed = self.buf.term(term).is_null();
-        if cacheable && !failed {
-            let len = self.buf.bytes.iter().position(|&b| b == 0).unwrap_or(TEXT_BYTES);
-            if len < ID_BYTES {
-                let mut text = [0; ID_BYTES];
-                text[..len].copy_from_slice(&self.buf.bytes[..len]);
-                let (mut entries, next) = IDS.get();
-                entries[next] = (Some(raw), text);
-                IDS.set((entries, (next + 1) % CACHED_IDS));
-            }
+        if self.buf.term(term).is_null() {
+            return Str::NULL;
         }
-        self.buf.text(0)
+        let len = self.buf.len;
+        if cacheable && len <= ID_BYTES {
+            let mut text = [0; ID_BYTES];
+            text[..len].copy_from_slice(self.buf.written());
+            let (mut entries, next) = IDS.get();
+            entries[next] = (Some(raw), text, len);
+            IDS.set((entries, (next + 1) % CACHED_IDS));
+        }
+        self.buf.str()
     }
 }

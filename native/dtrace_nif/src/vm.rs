@@ -25,7 +25,7 @@ use rustler::{Atom, Encoder, Env, Term, TermType};
 use crate::flat_size::flat_size;
 use crate::nif::{LoadStep, NifCall, raw_nif};
 use crate::probes::{self, Str};
-use crate::text::{IdBuf, TextBuf};
+use crate::text::{IdBuf, KeptText, TextBuf};
 
 raw_nif!("enabled" / 3 => enabled);
 raw_nif!("trace" / 5 => trace);
@@ -44,6 +44,7 @@ mod atoms {
         gc_minor_start, gc_major_start, gc_minor_end, gc_major_end,
         command, close, connect, global, local, underscore = "_",
         processes, ports, procs, running, exiting, garbage_collection, arity,
+        spawn_meta,
     }
 }
 
@@ -76,10 +77,27 @@ static TAGS: OnceLock<Vec<(ErlNifTerm, Tag)>> = OnceLock::new();
 
 fn load(_env: Env<'_>) -> bool {
     use atoms::*;
+    // The most frequent tags first: the table is searched in order.
     let table: [(Atom, Tag); 29] = [
+        (trace_status(), Tag::TraceStatus),
+        (send(), Tag::Send),
+        (receive(), Tag::Receive),
+        (in_(), Tag::In),
+        (out(), Tag::Out),
+        (call(), Tag::Call),
+        (return_from(), Tag::Return),
+        (gc_minor_start(), Tag::GcMinorStart),
+        (gc_minor_end(), Tag::GcMinorEnd),
+        (gc_major_start(), Tag::GcMajorStart),
+        (gc_major_end(), Tag::GcMajorEnd),
         (spawn(), Tag::Spawn),
         (spawned(), Tag::Spawned),
         (exit(), Tag::Exit),
+        (in_exiting(), Tag::In),
+        (out_exiting(), Tag::Out),
+        (out_exited(), Tag::Out),
+        (send_to_non_existing_process(), Tag::Send),
+        (exception_from(), Tag::Return),
         (link(), Tag::Link),
         (unlink(), Tag::Link),
         (getting_linked(), Tag::Link),
@@ -88,22 +106,6 @@ fn load(_env: Env<'_>) -> bool {
         (unregister(), Tag::Register),
         (open(), Tag::Open),
         (closed(), Tag::Closed),
-        (in_(), Tag::In),
-        (in_exiting(), Tag::In),
-        (out(), Tag::Out),
-        (out_exiting(), Tag::Out),
-        (out_exited(), Tag::Out),
-        (send(), Tag::Send),
-        (send_to_non_existing_process(), Tag::Send),
-        (receive(), Tag::Receive),
-        (call(), Tag::Call),
-        (return_from(), Tag::Return),
-        (exception_from(), Tag::Return),
-        (gc_minor_start(), Tag::GcMinorStart),
-        (gc_major_start(), Tag::GcMajorStart),
-        (gc_minor_end(), Tag::GcMinorEnd),
-        (gc_major_end(), Tag::GcMajorEnd),
-        (trace_status(), Tag::TraceStatus),
         (processes(), Tag::Other),
         (ports(), Tag::Other),
     ];
@@ -131,14 +133,17 @@ struct Group {
 }
 
 /// Which flags feed which probes: the one table both the poller (through
-/// [`vm_listening`]) and the callbacks follow.
+/// [`vm_listening`]) and the callbacks follow. `process__spawn` is not
+/// here: `procs` feeds it, but when it is the only probe of the processes
+/// with a tracer, automatic mode feeds it by meta tracing of the spawn
+/// BIFs instead ([`SpawnMeta`]), which sets no flag on any process (the
+/// poller decides, from [`vm_listening`]'s `Meta`).
 const GROUPS: &[Group] = &[
     Group {
         target: Target::Processes,
         flags: &[atoms::procs],
         enabled: || {
-            probes::process__spawn::enabled()
-                || probes::process__exit::enabled()
+            probes::process__exit::enabled()
                 || probes::dtrace_process__link::enabled()
                 || probes::dtrace_process__register::enabled()
         },
@@ -187,9 +192,11 @@ fn call_enabled() -> bool {
         || probes::bif__return::enabled()
 }
 
-/// `vm_listening() -> {ProcessFlags, PortFlags, Probes}`: the trace flags
-/// whose probes have a tracer now, and the note names (binaries) of all
-/// the library's probes that have one (semaphore reads only).
+/// `vm_listening() -> {ProcessFlags, PortFlags, Probes, Meta}`: the trace
+/// flags whose probes have a tracer now, the note names (binaries) of all
+/// the library's probes that have one, and `[spawn]` when
+/// `process__spawn` has one (its meta-trace patterns are wanted), else
+/// `[]` (semaphore reads only).
 fn vm_listening(call: NifCall) -> ErlNifTerm {
     call.run_allocating(|env, _args| {
         let mut procs: Vec<Term> = Vec::new();
@@ -203,7 +210,8 @@ fn vm_listening(call: NifCall) -> ErlNifTerm {
                 }
             }
         }
-        (procs, ports, probes::listened()).encode(env)
+        let meta: Vec<Atom> = if probes::process__spawn::enabled() { vec![atoms::spawn()] } else { vec![] };
+        (procs, ports, probes::listened(), meta).encode(env)
     })
 }
 
@@ -294,9 +302,11 @@ fn is_port(t: Term<'_>) -> bool {
 /// tracer still there?) is always `trace`.
 fn enabled(call: NifCall) -> ErlNifTerm {
     let Some(tag) = call.raw_arg(0) else { return atoms::discard().as_c_arg() };
+    let state = call.raw_arg(1);
     let listened = match tag_of(tag) {
         Tag::TraceStatus => true,
         Tag::Spawn => probes::process__spawn::enabled(),
+        Tag::Call if state == Some(atoms::spawn_meta().as_c_arg()) => probes::process__spawn::enabled(),
         Tag::Exit => probes::process__exit::enabled(),
         Tag::Link => probes::dtrace_process__link::enabled() || probes::dtrace_port__link::enabled(),
         Tag::Register => probes::dtrace_process__register::enabled(),
@@ -321,7 +331,11 @@ fn enabled(call: NifCall) -> ErlNifTerm {
 fn trace(call: NifCall) -> ErlNifTerm {
     call.run(|env, args| {
         let event = Event { env, tracee: args[2], term: args[3], opts: args[4] };
+        let state = args[1].as_c_arg();
         match tag_of(args[0].as_c_arg()) {
+            Tag::Call | Tag::Return if state == atoms::spawn_meta().as_c_arg() => {
+                SpawnMeta::event(&event, args[0].as_c_arg() == atoms::call().as_c_arg())
+            }
             Tag::Spawn => event.spawn(),
             Tag::Exit => event.exit(),
             Tag::Link => event.link(args[0]),
@@ -605,6 +619,61 @@ impl<'a> Event<'a> {
         let words = gc_wordsize(self.term).unwrap_or(UNAVAILABLE);
         let mut pid = IdBuf::new();
         fire(self.tracee(&mut pid), words);
+    }
+}
+
+/// `process__spawn` in automatic mode, without a trace flag on any
+/// process: dtrace_vm meta-traces the three BIFs every local spawn goes
+/// through (`erlang:spawn/3`, `spawn_link/3`, `spawn_opt/4`; `spawn/1`,
+/// `spawn_monitor/1`, proc_lib and the rest call them) with the tracer
+/// `{dtrace, spawn_meta}` and a `return_trace` match spec. The call event
+/// carries the arguments (the mfa the new process starts in), the return
+/// event the new pid. Both come from the calling process on the same
+/// scheduler thread, one right after the other (the BIFs do not yield),
+/// so the mfa waits in a per-thread slot keyed by the caller.
+struct SpawnMeta;
+
+/// The caller of the last spawn BIF on this thread and the mfa text.
+type PendingSpawn = Option<(ErlNifTerm, KeptText)>;
+
+thread_local! {
+    static PENDING_SPAWN: std::cell::Cell<PendingSpawn> = const { std::cell::Cell::new(None) };
+}
+
+impl SpawnMeta {
+    fn event(e: &Event<'_>, is_call: bool) {
+        if !probes::process__spawn::enabled() {
+            return;
+        }
+        if is_call {
+            // {erlang, spawn | spawn_link | spawn_opt, [M, F, Args | _]}
+            let Ok((_, _, args)) = e.term.decode::<(Term, Term, Term)>() else { return };
+            let Ok((m, rest)) = args.list_get_cell() else { return };
+            let Ok((f, rest)) = rest.list_get_cell() else { return };
+            let Ok((a, _)) = rest.list_get_cell() else { return };
+            let Some(arity) = list_length(a, 255) else { return };
+            let mut mfa = TextBuf::new();
+            if mfa.mfa(m, f, arity).is_null() {
+                return;
+            }
+            PENDING_SPAWN.set(Some((e.tracee.as_c_arg(), mfa.keep())));
+        } else {
+            let Some((caller, text)) = PENDING_SPAWN.take() else { return };
+            if caller != e.tracee.as_c_arg() {
+                return;
+            }
+            // The new pid, or {Pid, MonitorRef} from spawn_opt/4 with monitor.
+            let Some(ret) = e.extra() else { return };
+            let pid = match ret.decode::<(Term, Term)>() {
+                Ok((pid, _)) => pid,
+                Err(_) => ret,
+            };
+            if !is_local_pid(e.env, pid) {
+                return;
+            }
+            let (mut id, mut mfa) = (IdBuf::new(), TextBuf::new());
+            probes::process__spawn::fire(id.id(pid, true), mfa.kept(&text));
+        }
     }
 }
 
