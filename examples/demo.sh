@@ -8,7 +8,10 @@
 # the 99th-percentile spike from the seeds. bpftrace, attached with
 # priv/span-latency.bt, shows the latency histogram per operation and names
 # each slow request by its user tag; a second bpftrace with priv/efile.bt
-# shows the slow file operations and the requests they were done for.
+# shows the slow file operations and the requests they were done for; a
+# third, with priv/message-latency.bt (a VM probe: the dtrace application
+# sets the trace flags it needs while it runs), shows how long messages
+# waited for their receiver, and that the log writer is where they wait.
 # Ends by itself in about 30 seconds.
 set -eu
 cd "$(dirname "$0")/.."
@@ -57,14 +60,17 @@ until grep -q dtrace_nif.so "/proc/$node/maps" 2>/dev/null; do
     sleep 0.1
 done
 echo "   node OS pid $node; attaching: bpftrace -p $node priv/span-latency.bt"
-echo "   (and, for step 4, bpftrace -p $node priv/efile.bt)"
+echo "   (and, for steps 4 and 5, bpftrace -p $node priv/efile.bt and priv/message-latency.bt)"
 echo "   span kinds: 1 = get, 2 = put; the user tag names the request"
 echo
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/efile.bt > "$work/efile.out" 2>&1 &
 efile=$!
+timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/message-latency.bt > "$work/latency.out" 2>&1 &
+latency=$!
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/span-latency.bt 2>&1 \
     | grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events | sed 's/^/   /' || true
 wait "$efile" || true
+wait "$latency" || true
 wait "$node"
 echo
 sed 's/^/   /' "$work/workload.log"
@@ -78,3 +84,17 @@ echo "   (the log writer is another process: the tag came with the request). Ove
 awk '/^efile .* in [0-9]+ us$/ && $(NF-1) > 5000 { print "   " $0 }' "$work/efile.out" | head -24
 echo "   (efile.bt also prints every operation as it starts and ends, and a latency"
 echo "    histogram per tag on exit: here one per request, so left out.)"
+echo
+
+echo "== 5. Where the slow puts waited, from priv/message-latency.bt (a VM probe)"
+writer=$(sed -n 's/^log writer: //p' "$work/workload.log")
+echo "   Time from each message's send to its receiver being scheduled, in us:"
+awk '/^@wait_us:/ { p = 1; next } p && /^$/ { exit } p { print "   " $0 }' "$work/latency.out"
+echo "   The longest waits, per receiver (the log writer is $writer):"
+sed -n 's/^@max_wait_us\[\(.*\)\]: \([0-9]*\)$/\2 \1/p' "$work/latency.out" | sort -rn | head -5 |
+    while read -r us pid; do
+        if [ "$pid" = "$writer" ]; then who="  <- the log writer"; else who=; fi
+        echo "     $pid waited up to $us us$who"
+    done
+echo "   Appends queue up at the one log writer while it merges: the put that triggered the"
+echo "   merge is slow, and so are the ones behind it."

@@ -16,7 +16,9 @@
 %%%
 %%% The hidden problem: every ~400th append, the writer "merges" the log:
 %%% it rewrites an 8 MB file and syncs it (real I/O, tens of ms here), and
-%%% the put waiting on it is slow.
+%%% the put waiting on it is slow; so are the puts whose appends queue up
+%%% at the writer meanwhile, which priv/message-latency.bt (a VM probe,
+%%% with the dtrace application's automatic mode) shows.
 -module(dtrace_demo).
 
 -export([run/1]).
@@ -30,11 +32,15 @@
 %% Runs the workload for Seconds, then prints how many probe calls returned
 %% true (a tracer listened) and false.
 run(Seconds) ->
+    %% The VM probes' automatic mode: trace flags only while a tracer
+    %% listens to a VM probe.
+    {ok, _} = application:ensure_all_started(dtrace),
     Table = ets:new(kv, [public, set, {read_concurrency, true}]),
     Dir = filename:join(os:getenv("TMPDIR", "/tmp"), "dtrace_demo." ++ os:getpid()),
     ok = filelib:ensure_path(Dir),
     Log = spawn_link(fun() -> log_writer(Dir) end),
     register(dtrace_demo_log, Log),
+    io:format("log writer: ~p~n", [Log]),
     Self = self(),
     Deadline = erlang:monotonic_time(millisecond) + Seconds * 1000,
     Workers = [spawn_link(fun() -> Self ! {self(), worker(Table, Deadline, #{})} end)
