@@ -46,6 +46,11 @@
 -define(SPAWN_BIFS, [{erlang, spawn, 3}, {erlang, spawn_link, 3}, {erlang, spawn_opt, 4}]).
 -define(META, {dtrace, spawn_meta}).
 
+%% OTP 25's spec of erlang:trace_info/2 says a tracer module comes back as
+%% {tracer, Module, State}; the VM returns {tracer, {Module, State}} (and
+%% {meta, {Module, State}}), which is what these functions match.
+-dialyzer({no_match, [apply_meta/2, clear_meta/0, count_tracers/0]}).
+
 -type flags() :: {Processes :: [atom()], Ports :: [atom()]}.
 -type pattern() :: {module(), atom(), arity() | '_', global | local}.
 
