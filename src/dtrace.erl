@@ -294,7 +294,7 @@ vm_probes() ->
 %% and the VM probes fire for those processes while a tracer listens.
 %% Function probes follow {@link function_probes/1} in both modes. The
 %% application environment `{dtrace, [{vm_probes, manual}]}' starts in
-%% manual mode. Returns `ok', or `{error, not_started}'; raises `badarg'
+%% manual mode; this function sets it. Returns `ok', or `{error, not_started}'; raises `badarg'
 %% for any other `Mode'.
 -spec vm_probes(Mode) -> ok | {error, not_started} when Mode :: auto | manual.
 vm_probes(Mode) when Mode =:= auto; Mode =:= manual ->
@@ -317,6 +317,9 @@ vm_probes(Other) ->
 %% then. Trace patterns are shared by every tracer of the node: a pattern
 %% set here replaces one an operator set on the same function. A module
 %% `_' (every function of the node) is refused.
+%%
+%% The patterns are kept in the application environment (`function_probes'),
+%% where `sys.config' may also set them.
 %%
 %% Returns `ok', `{error, {bad_pattern, P}}', `{error, {all_modules, P}}',
 %% `{error, {not_a_list, Patterns}}' or `{error, not_started}'.

@@ -94,22 +94,37 @@ init([]) ->
                P when is_integer(P), P >= 1 -> P;
                _ -> 100
            end,
+    %% Patterns given to function_probes/1 (kept in the application
+    %% environment, so that they outlive a restart of this process; they
+    %% may also be set in sys.config).
+    Patterns = case function_probes_env() of
+                   {ok, Env} -> Env;
+                   {error, Why} ->
+                       logger:warning("dtrace: function_probes in the application environment "
+                                      "ignored: ~p", [Why]),
+                       []
+               end,
     %% Flags an earlier instance of this process left (it crashed or was
     %% killed): nothing of ours stays set unless a tracer listens.
     clear_all(),
     self() ! poll,
-    {ok, #s{mode = Mode, poll = Poll}}.
+    {ok, #s{mode = Mode, poll = Poll, patterns = Patterns}}.
+
+function_probes_env() ->
+    normalize(application:get_env(dtrace, function_probes, []), []).
 
 %% @private
 handle_call(status, _From, S) ->
     {reply, status(S), S};
 handle_call({mode, Mode}, _From, S) when Mode =:= auto; Mode =:= manual ->
+    ok = application:set_env(dtrace, vm_probes, Mode),
     S1 = case Mode of
              manual -> apply_meta(false, clear_flags(S));
              auto -> S
          end,
     {reply, ok, poll(S1#s{mode = Mode})};
 handle_call({patterns, Patterns}, _From, S) ->
+    ok = application:set_env(dtrace, function_probes, [external(P) || P <- Patterns]),
     {reply, ok, poll(S#s{patterns = Patterns})};
 handle_call(_Other, _From, S) ->
     {reply, {error, badarg}, S}.

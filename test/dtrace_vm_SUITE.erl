@@ -15,13 +15,14 @@
          major_gcs_pair_up/1, function_probes_follow_the_tracer/1,
          attach_detach_cycles_leave_operators_alone/1,
          shipped_scripts/1, otp_d_scripts_match_the_catalogue/1,
-         manual_mode_and_user_tracer/1, spawn_alone_sets_no_flag/1]).
+         manual_mode_and_user_tracer/1, spawn_alone_sets_no_flag/1,
+         stopping_leaves_nothing/1]).
 
 all() ->
     [no_tracer_no_flags, process_events_in_otps_order, sends_and_queues_with_flat_sizes,
      remote_send_names_the_node, major_gcs_pair_up, function_probes_follow_the_tracer,
      attach_detach_cycles_leave_operators_alone, manual_mode_and_user_tracer,
-     spawn_alone_sets_no_flag,
+     spawn_alone_sets_no_flag, stopping_leaves_nothing,
      shipped_scripts, otp_d_scripts_match_the_catalogue].
 
 init_per_testcase(otp_d_scripts_match_the_catalogue, Config) ->
@@ -436,6 +437,40 @@ spawn_alone_sets_no_flag(Config) ->
                                           || MFA <- [{erlang, spawn, 3}, {erlang, spawn_link, 3},
                                                      {erlang, spawn_opt, 4}]]
                                  end)).
+
+%% With tracers listening (flags, a function pattern, the spawn meta
+%% patterns set): killing the automatic mode's process does not take the
+%% application down, and its successor clears what it left and sets the
+%% flags again; stopping the application then leaves no flag and no trace
+%% pattern behind, with the tracer still attached.
+stopping_leaves_nothing(Config) ->
+    Peer = ?config(peer, Config),
+    MFA = {dtrace_test_lib, double, 1},
+    ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_lib),
+                                  dtrace:function_probes([MFA]) end),
+    Program = "
+        usdt:$SO:erlang:message__send { if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } }
+        usdt:$SO:erlang:global__function__entry { @calls = count(); }",
+    {Steps, _Lines} =
+        dtrace_test_lib:bpftrace_window(
+          Peer, Program, fun() -> self() ! x, receive x -> ok end end, [<<"SEEN">>],
+          fun() ->
+                  On = dtrace_test_lib:wait_flags([arity, call, send], 5000),
+                  Old = whereis(dtrace_vm),
+                  exit(Old, kill),
+                  timer:sleep(500),
+                  New = whereis(dtrace_vm),
+                  Again = dtrace_test_lib:wait_flags([arity, call, send], 5000),
+                  Running = lists:keymember(dtrace, 1, application:which_applications()),
+                  ok = application:stop(dtrace),
+                  {On, is_pid(New) andalso New =/= Old, Again, Running,
+                   dtrace_test_lib:our_traced(), erlang:trace_info(MFA, traced),
+                   erlang:trace_info(new_processes, tracer),
+                   [erlang:trace_info(B, meta) || B <- [{erlang, spawn, 3}, {erlang, spawn_link, 3},
+                                                        {erlang, spawn_opt, 4}]]}
+          end),
+    ?assertEqual({ok, true, ok, true, [], {traced, false}, {tracer, []},
+                  [{meta, false}, {meta, false}, {meta, false}]}, Steps).
 
 %%--------------------------------------------------------------------
 %% Shipped scripts
