@@ -1,6 +1,7 @@
 #!/bin/sh
 # Builds the NIF with cargo and installs it as priv/dtrace_nif.so, with the
-# probe catalogue build.rs generated as priv/dtrace_probes.json, and
+# probe catalogue build.rs generated as priv/dtrace_probes.json and the
+# LTTng-UST provider package priv/libdtrace_lttng_tp.so (when built), and
 # compiles the dyntrace compatibility module to priv/compat/dyntrace.beam
 # with its NIF library priv/compat/dyntrace_nif.so (kept out of ebin: see
 # src/dtrace_compat.erl).
@@ -29,6 +30,14 @@ if [ -z "$out_dir" ] || [ ! -f "$out_dir/dtrace_probes.json" ]; then
     exit 1
 fi
 cp "$out_dir/dtrace_probes.json" "$here/priv/dtrace_probes.json"
+# The LTTng-UST provider package, when build.rs could build it (the NIF
+# loads it from next to itself; without it the LTTng sink is off).
+if [ -f "$out_dir/libdtrace_lttng_tp.so" ]; then
+    cp "$out_dir/libdtrace_lttng_tp.so" "$here/priv/.libdtrace_lttng_tp.so.tmp"
+    mv -f "$here/priv/.libdtrace_lttng_tp.so.tmp" "$here/priv/libdtrace_lttng_tp.so"
+else
+    rm -f "$here/priv/libdtrace_lttng_tp.so"
+fi
 for lib in libdtrace_nif.so libdtrace_nif.dylib; do
     if [ -f "$target/$profile/$lib" ]; then
         # Copy to a temporary name and rename, so a running VM that has the old

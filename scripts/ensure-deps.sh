@@ -6,11 +6,13 @@
 set -eu
 
 # command -> Debian package
-need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc"
+need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc lttng:lttng-tools babeltrace2:babeltrace2"
 # Erlang applications (no command to look for) -> Debian package
 need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-dialyzer runtime_tools:erlang-runtime-tools"
-# Header files (no command, no application to look for) -> Debian package
-need_files="/usr/lib/erlang/lib/proper-*/include/proper.hrl:erlang-proper-dev"
+# Header files (no command, no application to look for) -> Debian package;
+# Debian keeps lttng-ust's headers in the multiarch directory.
+need_files="/usr/lib/erlang/lib/proper-*/include/proper.hrl:erlang-proper-dev
+  /usr/include/*/lttng/tracepoint.h:liblttng-ust-dev"
 
 missing=
 for pair in $need; do

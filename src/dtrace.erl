@@ -54,7 +54,7 @@
 %%% @end
 -module(dtrace).
 
--export([available/0, is_enabled/0, is_enabled/1,
+-export([available/0, sinks/0, is_enabled/0, is_enabled/1,
          user_trace_s1/1,
          p/0, p/1, p/2, p/3, p/4, p/5, p/6, p/7, p/8,
          pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
@@ -68,7 +68,7 @@
 -export([enabled/3, trace/5, vm_listening/0, vm_call_probes/2]).
 
 -on_load(on_load/0).
--nifs([available/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
+-nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
        user_trace_n/10, efile_enabled/0, efile_entry/10, efile_return/6,
        enabled/3, trace/5, vm_listening/0, vm_call_probes/2]).
 
@@ -155,10 +155,23 @@ nif_path() ->
 %%%===================================================================
 
 %% @doc `true' when probes can fire: the NIF is loaded on a platform with
-%% SDT probes (Linux). `false' otherwise.
+%% SDT probes (Linux), or its LTTng-UST sink loaded ({@link sinks/0} says
+%% which). `false' otherwise.
 -spec available() -> boolean().
 available() ->
     nif_stub(false).
+
+%% @doc The sinks the probes fire in, and whether each works here:
+%% `sdt' (USDT/SDT notes, for bpftrace, perf, gdb, SystemTap: `true' on
+%% Linux x86_64 and aarch64) and `lttng' (LTTng-UST: `true' when the
+%% library was built with it and `priv/libdtrace_lttng_tp.so' and the
+%% system's liblttng-ust loaded, else `{false, Why}' with the reason as a
+%% binary). {@link available/0} is `true' when either works. Not in OTP's
+%% dyntrace (an extension). Without the NIF: `#{sdt => false, lttng =>
+%% {false, <<"NIF not loaded">>}}'.
+-spec sinks() -> #{sdt := boolean(), lttng := true | {false, binary()}}.
+sinks() ->
+    nif_stub(#{sdt => false, lttng => {false, <<"NIF not loaded">>}}).
 
 %% @doc `true' while a tracer listens on `user_trace__i4s4', the probe of
 %% {@link p/0}..{@link p/8}: one semaphore read, nothing else. For

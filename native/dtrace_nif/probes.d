@@ -19,9 +19,16 @@
  * A comment right before a probe is its description (README, rustdoc).
  * `#pragma dtrace_nif numbered NAME FIRST LAST' makes the next probe a
  * family NAME<FIRST> .. NAME<LAST> with one layout.
+ * `#pragma dtrace_nif lttng PROVIDER' makes the probes that follow also
+ * LTTng-UST events of PROVIDER (same fields, `__' written `_'; a numbered
+ * family is one event with a `label' field), until `lttng off'. The VM
+ * probes' LTTng events are OTP's own org_erlang_dyntrace tracepoints,
+ * with OTP's layouts (native/dtrace_nif/lttng/org_erlang_dyntrace.h).
  */
 
 provider erlang {
+#pragma dtrace_nif lttng org_erlang_dtrace
+
 	/* dtrace:user_trace_s1/1: one string (deprecated in OTP, kept). */
 	probe user_trace__s1(char *message);
 
@@ -50,6 +57,8 @@ provider erlang {
 	/* dtrace_file: operation {thread_id, tag} ends; success 1/0, errno. */
 	probe efile_drv__return(int thread_id, int tag, char *user_tag, int command,
 	    int success, int errno);
+
+#pragma dtrace_nif lttng off
 
 	/*
 	 * The VM's own probes, fed from erl_tracer events (src/vm.rs) while a

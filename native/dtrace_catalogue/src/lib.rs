@@ -116,6 +116,36 @@ pub struct Probe {
     /// For a numbered family: the first and last label (`user_trace__n0`
     /// .. `user_trace__n950` is `Some((0, 950))`).
     pub labels: Option<(u32, u32)>,
+    /// The LTTng-UST provider the probe is also an event of
+    /// (`#pragma dtrace_nif lttng PROVIDER` before it; `lttng off` ends
+    /// it): one event per probe, named like the probe with single
+    /// underscores (`user_trace_i4s4`); a numbered family is one event with
+    /// its label as first field.
+    pub lttng: Option<String>,
+}
+
+impl Probe {
+    /// The LTTng event name: the note name with `__` as `_`.
+    pub fn lttng_event(&self) -> String {
+        self.name.replace("__", "_")
+    }
+
+    /// The LTTng event's fields, in order: `label` (an `int64_t`) first
+    /// for a numbered family, then the arguments, each under its C name
+    /// ([`lttng_field_name`]).
+    pub fn lttng_fields(&self) -> Vec<(String, Type)> {
+        let label = self.labels.map(|_| ("label".to_string(), Type::I64));
+        label.into_iter().chain(self.args.iter().map(|a| (lttng_field_name(&a.name).to_string(), a.ty))).collect()
+    }
+}
+
+/// An argument's name as an LTTng field (and C struct member): the same,
+/// except `errno`, a C macro, which becomes `errnum`.
+pub fn lttng_field_name(arg: &str) -> &str {
+    match arg {
+        "errno" => "errnum",
+        other => other,
+    }
 }
 
 impl Probe {
@@ -466,17 +496,25 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
     let mut probes = Vec::new();
     let mut doc = String::new();
     let mut numbered: Option<(String, u32, u32)> = None;
+    let mut lttng: Option<String> = None;
     loop {
         match p.next() {
             Some(Tok::Punct('}')) => break,
             Some(Tok::Comment(text)) => doc = text,
-            Some(Tok::Pragma(words)) => {
-                if words.first().map(String::as_str) == Some("dtrace_nif") {
-                    numbered = Some(parse_numbered(p, &words)?);
+            Some(Tok::Pragma(words)) => match words.as_slice() {
+                [w, kind, provider] if w == "dtrace_nif" && kind == "lttng" => {
+                    lttng = match provider.as_str() {
+                        "off" => None,
+                        name if is_c_identifier(name) => Some(name.to_string()),
+                        name => return p.err(format!("LTTng provider {name:?} is not a C identifier")),
+                    };
                 }
-            }
+                [w, ..] if w == "dtrace_nif" => numbered = Some(parse_numbered(p, &words)?),
+                _ => {}
+            },
             Some(Tok::Word(w)) if w == "probe" => {
-                let probe = parse_probe(p, std::mem::take(&mut doc), numbered.take())?;
+                let mut probe = parse_probe(p, std::mem::take(&mut doc), numbered.take())?;
+                probe.lttng = lttng.clone();
                 probes.push(probe);
             }
             other => {
@@ -546,7 +584,7 @@ fn parse_probe(p: &mut Parser, doc: String, numbered: Option<(String, u32, u32)>
     if args.len() > MAX_ARGS {
         return p.err(format!("probe {name} has {} arguments; at most {MAX_ARGS}", args.len()));
     }
-    Ok(Probe { name, args, doc, labels })
+    Ok(Probe { name, args, doc, labels, lttng: None })
 }
 
 fn parse_arg(p: &Parser, probe: &str, words: &[String]) -> Result<Arg, ParseError> {
@@ -670,6 +708,24 @@ mod tests {
         let p = parse("#pragma D attributes Evolving/Evolving/Common provider p\n// x\nprovider p {\n// y\nprobe a(const char * s, unsigned int u);\n};").unwrap();
         assert_eq!(p.probes[0].args, vec![Arg { name: "s".into(), ty: Type::String }, Arg { name: "u".into(), ty: Type::U32 }]);
         assert_eq!(p.probes[0].doc, "");
+    }
+
+    #[test]
+    fn lttng_pragmas_mark_the_probes_that_are_also_events() {
+        let p = parse("provider p {\n#pragma dtrace_nif lttng org_x\nprobe a(); probe b__c();\n#pragma dtrace_nif lttng off\nprobe d(); };").unwrap();
+        let marks: Vec<_> = p.probes.iter().map(|q| q.lttng.as_deref()).collect();
+        assert_eq!(marks, [Some("org_x"), Some("org_x"), None]);
+        assert_eq!(p.probes[1].lttng_event(), "b_c");
+        assert!(parse("provider p {\n#pragma dtrace_nif lttng a-b\n};").is_err());
+        let lib = parse(&probes_d()).unwrap();
+        assert_eq!(lib.probe("user_trace__n").unwrap().lttng.as_deref(), Some("org_erlang_dtrace"));
+        assert_eq!(lib.probe("efile_drv__entry").unwrap().lttng.as_deref(), Some("org_erlang_dtrace"));
+        assert_eq!(lib.probe("message__send").unwrap().lttng, None);
+        let fields = |name: &str| -> Vec<String> {
+            lib.probe(name).unwrap().lttng_fields().into_iter().map(|(n, _)| n).collect()
+        };
+        assert_eq!(fields("user_trace__n")[..3], ["label", "proc", "user_tag"]);
+        assert_eq!(fields("efile_drv__return").last().map(String::as_str), Some("errnum"));
     }
 
     #[test]

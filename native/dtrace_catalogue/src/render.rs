@@ -35,7 +35,8 @@ fn json_str(s: &str) -> String {
 /// ```
 ///
 /// A numbered family is one entry with `labels` [first, last]: its probes
-/// are `name` followed by each label.
+/// are `name` followed by each label. A probe that is also an LTTng event
+/// has `"lttng": "provider:event"`.
 pub fn json(p: &Provider, arch: Arch) -> String {
     let mut out = String::new();
     let regs: Vec<String> = arch.registers().iter().map(|r| json_str(r)).collect();
@@ -46,6 +47,9 @@ pub fn json(p: &Provider, arch: Arch) -> String {
         let _ = write!(out, "  {{\"name\": {}, \"doc\": {}", json_str(&probe.name), json_str(&probe.doc));
         if let Some((first, last)) = probe.labels {
             let _ = write!(out, ", \"labels\": [{first}, {last}]");
+        }
+        if let Some(provider) = &probe.lttng {
+            let _ = write!(out, ", \"lttng\": {}", json_str(&format!("{provider}:{}", probe.lttng_event())));
         }
         out.push_str(", \"args\": [");
         for (k, a) in probe.args.iter().enumerate() {
@@ -77,6 +81,34 @@ pub fn markdown(p: &Provider) -> String {
         let args: Vec<String> =
             probe.args.iter().enumerate().map(|(k, a)| format!("arg{k} `{}`", crate::c_decl(a.ty, &a.name))).collect();
         let _ = writeln!(out, "| {name} | {} | {} |", args.join(", "), probe.doc.replace('|', "\\|"));
+    }
+    out
+}
+
+/// The README's table of the LTTng events of the catalogue's probes
+/// (Markdown): event, fields with their CTF types, probe.
+pub fn lttng_markdown(p: &Provider) -> String {
+    let mut out = String::from("| LTTng event | fields | same as probe |\n|---|---|---|\n");
+    for probe in p.probes.iter().filter(|q| q.lttng.is_some()) {
+        let fields: Vec<String> = probe
+            .lttng_fields()
+            .iter()
+            .map(|(name, ty)| match ty {
+                crate::Type::String => format!("`{name}` string"),
+                ty => format!("`{name}` {}", ty.c_name()),
+            })
+            .collect();
+        let probe_name = match probe.labels {
+            None => format!("`{}`", probe.name),
+            Some((first, last)) => format!("`{0}{first}` .. `{0}{last}` (`label`)", probe.name),
+        };
+        let _ = writeln!(
+            out,
+            "| `{}:{}` | {} | {probe_name} |",
+            probe.lttng.as_deref().unwrap_or_default(),
+            probe.lttng_event(),
+            fields.join(", ")
+        );
     }
     out
 }
@@ -186,6 +218,7 @@ mod tests {
         let p = catalogue();
         let want = splice(&doc, "probes", &markdown(&p)).expect("README has <!-- probes:begin/end --> markers");
         let want = splice(&want, "registers", &registers_markdown()).expect("README has registers markers");
+        let want = splice(&want, "lttng", &lttng_markdown(&p)).expect("README has lttng markers");
         assert!(doc == want, "README.md's probe or register table is out of date: run `make readme-probes`");
     }
 
@@ -194,7 +227,7 @@ mod tests {
         let p = catalogue();
         let j = json(&p, Arch::X86_64);
         assert!(j.contains("\"name\": \"user_trace__n\", \"doc\": "));
-        assert!(j.contains("\"labels\": [0, 950]"));
+        assert!(j.contains("\"labels\": [0, 950], \"lttng\": \"org_erlang_dtrace:user_trace_n\""));
         assert!(j.contains("{\"name\": \"s1\", \"type\": \"char *\", \"register\": \"r10\", \"note\": \"8@%r10\"}"));
         assert_eq!(j.matches('{').count(), j.matches('}').count());
         assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");

@@ -16,4 +16,7 @@ rustler::atoms! {
     /// enabled and the caller has no tag of its own: the Erlang side looks
     /// for an adopted (spread) tag and calls again.
     adopt,
+    /// Keys of `dtrace:sinks/0`.
+    sdt,
+    lttng,
 }

@@ -91,10 +91,10 @@ mod nifs {
     /// then takes an id and fires those that are.)
     #[inline(always)]
     fn any_enabled() -> bool {
-        efile_drv__entry::enabled()
-            | efile_drv__int_entry::enabled()
-            | efile_drv__int_return::enabled()
-            | efile_drv__return::enabled()
+        efile_drv__entry::any_enabled()
+            | efile_drv__int_entry::any_enabled()
+            | efile_drv__int_return::any_enabled()
+            | efile_drv__return::any_enabled()
     }
 
     /// `efile_enabled() -> boolean()`: is a tracer listening on any of the four
@@ -113,10 +113,10 @@ mod nifs {
     fn efile_entry(call: NifCall) -> ErlNifTerm {
         call.run(|env, args| {
             let op = EfileOp::next(int32_or_zero(args[0]), int32_or_zero(args[1]));
-            if efile_drv__entry::enabled() {
+            if efile_drv__entry::any_enabled() {
                 let (mut s1, mut s2, mut user_tag, mut port) = (StrBuf::new(), StrBuf::new(), StrBuf::new(), PidBuf::new());
                 let [i1, i2, i3, i4] = [4, 5, 6, 7].map(|i| int64_or_zero(args[i]));
-                efile_drv__entry::fire(
+                efile_drv__entry::emit(
                     op.thread_id,
                     op.tag,
                     user_tag.iolist_or_null(args[8]),
@@ -130,8 +130,8 @@ mod nifs {
                     port.pid_or_self(env, args[9]),
                 );
             }
-            if efile_drv__int_entry::enabled() {
-                efile_drv__int_entry::fire(op.thread_id, op.tag, op.command);
+            if efile_drv__int_entry::any_enabled() {
+                efile_drv__int_entry::emit(op.thread_id, op.tag, op.command);
             }
             op.tag.encode(env)
         })
@@ -144,14 +144,14 @@ mod nifs {
     fn efile_return(call: NifCall) -> ErlNifTerm {
         call.run(|env, args| {
             let op = EfileOp { thread_id: int32_or_zero(args[0]), tag: int32_or_zero(args[1]), command: int32_or_zero(args[2]) };
-            if efile_drv__int_return::enabled() {
-                efile_drv__int_return::fire(op.thread_id, op.tag, op.command);
+            if efile_drv__int_return::any_enabled() {
+                efile_drv__int_return::emit(op.thread_id, op.tag, op.command);
             }
-            if efile_drv__return::enabled() {
+            if efile_drv__return::any_enabled() {
                 let success = args[4].decode::<bool>().unwrap_or(false);
                 let errno = if success { 0 } else { errno_of(args[5]) };
                 let mut user_tag = StrBuf::new();
-                efile_drv__return::fire(op.thread_id, op.tag, user_tag.iolist_or_null(args[3]), op.command, success.into(), errno);
+                efile_drv__return::emit(op.thread_id, op.tag, user_tag.iolist_or_null(args[3]), op.command, success.into(), errno);
             }
             ok().to_term(env)
         })

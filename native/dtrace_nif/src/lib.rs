@@ -19,6 +19,8 @@
 pub mod args;
 mod atoms;
 pub mod errno;
+// The LTTng-UST sink (its tracepoints are read by the generated probes).
+mod lttng;
 pub mod probes;
 
 // The probe families: each registers its own NIFs and load step. Their

@@ -141,6 +141,7 @@ inventory::collect!(LoadStep);
 pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);
+    crate::lttng::load();
     inventory::iter::<LoadStep>().all(|step| (step.0)(env))
 }
 

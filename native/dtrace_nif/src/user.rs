@@ -18,6 +18,7 @@ use crate::nif::{NifCall, raw_nif};
 use crate::probes::{self, Str, user_trace__i4s4, user_trace__n, user_trace__s1};
 
 raw_nif!("available" / 0 => available);
+raw_nif!("sinks" / 0 => sinks);
 raw_nif!("is_enabled" / 0 => is_enabled_i4s4);
 raw_nif!("is_enabled" / 1 => is_enabled_n);
 raw_nif!("user_trace_s1" / 1 => user_trace_s1);
@@ -34,15 +35,38 @@ fn boolean(b: bool) -> ErlNifTerm {
     if b { true_() } else { false_() }.as_c_arg()
 }
 
-/// `available() -> boolean()`: `true` where this build has SDT probes.
+/// `available() -> boolean()`: `true` where probes can fire: this build
+/// has SDT probes, or the LTTng sink loaded.
 fn available(_call: NifCall) -> ErlNifTerm {
-    boolean(probes::AVAILABLE)
+    boolean(probes::AVAILABLE || crate::lttng::status().is_ok())
+}
+
+/// `sinks() -> #{sdt => boolean(), lttng => true | {false, Why}}`: which
+/// sinks this library can fire in: SDT notes (this build has them), and
+/// LTTng-UST (the provider package and liblttng-ust loaded; otherwise why
+/// not, as a binary).
+fn sinks(call: NifCall) -> ErlNifTerm {
+    call.run_allocating(|env, _args| {
+        use rustler::Encoder;
+        let lttng = match crate::lttng::status() {
+            Ok(()) => true_().encode(env),
+            Err(why) => (false_(), why).encode(env),
+        };
+        rustler::types::map::map_new(env)
+            .map_put(atoms::sdt().encode(env), boolean_term(env, probes::AVAILABLE))
+            .and_then(|m| m.map_put(atoms::lttng().encode(env), lttng))
+            .unwrap_or_else(|_| atoms::error().encode(env))
+    })
+}
+
+fn boolean_term(env: Env<'_>, b: bool) -> Term<'_> {
+    if b { true_() } else { false_() }.to_term(env)
 }
 
 /// `is_enabled() -> boolean()`: is a tracer listening on `user_trace__i4s4`
 /// (the probe of `p/N`)? One semaphore read.
 fn is_enabled_i4s4(_call: NifCall) -> ErlNifTerm {
-    boolean(user_trace__i4s4::enabled())
+    boolean(user_trace__i4s4::any_enabled())
 }
 
 /// `is_enabled(Label) -> boolean()`: is a tracer listening on
@@ -50,7 +74,7 @@ fn is_enabled_i4s4(_call: NifCall) -> ErlNifTerm {
 fn is_enabled_n(call: NifCall) -> ErlNifTerm {
     call.run(|env, args| {
         let enabled = match args[0].decode::<i32>() {
-            Ok(label @ 0..) => user_trace__n::enabled(label as usize),
+            Ok(label @ 0..) if label as usize <= user_trace__n::LAST => user_trace__n::any_enabled(label as usize),
             _ => false,
         };
         if enabled { true_() } else { false_() }.to_term(env)
@@ -61,7 +85,7 @@ fn is_enabled_n(call: NifCall) -> ErlNifTerm {
 /// argument that is not an iolist of at most 1024 bytes returns `badarg`
 /// and does not fire.
 fn user_trace_s1(call: NifCall) -> ErlNifTerm {
-    if !user_trace__s1::enabled() {
+    if !user_trace__s1::any_enabled() {
         return false_().as_c_arg();
     }
     call.run(|env, args| {
@@ -70,7 +94,7 @@ fn user_trace_s1(call: NifCall) -> ErlNifTerm {
         if message.is_null() {
             return atoms::badarg().to_term(env);
         }
-        user_trace__s1::fire(message);
+        user_trace__s1::emit(message);
         true_().to_term(env)
     })
 }
@@ -136,7 +160,7 @@ fn i4s4(call: NifCall) -> ErlNifTerm {
 /// `undefined` tag instead (see [`i4s4`]).
 #[inline(always)]
 fn i4s4_with_tag_at(call: NifCall, tag: usize, first: usize, adopt: bool) -> ErlNifTerm {
-    if !user_trace__i4s4::enabled() {
+    if !user_trace__i4s4::any_enabled() {
         return false_().as_c_arg();
     }
     if adopt && call.raw_arg(tag).is_some_and(is_undefined_raw) {
@@ -149,7 +173,7 @@ fn i4s4_with_tag_at(call: NifCall, tag: usize, first: usize, adopt: bool) -> Erl
         let a = bufs.convert(env, args[tag], &args[first..]);
         let [i1, i2, i3, i4] = a.ints;
         let [s1, s2, s3, s4] = a.strs;
-        user_trace__i4s4::fire(a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
+        user_trace__i4s4::emit(a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
         true_().to_term(env)
     })
 }
@@ -171,7 +195,7 @@ fn user_trace_n(call: NifCall) -> ErlNifTerm {
         if label > user_trace__n::LAST {
             return atoms::error().to_term(env);
         }
-        if !user_trace__n::enabled(label) {
+        if !user_trace__n::any_enabled(label) {
             return false_().to_term(env);
         }
         if is_undefined(args[9]) {
@@ -181,7 +205,7 @@ fn user_trace_n(call: NifCall) -> ErlNifTerm {
         let a = bufs.convert(env, args[9], &args[1..]);
         let [i1, i2, i3, i4] = a.ints;
         let [s1, s2, s3, s4] = a.strs;
-        user_trace__n::fire(label, a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
+        user_trace__n::emit(label, a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
         true_().to_term(env)
     })
 }

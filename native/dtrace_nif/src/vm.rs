@@ -40,11 +40,11 @@ mod atoms {
         register, unregister, open, closed,
         in_ = "in", out, in_exiting, out_exiting, out_exited,
         send, send_to_non_existing_process, receive = "receive",
-        call, return_from, exception_from,
+        call, return_from, exception_from, return_to, undefined,
         gc_minor_start, gc_major_start, gc_minor_end, gc_major_end,
         command, close, connect, global, local, underscore = "_",
         processes, ports, procs, running, exiting, garbage_collection, arity,
-        spawn_meta,
+        spawn_meta, running_ports, heap_block_size, old_heap_block_size,
     }
 }
 
@@ -64,6 +64,7 @@ enum Tag {
     Receive,
     Call,
     Return,
+    ReturnTo,
     GcMinorStart,
     GcMajorStart,
     GcMinorEnd,
@@ -78,7 +79,7 @@ static TAGS: OnceLock<Vec<(ErlNifTerm, Tag)>> = OnceLock::new();
 fn load(_env: Env<'_>) -> bool {
     use atoms::*;
     // The most frequent tags first: the table is searched in order.
-    let table: [(Atom, Tag); 29] = [
+    let table: [(Atom, Tag); 30] = [
         (trace_status(), Tag::TraceStatus),
         (send(), Tag::Send),
         (receive(), Tag::Receive),
@@ -98,6 +99,7 @@ fn load(_env: Env<'_>) -> bool {
         (out_exited(), Tag::Out),
         (send_to_non_existing_process(), Tag::Send),
         (exception_from(), Tag::Return),
+        (return_to(), Tag::ReturnTo),
         (link(), Tag::Link),
         (unlink(), Tag::Link),
         (getting_linked(), Tag::Link),
@@ -146,6 +148,7 @@ const GROUPS: &[Group] = &[
             probes::process__exit::enabled()
                 || probes::dtrace_process__link::enabled()
                 || probes::dtrace_process__register::enabled()
+                || otp_lttng::group_enabled(LttngGroup::Procs)
         },
     },
     Group {
@@ -155,14 +158,23 @@ const GROUPS: &[Group] = &[
             probes::process__scheduled::enabled()
                 || probes::process__unscheduled::enabled()
                 || probes::process__hibernate::enabled()
+                || otp_lttng::group_enabled(LttngGroup::Running)
         },
     },
     Group {
         target: Target::Processes,
         flags: &[atoms::send],
-        enabled: || probes::message__send::enabled() || probes::message__send__remote::enabled(),
+        enabled: || {
+            probes::message__send::enabled()
+                || probes::message__send__remote::enabled()
+                || otp_lttng::group_enabled(LttngGroup::Send)
+        },
     },
-    Group { target: Target::Processes, flags: &[atoms::receive], enabled: probes::message__queued::enabled },
+    Group {
+        target: Target::Processes,
+        flags: &[atoms::receive],
+        enabled: || probes::message__queued::enabled() || otp_lttng::group_enabled(LttngGroup::Receive),
+    },
     Group { target: Target::Processes, flags: &[atoms::call, atoms::arity], enabled: call_enabled },
     Group {
         target: Target::Processes,
@@ -172,16 +184,25 @@ const GROUPS: &[Group] = &[
                 || probes::gc_major__start::enabled()
                 || probes::gc_minor__end::enabled()
                 || probes::gc_major__end::enabled()
+                || otp_lttng::group_enabled(LttngGroup::Gc)
         },
     },
     Group {
         target: Target::Ports,
         flags: &[atoms::ports],
         enabled: || {
-            probes::port__open::enabled() || probes::port__exit::enabled() || probes::dtrace_port__link::enabled()
+            probes::port__open::enabled()
+                || probes::port__exit::enabled()
+                || probes::dtrace_port__link::enabled()
+                || otp_lttng::group_enabled(LttngGroup::Ports)
         },
     },
     Group { target: Target::Ports, flags: &[atoms::receive], enabled: probes::port__command::enabled },
+    Group {
+        target: Target::Ports,
+        flags: &[atoms::running_ports],
+        enabled: || otp_lttng::group_enabled(LttngGroup::RunningPorts),
+    },
 ];
 
 fn call_enabled() -> bool {
@@ -190,11 +211,13 @@ fn call_enabled() -> bool {
         || probes::function__return::enabled()
         || probes::bif__entry::enabled()
         || probes::bif__return::enabled()
+        || otp_lttng::group_enabled(LttngGroup::Call)
 }
 
 /// `vm_listening() -> {ProcessFlags, PortFlags, Probes, Meta}`: the trace
-/// flags whose probes have a tracer now, the note names (binaries) of all
-/// the library's probes that have one, and `[spawn]` when
+/// flags whose probes have a tracer now, the names (binaries) of all the
+/// library's probes that have one (SDT note names, and LTTng events as
+/// `provider:event`), and `[spawn]` when
 /// `process__spawn` has one (its meta-trace patterns are wanted), else
 /// `[]` (semaphore reads only).
 fn vm_listening(call: NifCall) -> ErlNifTerm {
@@ -210,8 +233,12 @@ fn vm_listening(call: NifCall) -> ErlNifTerm {
                 }
             }
         }
-        let meta: Vec<Atom> = if probes::process__spawn::enabled() { vec![atoms::spawn()] } else { vec![] };
-        (procs, ports, probes::listened(), meta).encode(env)
+        let meta: Vec<Atom> =
+            if probes::process__spawn::enabled() || otp_lttng::spawn_enabled() { vec![atoms::spawn()] } else { vec![] };
+        let mut listening = probes::listened();
+        listening.extend(probes::lttng_listened());
+        listening.extend(otp_lttng::listened());
+        (procs, ports, listening, meta).encode(env)
     })
 }
 
@@ -303,8 +330,9 @@ fn is_port(t: Term<'_>) -> bool {
 fn enabled(call: NifCall) -> ErlNifTerm {
     let Some(tag) = call.raw_arg(0) else { return atoms::discard().as_c_arg() };
     let state = call.raw_arg(1);
-    let listened = match tag_of(tag) {
-        Tag::TraceStatus => true,
+    let tag = tag_of(tag);
+    let sdt = match tag {
+        Tag::TraceStatus => return atoms::trace().as_c_arg(),
         Tag::Spawn => probes::process__spawn::enabled(),
         Tag::Call if state == Some(atoms::spawn_meta().as_c_arg()) => probes::process__spawn::enabled(),
         Tag::Exit => probes::process__exit::enabled(),
@@ -321,8 +349,9 @@ fn enabled(call: NifCall) -> ErlNifTerm {
         Tag::GcMajorStart => probes::gc_major__start::enabled(),
         Tag::GcMinorEnd => probes::gc_minor__end::enabled(),
         Tag::GcMajorEnd => probes::gc_major__end::enabled(),
-        Tag::Spawned | Tag::Other => false,
+        Tag::ReturnTo | Tag::Spawned | Tag::Other => false,
     };
+    let listened = sdt || otp_lttng::enabled(tag, state == Some(atoms::spawn_meta().as_c_arg()));
     if listened { atoms::trace() } else { atoms::discard() }.as_c_arg()
 }
 
@@ -332,10 +361,15 @@ fn trace(call: NifCall) -> ErlNifTerm {
     call.run(|env, args| {
         let event = Event { env, tracee: args[2], term: args[3], opts: args[4] };
         let state = args[1].as_c_arg();
-        match tag_of(args[0].as_c_arg()) {
-            Tag::Call | Tag::Return if state == atoms::spawn_meta().as_c_arg() => {
-                SpawnMeta::event(&event, args[0].as_c_arg() == atoms::call().as_c_arg())
+        let tag = tag_of(args[0].as_c_arg());
+        if state == atoms::spawn_meta().as_c_arg() {
+            if matches!(tag, Tag::Call | Tag::Return) {
+                SpawnMeta::event(&event, tag == Tag::Call);
             }
+            return ok().encode(env);
+        }
+        otp_lttng::emit(&event, tag, args[0]);
+        match tag {
             Tag::Spawn => event.spawn(),
             Tag::Exit => event.exit(),
             Tag::Link => event.link(args[0]),
@@ -352,7 +386,7 @@ fn trace(call: NifCall) -> ErlNifTerm {
             Tag::GcMajorStart => event.gc(probes::gc_major__start::enabled, probes::gc_major__start::fire),
             Tag::GcMinorEnd => event.gc(probes::gc_minor__end::enabled, probes::gc_minor__end::fire),
             Tag::GcMajorEnd => event.gc(probes::gc_major__end::enabled, probes::gc_major__end::fire),
-            Tag::Spawned | Tag::TraceStatus | Tag::Other => {}
+            Tag::ReturnTo | Tag::Spawned | Tag::TraceStatus | Tag::Other => {}
         }
         ok().encode(env)
     })
@@ -642,7 +676,7 @@ thread_local! {
 
 impl SpawnMeta {
     fn event(e: &Event<'_>, is_call: bool) {
-        if !probes::process__spawn::enabled() {
+        if !probes::process__spawn::enabled() && !otp_lttng::spawn_enabled() {
             return;
         }
         if is_call {
@@ -672,7 +706,11 @@ impl SpawnMeta {
                 return;
             }
             let (mut id, mut mfa) = (IdBuf::new(), TextBuf::new());
-            probes::process__spawn::fire(id.id(pid, true), mfa.kept(&text));
+            let (pid, mfa) = (id.id(pid, true), mfa.kept(&text));
+            if probes::process__spawn::enabled() {
+                probes::process__spawn::fire(pid, mfa);
+            }
+            otp_lttng::spawn(e, pid, mfa);
         }
     }
 }
@@ -835,3 +873,287 @@ fn node_of_pid<'b>(env: Env<'_>, pid: Term<'_>, buf: &'b mut TextBuf) -> Str<'b>
     }
 }
 
+
+/// Which trace flags feed OTP's LTTng events.
+#[derive(Clone, Copy)]
+#[allow(dead_code)]
+enum LttngGroup {
+    Procs,
+    Running,
+    Send,
+    Receive,
+    Call,
+    Gc,
+    Ports,
+    RunningPorts,
+}
+
+/// OTP's `org_erlang_dyntrace` LTTng events, with OTP's fields (its
+/// runtime_tools `dyntrace.c` under `--with-dynamic-trace=lttng`): the
+/// same erl_tracer events feed them. Where OTP passes a value this library
+/// has too, it is the same: depth 0, `undefined` for an unknown mfa, the
+/// GC figures from the event's list, link kinds `link`/`unlink` with the
+/// two ends swapped for `getting_*`. Messages and reasons are `~p` text of
+/// at most 64 terms and 255 bytes (OTP: 255 bytes).
+#[cfg(dtrace_lttng)]
+mod otp_lttng {
+    use rustler::{Atom, Term};
+
+    use super::{Event, LttngGroup, Tag, atoms, is_port, mfa_parts};
+    use crate::lttng::otp::*;
+    use crate::probes::Str;
+    use crate::text::{IdBuf, TextBuf};
+
+    /// Is a session recording an event of this group?
+    pub(super) fn group_enabled(g: LttngGroup) -> bool {
+        match g {
+            LttngGroup::Procs => {
+                process_link::enabled() || process_exit::enabled() || process_register::enabled()
+            }
+            LttngGroup::Running => process_scheduled::enabled(),
+            LttngGroup::Send => message_send::enabled(),
+            LttngGroup::Receive => message_receive::enabled(),
+            LttngGroup::Call => {
+                function_call::enabled() || function_return::enabled() || function_exception::enabled()
+            }
+            LttngGroup::Gc => {
+                gc_minor_start::enabled()
+                    || gc_minor_end::enabled()
+                    || gc_major_start::enabled()
+                    || gc_major_end::enabled()
+            }
+            LttngGroup::Ports => port_open::enabled() || port_exit::enabled() || port_link::enabled(),
+            LttngGroup::RunningPorts => port_scheduled::enabled(),
+        }
+    }
+
+    /// Is a session recording process_spawn?
+    pub(super) fn spawn_enabled() -> bool {
+        process_spawn::enabled()
+    }
+
+    /// An OTP event's name and its is-enabled check.
+    type Listened = (&'static str, fn() -> bool);
+
+    /// The OTP events a session records now, as `org_erlang_dyntrace:event`.
+    pub(super) fn listened() -> Vec<String> {
+        let events: [Listened; 18] = [
+            ("process_spawn", process_spawn::enabled),
+            ("process_link", process_link::enabled),
+            ("process_exit", process_exit::enabled),
+            ("process_register", process_register::enabled),
+            ("process_scheduled", process_scheduled::enabled),
+            ("port_open", port_open::enabled),
+            ("port_exit", port_exit::enabled),
+            ("port_link", port_link::enabled),
+            ("port_scheduled", port_scheduled::enabled),
+            ("function_call", function_call::enabled),
+            ("function_return", function_return::enabled),
+            ("function_exception", function_exception::enabled),
+            ("message_send", message_send::enabled),
+            ("message_receive", message_receive::enabled),
+            ("gc_minor_start", gc_minor_start::enabled),
+            ("gc_minor_end", gc_minor_end::enabled),
+            ("gc_major_start", gc_major_start::enabled),
+            ("gc_major_end", gc_major_end::enabled),
+        ];
+        events.iter().filter(|(_, on)| on()).map(|(n, _)| format!("org_erlang_dyntrace:{n}")).collect()
+    }
+
+    /// Would this event be recorded? For erl_tracer's `enabled/3`.
+    pub(super) fn enabled(tag: Tag, spawn_meta: bool) -> bool {
+        match tag {
+            _ if spawn_meta => process_spawn::enabled(),
+            Tag::Spawn => process_spawn::enabled(),
+            Tag::Exit => process_exit::enabled(),
+            Tag::Link => process_link::enabled() || port_link::enabled(),
+            Tag::Register => process_register::enabled(),
+            Tag::Open => port_open::enabled(),
+            Tag::Closed => port_exit::enabled(),
+            Tag::In | Tag::Out => process_scheduled::enabled() || port_scheduled::enabled(),
+            Tag::Send => message_send::enabled(),
+            Tag::Receive => message_receive::enabled(),
+            Tag::Call => function_call::enabled(),
+            Tag::Return => function_return::enabled() || function_exception::enabled(),
+            // OTP's dyntrace ignores return_to (it names no probe).
+            Tag::ReturnTo => false,
+            Tag::GcMinorStart => gc_minor_start::enabled(),
+            Tag::GcMajorStart => gc_major_start::enabled(),
+            Tag::GcMinorEnd => gc_minor_end::enabled(),
+            Tag::GcMajorEnd => gc_major_end::enabled(),
+            Tag::Spawned | Tag::TraceStatus | Tag::Other => false,
+        }
+    }
+
+    /// process_spawn from the spawn BIFs' meta tracing: the caller is the
+    /// parent.
+    pub(super) fn spawn(e: &Event<'_>, child: Str<'_>, mfa: Str<'_>) {
+        if process_spawn::enabled() {
+            let mut parent = IdBuf::new();
+            process_spawn::fire(child.as_ptr(), e.tracee(&mut parent).as_ptr(), mfa.as_ptr());
+        }
+    }
+
+    /// Records the OTP event(s) this erl_tracer event feeds, if a session
+    /// records them.
+    pub(super) fn emit(e: &Event<'_>, tag: Tag, tag_term: Term<'_>) {
+        if !enabled(tag, false) {
+            return;
+        }
+        let port = is_port(e.tracee);
+        let (mut me, mut a, mut b) = (IdBuf::new(), TextBuf::new(), TextBuf::new());
+        let me = e.tracee(&mut me);
+        match tag {
+            Tag::Spawn if process_spawn::enabled() => {
+                let mut child = IdBuf::new();
+                let entry = match e.extra() {
+                    Some(x) => mfa_or_undefined(x, &mut a),
+                    None => a.literal("undefined"),
+                };
+                process_spawn::fire(child.id(e.term, super::cacheable(e.env, e.term)).as_ptr(), me.as_ptr(), entry.as_ptr());
+            }
+            Tag::Exit if process_exit::enabled() && !port => {
+                process_exit::fire(me.as_ptr(), a.term(e.term).as_ptr());
+            }
+            Tag::Link => {
+                let mut other = IdBuf::new();
+                let other = other.id(e.term, super::cacheable(e.env, e.term));
+                let getting = tag_term.as_c_arg() == atoms::getting_linked().as_c_arg()
+                    || tag_term.as_c_arg() == atoms::getting_unlinked().as_c_arg();
+                let kind = if tag_term.as_c_arg() == atoms::link().as_c_arg()
+                    || tag_term.as_c_arg() == atoms::getting_linked().as_c_arg()
+                {
+                    "link"
+                } else {
+                    "unlink"
+                };
+                let (from, to) = if getting { (other, me) } else { (me, other) };
+                let kind = a.literal(kind);
+                if port {
+                    if port_link::enabled() {
+                        port_link::fire(from.as_ptr(), to.as_ptr(), kind.as_ptr());
+                    }
+                } else if process_link::enabled() {
+                    process_link::fire(from.as_ptr(), to.as_ptr(), kind.as_ptr());
+                }
+            }
+            Tag::Register if process_register::enabled() => {
+                process_register::fire(me.as_ptr(), a.atom(e.env, e.term).as_ptr(), b.atom(e.env, tag_term).as_ptr());
+            }
+            Tag::Open if port_open::enabled() => {
+                let mut owner = IdBuf::new();
+                let driver = match e.extra() {
+                    Some(x) => a.term(x),
+                    None => a.literal("undefined"),
+                };
+                port_open::fire(owner.id(e.term, super::cacheable(e.env, e.term)).as_ptr(), driver.as_ptr(), me.as_ptr());
+            }
+            Tag::Closed if port_exit::enabled() => {
+                port_exit::fire(me.as_ptr(), a.term(e.term).as_ptr());
+            }
+            Tag::In | Tag::Out => {
+                let kind = b.atom(e.env, tag_term);
+                if port {
+                    if port_scheduled::enabled() {
+                        port_scheduled::fire(me.as_ptr(), a.term(e.term).as_ptr(), kind.as_ptr());
+                    }
+                } else if process_scheduled::enabled() {
+                    process_scheduled::fire(me.as_ptr(), mfa_or_undefined(e.term, &mut a).as_ptr(), kind.as_ptr());
+                }
+            }
+            Tag::Send if message_send::enabled() => {
+                let to = match e.extra() {
+                    Some(x) => b.term(x),
+                    None => b.literal("undefined"),
+                };
+                message_send::fire(me.as_ptr(), to.as_ptr(), a.term(e.term).as_ptr());
+            }
+            Tag::Receive if message_receive::enabled() => {
+                message_receive::fire(me.as_ptr(), a.term(e.term).as_ptr());
+            }
+            Tag::Call if function_call::enabled() => {
+                function_call::fire(me.as_ptr(), mfa_or_undefined(e.term, &mut a).as_ptr(), 0);
+            }
+            Tag::Return => {
+                let exception = tag_term.as_c_arg() == atoms::exception_from().as_c_arg();
+                let mfa = mfa_or_undefined(e.term, &mut a);
+                if exception {
+                    if function_exception::enabled() {
+                        // {Class, Value}: the class.
+                        let class = match e.extra().and_then(|x| x.decode::<(Term, Term)>().ok()) {
+                            Some((class, _)) => b.term(class),
+                            None => b.literal("undefined"),
+                        };
+                        function_exception::fire(me.as_ptr(), mfa.as_ptr(), class.as_ptr());
+                    }
+                } else if function_return::enabled() {
+                    function_return::fire(me.as_ptr(), mfa.as_ptr(), 0);
+                }
+            }
+            Tag::GcMinorStart | Tag::GcMajorStart | Tag::GcMinorEnd | Tag::GcMajorEnd if !port => {
+                let (words, heap, old_heap) = gc_figures(e.term);
+                let fire = match tag {
+                    Tag::GcMinorStart => gc_minor_start::fire,
+                    Tag::GcMajorStart => gc_major_start::fire,
+                    Tag::GcMinorEnd => gc_minor_end::fire,
+                    _ => gc_major_end::fire,
+                };
+                fire(me.as_ptr(), words, heap, old_heap);
+            }
+            _ => {}
+        }
+    }
+
+    /// `m:f/arity` of `{M, F, Arity | Args}`, else `undefined` (OTP's).
+    fn mfa_or_undefined<'b>(mfa: Term<'_>, buf: &'b mut TextBuf) -> Str<'b> {
+        match mfa_parts(mfa) {
+            Some((m, f, a)) => buf.mfa(m, f, a),
+            None => buf.literal("undefined"),
+        }
+    }
+
+    /// (wordsize, heap_block_size, old_heap_block_size) of a GC event's
+    /// list, 0 where absent.
+    fn gc_figures(list: Term<'_>) -> (std::ffi::c_ulong, std::ffi::c_ulong, std::ffi::c_ulong) {
+        let (mut words, mut heap, mut old) = (0, 0, 0);
+        let mut cell = list;
+        for _ in 0..32 {
+            let Ok((head, tail)) = cell.list_get_cell() else { break };
+            if let Ok((k, v)) = head.decode::<(Atom, u64)>() {
+                if k == atoms::wordsize() {
+                    words = v;
+                } else if k == atoms::heap_block_size() {
+                    heap = v;
+                } else if k == atoms::old_heap_block_size() {
+                    old = v;
+                }
+            }
+            cell = tail;
+        }
+        (words as _, heap as _, old as _)
+    }
+}
+
+/// Without the LTTng sink: no OTP event is ever recorded.
+#[cfg(not(dtrace_lttng))]
+mod otp_lttng {
+    use rustler::Term;
+
+    use super::{Event, LttngGroup, Tag};
+    use crate::probes::Str;
+
+    pub(super) fn group_enabled(_g: LttngGroup) -> bool {
+        false
+    }
+    pub(super) fn spawn_enabled() -> bool {
+        false
+    }
+    pub(super) fn listened() -> Vec<String> {
+        Vec::new()
+    }
+    pub(super) fn enabled(_tag: Tag, _spawn_meta: bool) -> bool {
+        false
+    }
+    pub(super) fn spawn(_e: &Event<'_>, _child: Str<'_>, _mfa: Str<'_>) {}
+    pub(super) fn emit(_e: &Event<'_>, _tag: Tag, _tag_term: Term<'_>) {}
+}

@@ -1,7 +1,7 @@
 //! `dtrace-catalogue`: prints the probe catalogue.
 //!
 //! ```text
-//! dtrace-catalogue [--arch x86_64|aarch64] json|erlang|notes|markdown|registers [PROVIDER_FILE]
+//! dtrace-catalogue [--arch x86_64|aarch64] json|erlang|notes|markdown|registers|lttng [PROVIDER_FILE]
 //! dtrace-catalogue readme README.md [PROVIDER_FILE]    rewrite the README's tables in place
 //! ```
 //! The provider file defaults to `native/dtrace_nif/probes.d`; the
@@ -33,7 +33,7 @@ fn run(mut args: Vec<String>) -> Result<String, String> {
         arch = Arch::from_target_arch(name).ok_or(format!("no fixed registers for {name}"))?;
         args.drain(..2);
     }
-    let (command, rest) = args.split_first().ok_or("usage: dtrace-catalogue [--arch A] json|erlang|notes|markdown|registers|readme")?;
+    let (command, rest) = args.split_first().ok_or("usage: dtrace-catalogue [--arch A] json|erlang|notes|markdown|registers|lttng|readme")?;
     let (readme, rest) = if command == "readme" {
         let (r, rest) = rest.split_first().ok_or("usage: dtrace-catalogue readme README.md [PROVIDER_FILE]")?;
         (Some(r.clone()), rest)
@@ -49,12 +49,14 @@ fn run(mut args: Vec<String>) -> Result<String, String> {
         "notes" => render::notes(&provider, arch),
         "markdown" => render::markdown(&provider),
         "registers" => render::registers_markdown(),
+        "lttng" => render::lttng_markdown(&provider),
         "readme" => {
             let path = readme.unwrap_or_default();
             let doc = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
             let doc = render::splice(&doc, "probes", &render::markdown(&provider))
                 .and_then(|d| render::splice(&d, "registers", &render::registers_markdown()))
-                .ok_or(format!("{path}: no <!-- probes:begin --> / <!-- registers:begin --> markers"))?;
+                .and_then(|d| render::splice(&d, "lttng", &render::lttng_markdown(&provider)))
+                .ok_or(format!("{path}: no <!-- probes:begin -->, <!-- registers:begin --> or <!-- lttng:begin --> markers"))?;
             std::fs::write(&path, doc).map_err(|e| format!("{path}: {e}"))?;
             String::new()
         }

@@ -1,0 +1,195 @@
+//! The LTTng-UST sink: the probes' events recorded by LTTng sessions, at a
+//! fraction of a uprobe's cost.
+//!
+//! - The user and file probes are also events of the provider
+//!   `org_erlang_dtrace` (generated from `probes.d`: `emit` in each probe's
+//!   module fires both sinks).
+//! - The VM's events are OTP's own `org_erlang_dyntrace` tracepoints, with
+//!   OTP's fields (`lttng/org_erlang_dyntrace.h`), fired by the erl_tracer
+//!   callbacks (vm.rs) through the functions below.
+//!
+//! The call sites (`lttng/shim.c`) are compiled into the NIF; the probes
+//! are in the provider package `priv/libdtrace_lttng_tp.so`, which the
+//! library's load step opens with dlopen. Without it, or without
+//! liblttng-ust on the machine, every tracepoint stays disabled and the SDT
+//! probes work as before. A tracepoint's enable state is one `int` that
+//! liblttng-ust sets while a session records the event: [`enabled`] reads
+//! it, the LTTng counterpart of an SDT semaphore.
+//!
+//! In a build without the LTTng sink (no `<lttng/tracepoint.h>`, or the
+//! cargo feature `lttng` off), the same functions exist and report every
+//! event disabled.
+// Unit-test and sites-only builds have no NIFs to call the loader.
+#![cfg_attr(any(test, feature = "sites-only"), allow(dead_code, unused_imports))]
+
+use std::ffi::c_char;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+
+/// The start of `struct lttng_ust_tracepoint` (lttng-ust 2.13,
+/// `<lttng/tracepoint-types.h>`), whose layout liblttng-ust.so.1 keeps
+/// (fields are only added at the end); `lttng/shim.c` asserts the offsets
+/// at build time.
+#[repr(C)]
+pub(crate) struct Tracepoint {
+    struct_size: u32,
+    provider_name: *const c_char,
+    event_name: *const c_char,
+    /// Non-zero while a session records the event.
+    state: AtomicI32,
+}
+
+/// Is a session recording this event? One load.
+#[inline(always)]
+#[allow(dead_code)]
+pub(crate) fn enabled(tp: &Tracepoint) -> bool {
+    tp.state.load(Relaxed) != 0
+}
+
+/// Whether the LTTng sink works in this process: `Ok` when the provider
+/// package and liblttng-ust loaded, `Err(why)` otherwise.
+pub(crate) fn status() -> Result<(), &'static str> {
+    match STATUS.get() {
+        Some(Ok(())) => Ok(()),
+        Some(Err(why)) => Err(why.as_str()),
+        None => Err("not loaded"),
+    }
+}
+
+static STATUS: OnceLock<Result<(), String>> = OnceLock::new();
+
+#[cfg(dtrace_lttng)]
+pub(crate) use sink::*;
+
+#[cfg(dtrace_lttng)]
+mod sink {
+    use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong, c_void};
+    use std::path::Path;
+
+    use super::{STATUS, Tracepoint, enabled};
+
+    unsafe extern "C" {
+        fn dtrace_lttng_load(path: *const c_char, err: *mut c_char, err_len: usize) -> c_int;
+        fn dtrace_lttng_runtime_present() -> c_int;
+    }
+
+    /// Opens the provider package next to this library
+    /// (`priv/libdtrace_lttng_tp.so`), once per process; its outcome is
+    /// [`super::status`]. The environment variable `DTRACE_LTTNG=off`
+    /// leaves the sink out. Opening liblttng-ust registers the process with
+    /// the session daemon, which can take up to its timeout
+    /// (`LTTNG_UST_REGISTER_TIMEOUT`, 3 s by default; tens of ms here).
+    pub(crate) fn load() {
+        let _ = STATUS.get_or_init(|| {
+            if std::env::var("DTRACE_LTTNG").is_ok_and(|v| v == "off" || v == "0" || v == "false") {
+                return Err("turned off (DTRACE_LTTNG=off)".to_string());
+            }
+            let path = provider_path().ok_or("the NIF library's own path is not known")?;
+            let mut err = [0 as c_char; 512];
+            // SAFETY: `path` is NUL-terminated; the shim writes at most
+            // `err.len()` bytes, NUL included, into `err`.
+            let loaded = unsafe { dtrace_lttng_load(path.as_ptr(), err.as_mut_ptr(), err.len()) };
+            if loaded == 0 {
+                // SAFETY: the shim NUL-terminated it within the buffer.
+                let why = unsafe { CStr::from_ptr(err.as_ptr()) };
+                return Err(why.to_string_lossy().into_owned());
+            }
+            // SAFETY: a plain query of the shim's state.
+            if unsafe { dtrace_lttng_runtime_present() } == 0 {
+                return Err("liblttng-ust-tracepoint.so.1 was not found".to_string());
+            }
+            Ok(())
+        });
+    }
+
+    /// `<dir of this library>/libdtrace_lttng_tp.so`, from dladdr.
+    fn provider_path() -> Option<CString> {
+        let mut info = libc::Dl_info {
+            dli_fname: std::ptr::null(),
+            dli_fbase: std::ptr::null_mut(),
+            dli_sname: std::ptr::null(),
+            dli_saddr: std::ptr::null_mut(),
+        };
+        // SAFETY: dladdr fills `info` for an address inside a loaded
+        // object (our own function); the name it points to lives as long
+        // as the library is loaded.
+        if unsafe { libc::dladdr(provider_path as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: checked non-NULL; a NUL-terminated path from the loader.
+        let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
+        let lib = Path::new(me).parent()?.join("libdtrace_lttng_tp.so");
+        CString::new(lib.to_str()?).ok()
+    }
+
+    /// OTP's `org_erlang_dyntrace` events: their tracepoints and call sites
+    /// (lttng/org_erlang_dyntrace.h, lttng/shim.c).
+    macro_rules! otp_events {
+        ($($event:ident ( $($arg:ident : $ty:ty),* );)*) => {
+            unsafe extern "C" {
+                $(
+                    #[link_name = concat!("lttng_ust_tracepoint_org_erlang_dyntrace___", stringify!($event))]
+                    static $event: Tracepoint;
+                )*
+            }
+            /// One module per event: `enabled()` and `fire(...)`.
+            #[allow(non_snake_case, dead_code)]
+            pub(crate) mod otp {
+                use super::*;
+                $(
+                    pub(crate) mod $event {
+                        use super::*;
+                        unsafe extern "C" {
+                            #[link_name = concat!("dtrace_lttng_", stringify!($event))]
+                            fn shim($($arg: $ty),*);
+                        }
+                        /// Is a session recording the event? One load.
+                        #[inline(always)]
+                        pub(crate) fn enabled() -> bool {
+                            // SAFETY: defined in lttng/shim.c, linked into
+                            // this library; its state is read atomically.
+                            super::super::enabled(unsafe { &super::super::$event })
+                        }
+                        /// Records the event.
+                        #[inline(never)]
+                        pub(crate) fn fire($($arg: $ty),*) {
+                            // SAFETY: the shim reads its string arguments
+                            // (NULL or NUL-terminated buffers borrowed for
+                            // the call) during the call only.
+                            unsafe { shim($($arg),*) }
+                        }
+                    }
+                )*
+            }
+        };
+    }
+
+    type S = *const c_char;
+
+    otp_events! {
+        process_spawn(p: S, parent: S, mfa: S);
+        process_link(from: S, to: S, kind: S);
+        process_exit(p: S, reason: S);
+        process_register(p: S, name: S, kind: S);
+        process_scheduled(p: S, mfa: S, kind: S);
+        port_open(p: S, driver: S, port: S);
+        port_exit(port: S, reason: S);
+        port_link(from: S, to: S, kind: S);
+        port_scheduled(p: S, op: S, kind: S);
+        function_call(p: S, mfa: S, depth: c_uint);
+        function_return(p: S, mfa: S, depth: c_uint);
+        function_exception(p: S, mfa: S, class: S);
+        message_send(from: S, to: S, msg: S);
+        message_receive(to: S, msg: S);
+        gc_minor_start(p: S, need: c_ulong, heap: c_ulong, old_heap: c_ulong);
+        gc_minor_end(p: S, reclaimed: c_ulong, heap: c_ulong, old_heap: c_ulong);
+        gc_major_start(p: S, need: c_ulong, heap: c_ulong, old_heap: c_ulong);
+        gc_major_end(p: S, reclaimed: c_ulong, heap: c_ulong, old_heap: c_ulong);
+    }
+}
+
+/// Without the LTTng sink: no event is ever enabled.
+#[cfg(not(dtrace_lttng))]
+pub(crate) fn load() {
+    let _ = STATUS.set(Err("built without the LTTng sink".to_string()));
+}
