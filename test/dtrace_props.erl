@@ -57,6 +57,8 @@ take(N, L) ->
 
 %% What each function's documentation allows, and nothing more.
 documented(available, [], {ok, B}) -> is_boolean(B);
+documented(sinks, [], {ok, #{sdt := S, lttng := L}}) ->
+    is_boolean(S) andalso (L =:= true orelse (is_tuple(L) andalso element(1, L) =:= false));
 documented(is_enabled, _, {ok, B}) -> is_boolean(B);
 %% p/0..4 take anything; p/5..8 need at least N - 4 leading integers
 %% (at most four strings), else function_clause (OTP's clauses).
