@@ -93,10 +93,14 @@ main([OutFile, BareProbe]) ->
         end,
     VmRows = vm_rows(can_trace()),
     print(VmRows),
-    Budgets = budgets(DisRows, Tput, EnRows, Floor, Work) ++ vm_budgets(VmRows),
+    {LttngRows, LttngWhy} = lttng_rows(),
+    print(LttngRows),
+    Budgets = budgets(DisRows, Tput, EnRows, Floor, Work) ++ vm_budgets(VmRows)
+        ++ lttng_budgets(LttngRows, VmRows, EnRows, Work),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
-    write_md(OutFile, DisRows ++ Spread, Tput, Work, EnRows, Floor, Why, VmRows, Budgets),
+    write_md(OutFile, DisRows ++ Spread, Tput, Work, EnRows, Floor, Why, VmRows,
+             {LttngRows, LttngWhy}, Budgets),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 
@@ -307,6 +311,116 @@ vm_budgets(Rows) ->
                  Spawn =< 1.02 * On}]
        end].
 
+%%% LTTng-UST
+
+-define(LTTNG_SESSION, "dtrace_bench").
+
+%% With an LTTng session recording (discard mode, 8 x 8 MiB sub-buffers
+%% per CPU): p/4 and pn/5 into org_erlang_dtrace, and the ping-pong with
+%% automatic mode feeding org_erlang_dyntrace:message_send.
+%% {Rows, WhySkipped}.
+lttng_rows() ->
+    case can_lttng() of
+        ok ->
+            io:format("~nLTTng-UST session recording (no uprobe), ~b calls per round:~n", [?N_ENABLED]),
+            Dir = lttng_start(["org_erlang_dtrace:user_trace_i4s4", "org_erlang_dtrace:user_trace_n"]),
+            wait_until(fun() -> dtrace:is_enabled() andalso dtrace:is_enabled(5) end),
+            User = measure([{"dtrace:p/4 (2 ints, 2 strings), LTTng", fun() -> dtrace:p(1, 2, "ab", "cd") end},
+                            {"dtrace:p/8, LTTng", fun() -> dtrace:p(1, 2, 3, 4, "ab", "cd", "ef", "gh") end},
+                            {"dtrace:pn/5, LTTng", fun() -> dtrace:pn(5, 1, 2, "ab", "cd") end}],
+                           ?N_ENABLED),
+            Lost1 = lttng_stop(Dir),
+            Dir2 = lttng_start(["org_erlang_dyntrace:message_send"]),
+            wait_until(fun() -> #{flags := #{processes := P}} = dtrace:vm_probes(), lists:member(send, P) end),
+            timer:sleep(500),
+            Send = stats([pingpong() || _ <- lists:seq(1, 3)]),
+            Lost2 = lttng_stop(Dir2),
+            wait_until(fun() -> #{flags := #{processes := P}} = dtrace:vm_probes(), P =:= [] end),
+            io:format("  (events the session discarded: ~ts; ~ts)~n", [Lost1, Lost2]),
+            {User ++ [{"ping-pong, LTTng session on org_erlang_dyntrace:message_send (auto)", Send}], ""};
+        {skip, Why} ->
+            io:format("~nLTTng rows skipped: ~s~n", [Why]),
+            {[], Why}
+    end.
+
+can_lttng() ->
+    case {os:find_executable("lttng"), string:trim(os:cmd("id -u")), dtrace:sinks()} of
+        {false, _, _} -> {skip, "lttng (lttng-tools) is not installed"};
+        {_, "0", #{lttng := true}} ->
+            case os:cmd("pgrep -x lttng-sessiond") of
+                "" -> os:cmd("lttng-sessiond --daemonize"), ok;
+                _ -> ok
+            end;
+        {_, "0", #{lttng := L}} -> {skip, io_lib:format("the LTTng sink is not loaded: ~p", [L])};
+        _ -> {skip, "a root session daemon needs root"}
+    end.
+
+lttng_start(Events) ->
+    Dir = filename:join(os:getenv("TMPDIR", "/tmp"), "dtrace_bench_lttng." ++ os:getpid()),
+    _ = lttng(["destroy", ?LTTNG_SESSION]),
+    {0, _} = lttng(["create", ?LTTNG_SESSION, "--output=" ++ Dir]),
+    {0, _} = lttng(["enable-channel", "-u", "-s", ?LTTNG_SESSION, "--subbuf-size=8M", "--num-subbuf=8", "bench"]),
+    [{0, _} = lttng(["enable-event", "-u", "-s", ?LTTNG_SESSION, "-c", "bench", E]) || E <- Events],
+    {0, _} = lttng(["start", ?LTTNG_SESSION]),
+    Dir.
+
+%% Stops and destroys the session; returns what `lttng stop' said about
+%% discarded events ("none" when it said nothing).
+lttng_stop(Dir) ->
+    {0, Out} = lttng(["stop", ?LTTNG_SESSION]),
+    {0, _} = lttng(["destroy", ?LTTNG_SESSION]),
+    _ = os:cmd("rm -rf '" ++ Dir ++ "'"),
+    case [L || L <- string:split(Out, "\n", all), string:find(L, "discarded") =/= nomatch] of
+        [] -> "none";
+        Lines -> string:trim(lists:join(" ", Lines))
+    end.
+
+lttng(Args) ->
+    Port = open_port({spawn_executable, os:find_executable("lttng")},
+                     [{args, Args}, stderr_to_stdout, exit_status, binary]),
+    collect(Port, <<>>).
+
+collect(Port, Acc) ->
+    receive
+        {Port, {data, D}} -> collect(Port, <<Acc/binary, D/binary>>);
+        {Port, {exit_status, S}} -> {S, binary_to_list(Acc)}
+    after 60000 -> error(lttng_did_not_answer)
+    end.
+
+wait_until(Check) ->
+    wait_until(Check, 500).
+
+wait_until(_Check, 0) ->
+    error(timeout);
+wait_until(Check, Tries) ->
+    case Check() of
+        true -> ok;
+        false -> timer:sleep(10), wait_until(Check, Tries - 1)
+    end.
+
+lttng_budgets([], _VmRows, _En, _Work) ->
+    [{"LTTng budgets: not measured", skipped}];
+lttng_budgets(Rows, VmRows, En, Work) ->
+    Med = fun(Rs, Name) -> element(1, proplists:get_value(Name, Rs)) end,
+    P4 = Med(Rows, "dtrace:p/4 (2 ints, 2 strings), LTTng"),
+    NoTrap = Med(Work, "dtrace:p/4 (2 ints, 2 strings), enabled, no trap"),
+    On = Med(VmRows, "ping-pong, dtrace application running, no tracer"),
+    Proc = Med(VmRows, "ping-pong, Erlang process tracer on send (erlang:trace/3)"),
+    Send = Med(Rows, "ping-pong, LTTng session on org_erlang_dyntrace:message_send (auto)"),
+    [{io_lib:format("(for reference, not a budget) LTTng's own cost per event: dtrace:p/4 with a "
+                    "session - enabled without a trap: ~.1f ns", [P4 - NoTrap]), info}
+     | case En of
+           [] -> [{"dtrace:p/4 into LTTng vs under bpftrace: not measured", skipped}];
+           _ ->
+               Uprobe = Med(En, "dtrace:p/4 (2 ints, 2 strings)"),
+               [{io_lib:format("dtrace:p/4 with an LTTng session <= 0.5 x under bpftrace (a uprobe): "
+                               "~.1f ns vs ~.1f ns (~.2fx)", [P4, Uprobe, P4 / Uprobe]),
+                 P4 =< 0.5 * Uprobe}]
+       end]
+    ++ [{io_lib:format("message_send into LTTng: overhead per message <= 0.5 x the process tracer's: "
+                       "~.1f ns vs ~.1f ns (~.2fx)", [Send - On, Proc - On, (Send - On) / (Proc - On)]),
+         Send - On =< 0.5 * (Proc - On)}].
+
 %%% Tracers
 
 nif() ->
@@ -413,7 +527,7 @@ verdict(info) -> "measured".
 
 %%% BENCHMARKS.md
 
-write_md(File, Dis, Tput, Work, En, Floor, Why, Vm, Budgets) ->
+write_md(File, Dis, Tput, Work, En, Floor, Why, Vm, {Lttng, LttngWhy}, Budgets) ->
     Row = fun({Name, {Med, Min, Max}}) ->
                   io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [Name, Med, Min, Max])
           end,
@@ -454,6 +568,14 @@ write_md(File, Dis, Tput, Work, En, Floor, Why, Vm, Budgets) ->
          "Automatic mode sets the trace flags only while a tracer listens. Each row is the median of\n"
          "its runs (1M messages each).\n\n| run | ns/message | spread |\n|---|---|---|\n",
          [Row(R) || R <- Vm],
+         "\n## LTTng-UST (a session recording, no uprobe)\n\n"
+         "The same calls with an LTTng session (discard mode, 8 x 8 MiB sub-buffers per CPU)\n"
+         "recording their `org_erlang_dtrace` events instead of bpftrace on their SDT probes, and\n"
+         "the ping-pong with automatic mode feeding `org_erlang_dyntrace:message_send`.\n\n",
+         case Lttng of
+             [] -> ["Skipped: ", LttngWhy, ".\n"];
+             _ -> ["| call | ns/call | spread |\n|---|---|---|\n", [Row(R) || R <- Lttng]]
+         end,
          "\n## Budgets\n\n",
          [io_lib:format("- ~s: **~s**~n", [T, verdict(OK)]) || {T, OK} <- Budgets],
          "- no heap allocation on any probe path: asserted in the real NIF by\n"

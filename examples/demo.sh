@@ -12,7 +12,9 @@
 # third, with priv/message-latency.bt (a VM probe: the dtrace application
 # sets the trace flags it needs while it runs), shows how long messages
 # waited for their receiver, and that the log writer is where they wait.
-# Ends by itself in about 30 seconds.
+# Last, where LTTng is installed, a session records the same spans as
+# LTTng-UST events (no uprobe) and the slow ones are read from the trace.
+# Ends by itself in about 35 seconds.
 set -eu
 cd "$(dirname "$0")/.."
 run_s=${DEMO_SECONDS:-20}
@@ -98,3 +100,40 @@ sed -n 's/^@max_wait_us\[\(.*\)\]: \([0-9]*\)$/\2 \1/p' "$work/latency.out" | so
     done
 echo "   Appends queue up at the one log writer while it merges: the put that triggered the"
 echo "   merge is slow, and so are the ones behind it."
+echo
+
+# 6. The same spans into LTTng-UST: no uprobe, no bpftrace.
+lttng_sink=$(erl -noshell -pa "$ebin" -eval 'io:format("~p", [maps:get(lttng, dtrace:sinks())]), halt().')
+if ! command -v lttng >/dev/null 2>&1 || ! command -v babeltrace2 >/dev/null 2>&1; then
+    echo "== 6. LTTng: lttng-tools or babeltrace2 is not installed; step left out."
+    exit 0
+elif [ "$lttng_sink" != true ]; then
+    echo "== 6. LTTng: the sink is not loaded here ($lttng_sink); step left out."
+    exit 0
+fi
+pgrep -x lttng-sessiond >/dev/null || lttng-sessiond --daemonize
+echo "== 6. The same spans recorded by an LTTng session (org_erlang_dtrace:user_trace_n), 4 s"
+echo "   lttng create dtrace_demo; lttng enable-event -u org_erlang_dtrace:user_trace_n; lttng start"
+lttng destroy dtrace_demo >/dev/null 2>&1 || true
+lttng create dtrace_demo --output="$work/lttng" >/dev/null
+lttng enable-event -u org_erlang_dtrace:user_trace_n -s dtrace_demo >/dev/null
+lttng start dtrace_demo >/dev/null
+erl -noshell -pa "$ebin" -pa "$work" -eval 'dtrace_demo:run(4), halt().' > "$work/lttng-workload.log" 2>&1
+lttng stop dtrace_demo >/dev/null
+lttng destroy dtrace_demo >/dev/null
+babeltrace2 --clock-seconds "$work/lttng" > "$work/lttng.txt"
+echo "   $(wc -l < "$work/lttng.txt") events recorded; the first one, as babeltrace2 prints it:"
+head -1 "$work/lttng.txt" | fold -w 96 | sed 's/^/     /'
+echo "   Spans over 10 ms (label 1 = begin, 2 = end, i2 = span id), from the trace:"
+awk -F'[][]' '{
+        ts = $2
+        match($0, /label = [0-9]+/); label = substr($0, RSTART + 8, RLENGTH - 8)
+        match($0, /user_tag = "[^"]*"/); tag = substr($0, RSTART + 12, RLENGTH - 13)
+        match($0, / i2 = -?[0-9]+/); id = substr($0, RSTART + 6, RLENGTH - 6)
+        if (label == 1) start[id] = ts
+        else if (label == 2 && (id in start)) {
+            ms = (ts - start[id]) * 1000
+            if (ms > 10) { n++; if (n <= 8) printf("     %-22s %6.1f ms\n", tag, ms) }
+        }
+    } END { printf("   %d slow spans in all.\n", n) }' "$work/lttng.txt"
+echo "   (an LTTng event costs a fraction of a uprobe: see BENCHMARKS.md)"
