@@ -13,14 +13,14 @@
 %%% native program (bare_probe), with the same tracer program shape. Without root or bpftrace those rows are skipped.
 -module(dtrace_bench).
 
--export([main/1, empty/0, vm_rows_for_test/0]).
+-export([main/1, empty/0, vm_rows_for_test/0, p4_disabled_ns/1]).
 
 -define(ROUNDS, 7).
 -define(N_DISABLED, 2000000).
 -define(N_ENABLED, 200000).
 -define(N_THROUGHPUT, 10000000).
 
-main([OutFile, BareProbe]) ->
+main([OutFile, BareProbe, NoLttngEbin]) ->
     {module, dtrace} = code:ensure_loaded(dtrace),
     true = dtrace:available(),
     S1K = lists:duplicate(1024, $x),
@@ -93,7 +93,8 @@ main([OutFile, BareProbe]) ->
         end,
     VmRows = vm_rows(can_trace()),
     print(VmRows),
-    {LttngRows, LttngWhy} = lttng_rows(),
+    {LttngRows0, LttngWhy} = lttng_rows(),
+    LttngRows = LttngRows0 ++ sink_rows(NoLttngEbin),
     print(LttngRows),
     Budgets = budgets(DisRows, Tput, EnRows, Floor, Work) ++ vm_budgets(VmRows)
         ++ lttng_budgets(LttngRows, VmRows, EnRows, Work),
@@ -343,6 +344,34 @@ lttng_rows() ->
             {[], Why}
     end.
 
+%% Disabled dtrace:p/4 in two fresh nodes started alike, one with this
+%% library and one with the same library built without the LTTng sink,
+%% measured in alternate rounds.
+sink_rows(NoLttngEbin) ->
+    io:format("~nDisabled dtrace:p/4, with and without the LTTng sink built in (two nodes):~n"),
+    Bench = filename:dirname(code:which(?MODULE)),
+    Start = fun(Ebin) ->
+                    {ok, P, _} = peer:start_link(#{connection => standard_io,
+                                                   args => ["+S", "2:2", "+sbt", "db", "-pa", Ebin, "-pa", Bench]}),
+                    P
+            end,
+    With = Start(filename:dirname(code:which(dtrace))),
+    Without = Start(NoLttngEbin),
+    #{lttng := true} = peer:call(With, dtrace, sinks, []),
+    #{lttng := {false, <<"built without the LTTng sink">>}} = peer:call(Without, dtrace, sinks, []),
+    Run = fun(P, N) -> peer:call(P, ?MODULE, p4_disabled_ns, [N], 60000) end,
+    _ = [Run(P, ?N_DISABLED div 10) || P <- [With, Without]],
+    Rounds = [{Run(With, ?N_DISABLED), Run(Without, ?N_DISABLED)} || _ <- lists:seq(1, ?ROUNDS)],
+    peer:stop(With),
+    peer:stop(Without),
+    [{"dtrace:p/4 disabled, LTTng sink built in (node A)", stats([W || {W, _} <- Rounds])},
+     {"dtrace:p/4 disabled, built without the LTTng sink (node B)", stats([O || {_, O} <- Rounds])}].
+
+%% @private In a node of sink_rows/1.
+p4_disabled_ns(N) ->
+    false = dtrace:p(1, 2, "ab", "cd"),
+    ns_per_call(fun() -> dtrace:p(1, 2, "ab", "cd") end, N).
+
 can_lttng() ->
     case {os:find_executable("lttng"), string:trim(os:cmd("id -u")), dtrace:sinks()} of
         {false, _, _} -> {skip, "lttng (lttng-tools) is not installed"};
@@ -398,10 +427,22 @@ wait_until(Check, Tries) ->
         false -> timer:sleep(10), wait_until(Check, Tries - 1)
     end.
 
-lttng_budgets([], _VmRows, _En, _Work) ->
-    [{"LTTng budgets: not measured", skipped}];
 lttng_budgets(Rows, VmRows, En, Work) ->
     Med = fun(Rs, Name) -> element(1, proplists:get_value(Name, Rs)) end,
+    A = Med(Rows, "dtrace:p/4 disabled, LTTng sink built in (node A)"),
+    B = Med(Rows, "dtrace:p/4 disabled, built without the LTTng sink (node B)"),
+    [{io_lib:format("disabled dtrace:p/4 with the LTTng sink built in within 2 ns of without it: "
+                    "~.1f ns vs ~.1f ns", [A, B]), A - B =< 2}
+     | lttng_session_budgets(Rows, VmRows, En, Work)].
+
+lttng_session_budgets(Rows, VmRows, En, Work) ->
+    Med = fun(Rs, Name) -> element(1, proplists:get_value(Name, Rs)) end,
+    case proplists:is_defined("dtrace:p/4 (2 ints, 2 strings), LTTng", Rows) of
+        false -> [{"LTTng session budgets: not measured", skipped}];
+        true -> lttng_session_budgets(Rows, VmRows, En, Work, Med)
+    end.
+
+lttng_session_budgets(Rows, VmRows, En, Work, Med) ->
     P4 = Med(Rows, "dtrace:p/4 (2 ints, 2 strings), LTTng"),
     NoTrap = Med(Work, "dtrace:p/4 (2 ints, 2 strings), enabled, no trap"),
     On = Med(VmRows, "ping-pong, dtrace application running, no tracer"),
@@ -572,10 +613,13 @@ write_md(File, Dis, Tput, Work, En, Floor, Why, Vm, {Lttng, LttngWhy}, Budgets) 
          "The same calls with an LTTng session (discard mode, 8 x 8 MiB sub-buffers per CPU)\n"
          "recording their `org_erlang_dtrace` events instead of bpftrace on their SDT probes, and\n"
          "the ping-pong with automatic mode feeding `org_erlang_dyntrace:message_send`.\n\n",
-         case Lttng of
-             [] -> ["Skipped: ", LttngWhy, ".\n"];
-             _ -> ["| call | ns/call | spread |\n|---|---|---|\n", [Row(R) || R <- Lttng]]
+         case LttngWhy of
+             "" -> [];
+             _ -> ["Session rows skipped: ", LttngWhy, ".\n\n"]
          end,
+         "The last two rows are measured in two fresh nodes started alike (alternate rounds), one\n"
+         "with this library and one with the same library built without the LTTng sink.\n\n"
+         "| call | ns/call | spread |\n|---|---|---|\n", [Row(R) || R <- Lttng],
          "\n## Budgets\n\n",
          [io_lib:format("- ~s: **~s**~n", [T, verdict(OK)]) || {T, OK} <- Budgets],
          "- no heap allocation on any probe path: asserted in the real NIF by\n"

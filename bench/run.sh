@@ -10,6 +10,13 @@ bare=$(cd "$target/release/examples" && pwd)/bare_probe
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 erlc -o "$work" bench/dtrace_bench.erl
+# The same library without the LTTng sink (cargo feature off), laid out as
+# an application directory, for the disabled-cost comparison.
+cargo build --release --quiet -p dtrace_nif --no-default-features --target-dir "$target/no-lttng"
+nolttng="$work/no-lttng/dtrace"
+mkdir -p "$nolttng/ebin" "$nolttng/priv"
+cp _build/default/lib/dtrace/ebin/* "$nolttng/ebin/"
+cp "$target/no-lttng/release/libdtrace_nif.so" "$nolttng/priv/dtrace_nif.so"
 # Two schedulers, bound, so the throughput rows mean "one per core".
 exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
-    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$bare\"])."
+    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$bare\", \"$nolttng/ebin\"])."
