@@ -6,7 +6,8 @@ defmodule DTrace do
   `dyntrace` API (same arguments, same return values) backed by a NIF with
   its own USDT/SDT probes, provider `erlang`. While no tracer listens, a
   probe call reads one semaphore and returns `false`; with one attached
-  (bpftrace, perf, gdb, SystemTap) it fires and returns `true`.
+  (bpftrace, perf, gdb, SystemTap) or an LTTng session recording its event
+  (provider `org_erlang_dtrace`), it fires and returns `true`.
 
       iex> DTrace.available?()
       true
@@ -34,9 +35,17 @@ defmodule DTrace do
   @typedoc "What `spread_tag/1` returns and `restore_tag/1` takes."
   @type tag_state :: {non_neg_integer(), binary() | []}
 
-  @doc "`true` when probes can fire: the NIF is loaded on a platform with SDT probes."
+  @doc "`true` when probes can fire: the NIF is loaded with SDT probes or its LTTng sink."
   @spec available?() :: boolean()
   def available?, do: :dtrace.available()
+
+  @doc """
+  The sinks probes fire in and whether each works here: `:sdt` (USDT/SDT
+  notes, `true` on Linux x86_64 and aarch64) and `:lttng` (`true`, or
+  `{false, why}` with the reason as a binary). See `:dtrace.sinks/0`.
+  """
+  @spec sinks() :: %{sdt: boolean(), lttng: true | {false, binary()}}
+  def sinks, do: :dtrace.sinks()
 
   @doc """
   `true` while a tracer listens on `user_trace__i4s4` (the probe of `p/0..8`),

@@ -7,6 +7,8 @@ defmodule DTraceTest do
 
   test "the Elixir API returns what the Erlang API returns" do
     assert DTrace.available?() == :dtrace.available()
+    assert DTrace.sinks() == :dtrace.sinks()
+    assert %{sdt: true} = DTrace.sinks()
     assert DTrace.p(1, 2, "a", "b") == false
     assert DTrace.pn(5, 1, "a") == false
     assert DTrace.pn(:not_a_label) == :badarg
