@@ -18,6 +18,9 @@ pub mod args;
 mod atoms;
 pub mod errno;
 pub mod probes;
+#[cfg(unix)]
+pub mod provider;
+pub mod sdt_object;
 
 // The probe families: each registers its own NIFs and load step. Their
 // NIFs (and the shared plumbing in nif.rs) are left out of unit-test

@@ -1,0 +1,798 @@
+//! Run-time providers (`dtrace_provider`): a provider and its probes named
+//! by the application while the node runs, seen by tracers like any
+//! compiled-in probe.
+//!
+//! Defining one ([`Provider::new`]) writes an ELF shared object with one
+//! site and one semaphore per probe ([`crate::sdt_object`]) into the node's
+//! private directory and opens it with `dlopen`; the object's notes are the
+//! catalogue's ([`dtrace_catalogue::Arch::note_args`]): argument k in the
+//! same register as in every compiled-in probe. Firing a probe reads its
+//! semaphore and, while a tracer listens, calls its site with each
+//! argument in its register ([`Probe::fire`]).
+//!
+//! # Files
+//! The node's objects live in one private directory, created with mode 0700
+//! by `mkdtemp` on first use: `$TMPDIR/dtrace-<OS pid>-XXXXXX/`
+//! (`/tmp` without `TMPDIR`), one file `<provider>.<n>.so` per definition.
+//! A real file, not a memfd: gdb hangs on `/proc/self/fd/N` (it opens its
+//! own descriptor N) and perf cannot resolve `/proc/<pid>/fd/N`. A file is
+//! removed when its provider is deleted or dropped, the directory when the
+//! process exits (an `atexit` handler), and, when a node first defines a
+//! provider, the directories of nodes that are no longer running (same
+//! user, name `dtrace-<pid>-*`, pid gone) are removed with their objects.
+//!
+//! # Lifetime
+//! [`Provider::delete`] marks the provider deleted (fires return at once),
+//! removes its file and frees its name; the object stays mapped until the
+//! `Provider` is dropped, which `dlclose`s it. The NIF layer keeps a
+//! provider in an `Arc` owned by its handles (resources), and every NIF
+//! that fires receives a handle, which the VM keeps alive for the whole
+//! call: so no scheduler can be inside a site, or reading a semaphore, when
+//! the object is unmapped. A file removed on `delete` cannot be attached to
+//! afterwards; tracers already attached stay attached and see nothing more.
+
+use std::ffi::{CStr, CString, c_void};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use arrayvec::ArrayVec;
+use dtrace_catalogue::{Arch, MAX_ARGS, Type, is_c_identifier};
+
+use crate::probes::Str;
+use crate::sdt_object::{self, ProbeSpec};
+
+/// The longest provider or probe name, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+
+/// The most probes one provider may have.
+pub const MAX_PROBES: usize = 1024;
+
+/// The most providers loaded in one node at once. A deleted provider stays
+/// loaded, and counted, until its last handle is garbage-collected.
+pub const MAX_PROVIDERS: usize = 1024;
+
+/// Why a definition was refused, naming the offending probe by its index
+/// in the list given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Invalid {
+    /// The provider name is not a C identifier of 1..=64 bytes.
+    ProviderName,
+    /// The provider has no probes.
+    NoProbes,
+    /// More than [`MAX_PROBES`] probes.
+    TooManyProbes,
+    /// Probe `i`'s name is not a C identifier of 1..=64 bytes.
+    ProbeName(usize),
+    /// Probe `i` has more than [`MAX_ARGS`] arguments.
+    TooManyArgs(usize),
+    /// Probe `i` has the name of an earlier probe.
+    DuplicateProbe(usize),
+}
+
+/// Why [`Provider::new`] failed.
+#[derive(Debug)]
+pub enum NewError {
+    /// A bad definition.
+    Invalid(Invalid),
+    /// A provider of this name is defined (and not deleted) in this node.
+    AlreadyDefined,
+    /// [`MAX_PROVIDERS`] providers are loaded.
+    TooManyProviders,
+    /// Creating the private directory or writing the object failed.
+    Io(io::Error),
+    /// `dlopen` refused the object (e.g. the directory is on a `noexec`
+    /// file system): its path, and the loader's message.
+    Dlopen(PathBuf, String),
+    /// No SDT probes on this platform (not Linux on x86_64 or aarch64).
+    Unsupported,
+}
+
+/// One probe of a definition: its name and argument types.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeDef {
+    /// The note name.
+    pub name: String,
+    /// The argument types (`int` is [`Type::I64`], `string` [`Type::String`]).
+    pub types: Vec<Type>,
+}
+
+/// Checks a definition: names, counts, duplicates, in the order given
+/// (the first problem is reported).
+pub fn validate(provider: &str, probes: &[ProbeDef]) -> Result<(), Invalid> {
+    let name_ok = |s: &str| s.len() <= MAX_NAME_BYTES && is_c_identifier(s);
+    if !name_ok(provider) {
+        return Err(Invalid::ProviderName);
+    }
+    if probes.is_empty() {
+        return Err(Invalid::NoProbes);
+    }
+    for (i, p) in probes.iter().enumerate() {
+        if i == MAX_PROBES {
+            return Err(Invalid::TooManyProbes);
+        }
+        if !name_ok(&p.name) {
+            return Err(Invalid::ProbeName(i));
+        }
+        if p.types.len() > MAX_ARGS {
+            return Err(Invalid::TooManyArgs(i));
+        }
+        if probes[..i].iter().any(|q| q.name == p.name) {
+            return Err(Invalid::DuplicateProbe(i));
+        }
+    }
+    Ok(())
+}
+
+/// The providers of this node: names in use and objects loaded.
+struct Registry {
+    /// Names of the providers defined and not deleted.
+    names: std::collections::BTreeSet<String>,
+    /// Objects loaded (defined, or deleted and not yet dropped).
+    loaded: usize,
+    /// Definitions so far: numbers file names and build ids.
+    defined: u64,
+}
+
+static REGISTRY: Mutex<Registry> =
+    Mutex::new(Registry { names: std::collections::BTreeSet::new(), loaded: 0, defined: 0 });
+
+/// The registry, also after a panic elsewhere (its state is updated in
+/// single steps that cannot be left half-done).
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How many providers are loaded in this process.
+pub fn loaded() -> usize {
+    registry().loaded
+}
+
+/// An object opened with `dlopen`, closed when dropped.
+struct Library(NonNull<c_void>);
+
+// SAFETY: a dlopen handle may be used and closed from any thread (the
+// loader locks internally); `Library` only closes it, once, in `drop`.
+unsafe impl Send for Library {}
+// SAFETY: as above; `&Library` gives no access to the handle.
+unsafe impl Sync for Library {}
+
+impl Library {
+    /// Opens `path` (`RTLD_NOW | RTLD_LOCAL`: nothing to resolve, nothing
+    /// exported to other objects).
+    fn open(path: &CStr) -> Result<Library, String> {
+        // SAFETY: `path` is a NUL-terminated string; the object at it has
+        // no initialisers, no dependencies and no relocations, so opening
+        // runs none of its code.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        NonNull::new(handle).map(Library).ok_or_else(dlerror)
+    }
+
+    /// The address of the dynamic symbol `name`.
+    fn symbol(&self, name: &str) -> Option<NonNull<c_void>> {
+        let name = CString::new(name).ok()?;
+        // SAFETY: the handle is open (closed only in drop) and `name` is
+        // NUL-terminated; dlsym only looks the name up.
+        NonNull::new(unsafe { libc::dlsym(self.0.as_ptr(), name.as_ptr()) })
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // SAFETY: the handle is open and closed only here. Nothing uses the
+        // object's memory any more: every `Probe` pointing into it belongs
+        // to the `Provider` being dropped (see `Provider`'s field order).
+        unsafe { libc::dlclose(self.0.as_ptr()) };
+    }
+}
+
+/// The loader's last error message.
+fn dlerror() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated message owned by the
+    // loader, valid until the next dl* call on this thread; it is copied
+    // at once.
+    let message = unsafe { libc::dlerror() };
+    if message.is_null() {
+        "dlopen failed".to_string()
+    } else {
+        // SAFETY: non-NULL: a NUL-terminated string (above).
+        unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned()
+    }
+}
+
+/// One probe of a loaded provider.
+pub struct Probe {
+    name: String,
+    types: ArrayVec<Type, MAX_ARGS>,
+    /// The site: `nop; ret` in the object's text.
+    site: NonNull<c_void>,
+    /// The semaphore, in the object's `.probes` (file-backed, writable).
+    semaphore: NonNull<AtomicU16>,
+}
+
+// SAFETY: the pointers point into the object, which stays mapped while the
+// `Provider` owning this probe lives; the semaphore is only read (through
+// an atomic) and the site only called, both allowed from any thread.
+unsafe impl Send for Probe {}
+// SAFETY: as above.
+unsafe impl Sync for Probe {}
+
+impl Probe {
+    /// The probe's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its argument types.
+    pub fn types(&self) -> &[Type] {
+        &self.types
+    }
+
+    /// The semaphore. Raised by each tracer while it listens (the kernel
+    /// for a uprobe with a reference counter, gdb by writing memory); an
+    /// atomic, so every call re-reads it.
+    #[inline(always)]
+    pub fn semaphore(&self) -> &AtomicU16 {
+        // SAFETY: a u16 in the object's writable segment, 2-byte aligned
+        // (the writer places semaphores at even offsets of an 8-aligned
+        // section in a page-aligned segment), mapped while `self` lives
+        // (see the `unsafe impl Send`).
+        unsafe { self.semaphore.as_ref() }
+    }
+
+    /// Is a tracer listening? One load.
+    #[inline(always)]
+    pub fn enabled(&self) -> bool {
+        self.semaphore().load(Relaxed) != 0
+    }
+
+    /// Fires the probe: calls its site with `registers` (argument k in the
+    /// catalogue's register k). Does not look at the semaphore.
+    #[inline]
+    pub fn fire(&self, registers: &Registers<'_>) {
+        call_site(self.site, &registers.values);
+    }
+}
+
+/// The argument registers of one firing, with the strings they point to
+/// borrowed for `'a`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Registers<'a> {
+    values: [u64; MAX_ARGS],
+    _strings: std::marker::PhantomData<Str<'a>>,
+}
+
+impl<'a> Registers<'a> {
+    /// All registers 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Argument `k` (< [`MAX_ARGS`]) is the integer `value`.
+    #[inline]
+    pub fn set_int(&mut self, k: usize, value: i64) {
+        if let Some(r) = self.values.get_mut(k) {
+            *r = value as u64;
+        }
+    }
+
+    /// Argument `k` (< [`MAX_ARGS`]) is the string `value` (a pointer, or NULL).
+    #[inline]
+    pub fn set_str(&mut self, k: usize, value: Str<'a>) {
+        if let Some(r) = self.values.get_mut(k) {
+            *r = value.as_ptr() as u64;
+        }
+    }
+}
+
+/// Calls a site with the twelve argument registers set.
+#[cfg(all(dtrace_sdt, target_arch = "x86_64"))]
+#[inline(never)]
+fn call_site(site: NonNull<c_void>, r: &[u64; MAX_ARGS]) {
+    // SAFETY: `site` is a site of a loaded object (`Probe`): `nop; ret`,
+    // where a tracer may put a breakpoint, which traps and returns with
+    // every register as it was. It reads the argument registers, touches
+    // no memory and returns; `clobber_abi("C")` says no more than that it
+    // is a C function. No `nostack`: `call` pushes the return address, and
+    // the compiler keeps the stack aligned and the red zone free for it.
+    // The strings the registers point to are borrowed for the call
+    // (`Registers<'a>`), and the asm may read memory, so they are written
+    // before it runs.
+    unsafe {
+        core::arch::asm!(
+            "call {site}",
+            site = in(reg) site.as_ptr(),
+            in("rdi") r[0], in("rsi") r[1], in("rdx") r[2], in("rcx") r[3],
+            in("r8") r[4], in("r9") r[5], in("r10") r[6], in("r11") r[7],
+            in("r12") r[8], in("r13") r[9], in("r14") r[10], in("r15") r[11],
+            clobber_abi("C"),
+        );
+    }
+}
+
+/// Calls a site with the twelve argument registers set.
+#[cfg(all(dtrace_sdt, target_arch = "aarch64"))]
+#[inline(never)]
+fn call_site(site: NonNull<c_void>, r: &[u64; MAX_ARGS]) {
+    // SAFETY: as on x86_64: the site is `nop; ret` of a loaded object;
+    // `blr` sets the link register, which `clobber_abi("C")` declares
+    // clobbered with the other caller-saved registers.
+    unsafe {
+        core::arch::asm!(
+            "blr {site}",
+            site = in(reg) site.as_ptr(),
+            in("x0") r[0], in("x1") r[1], in("x2") r[2], in("x3") r[3],
+            in("x4") r[4], in("x5") r[5], in("x6") r[6], in("x7") r[7],
+            in("x8") r[8], in("x9") r[9], in("x10") r[10], in("x11") r[11],
+            clobber_abi("C"),
+        );
+    }
+}
+
+/// No sites without SDT support (no provider can be defined there).
+#[cfg(not(dtrace_sdt))]
+fn call_site(_site: NonNull<c_void>, _r: &[u64; MAX_ARGS]) {}
+
+/// A loaded provider.
+pub struct Provider {
+    name: String,
+    path: PathBuf,
+    /// Sorted by name.
+    probes: Box<[Probe]>,
+    deleted: AtomicBool,
+    /// Declared last, so dropped (closed) after everything pointing into it.
+    _library: Library,
+}
+
+impl Provider {
+    /// Defines `provider` with `probes`: validates the definition, writes
+    /// the object into the private directory and loads it.
+    pub fn new(provider: &str, probes: &[ProbeDef]) -> Result<Provider, NewError> {
+        validate(provider, probes).map_err(NewError::Invalid)?;
+        let arch = architecture().ok_or(NewError::Unsupported)?;
+        let number = {
+            let mut r = registry();
+            if r.names.contains(provider) {
+                return Err(NewError::AlreadyDefined);
+            }
+            if r.loaded >= MAX_PROVIDERS {
+                return Err(NewError::TooManyProviders);
+            }
+            r.names.insert(provider.to_string());
+            r.loaded += 1;
+            r.defined += 1;
+            r.defined
+        };
+        load(arch, provider, probes, number).inspect_err(|_| {
+            let mut r = registry();
+            r.names.remove(provider);
+            r.loaded -= 1;
+        })
+    }
+
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The object's path (removed once deleted).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The probes, sorted by name.
+    pub fn probes(&self) -> &[Probe] {
+        &self.probes
+    }
+
+    /// The probe named `name`.
+    pub fn probe(&self, name: &str) -> Option<&Probe> {
+        self.probes.binary_search_by(|p| p.name.as_str().cmp(name)).ok().map(|i| &self.probes[i])
+    }
+
+    /// Has [`Provider::delete`] been called?
+    #[inline(always)]
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Relaxed)
+    }
+
+    /// Deletes the provider: later fires return at once, its file is
+    /// removed and its name may be defined again. The object stays mapped
+    /// until the provider is dropped. `false` if it was deleted already.
+    pub fn delete(&self) -> bool {
+        if self.deleted.swap(true, Relaxed) {
+            return false;
+        }
+        let _ = fs::remove_file(&self.path);
+        registry().names.remove(&self.name);
+        true
+    }
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        self.delete();
+        registry().loaded -= 1;
+        // `library` is dropped after this: dlclose.
+    }
+}
+
+/// The architecture the objects are written for, where probes are SDT.
+fn architecture() -> Option<Arch> {
+    if cfg!(dtrace_sdt) { Arch::from_target_arch(std::env::consts::ARCH) } else { None }
+}
+
+/// Writes and loads definition `number` (validated).
+fn load(arch: Arch, provider: &str, probes: &[ProbeDef], number: u64) -> Result<Provider, NewError> {
+    let dir = private_dir().map_err(NewError::Io)?;
+    let file_name = format!("{provider}.{number}.so");
+    let specs: Vec<ProbeSpec<'_>> = probes.iter().map(|p| ProbeSpec { name: &p.name, types: &p.types }).collect();
+    let object = sdt_object::write(arch, provider, &file_name, &specs, build_id(provider, probes, number))
+        .map_err(|e| NewError::Io(io::Error::other(format!("{e:?}"))))?;
+    let path = dir.join(&file_name);
+    write_new_file(&path, &object.bytes).map_err(NewError::Io)?;
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|e| NewError::Io(io::Error::other(e)))?;
+    let library = match Library::open(&c_path) {
+        Ok(library) => library,
+        Err(message) => {
+            let _ = fs::remove_file(&path);
+            return Err(NewError::Dlopen(path, message));
+        }
+    };
+    let mut loaded = Vec::with_capacity(probes.len());
+    for (def, layout) in probes.iter().zip(&object.probes) {
+        let site = library.symbol(&layout.site_symbol);
+        let semaphore = library.symbol(&layout.semaphore_symbol);
+        let (Some(site), Some(semaphore)) = (site, semaphore) else {
+            drop(library);
+            let _ = fs::remove_file(&path);
+            return Err(NewError::Dlopen(path, format!("no symbol {}", layout.site_symbol)));
+        };
+        let types = def.types.iter().copied().collect();
+        loaded.push(Probe { name: def.name.clone(), types, site, semaphore: semaphore.cast() });
+    }
+    loaded.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Provider {
+        name: provider.to_string(),
+        path,
+        probes: loaded.into_boxed_slice(),
+        deleted: AtomicBool::new(false),
+        _library: library,
+    })
+}
+
+/// A build id unique to this file: perf keys its cache by build id, and a
+/// provider defined again must not take the id of its deleted file.
+fn build_id(provider: &str, probes: &[ProbeDef], number: u64) -> [u8; 20] {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let mut id = [0u8; 20];
+    for (k, chunk) in id.chunks_mut(8).enumerate() {
+        let mut h = DefaultHasher::new();
+        (k, provider, number, std::process::id(), now).hash(&mut h);
+        for p in probes {
+            (&p.name, p.types.len()).hash(&mut h);
+        }
+        chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+    }
+    id
+}
+
+/// Creates `path` (which must not exist) with mode 0600 and `bytes`.
+fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes).inspect_err(|_| {
+        let _ = fs::remove_file(path);
+    })
+}
+
+/// The private directory, once created.
+static DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Serialises the directory's creation.
+static DIR_LOCK: Mutex<()> = Mutex::new(());
+
+/// The prefix of private directories' names: `dtrace-<pid>-XXXXXX`.
+const DIR_PREFIX: &str = "dtrace-";
+
+/// The node's private directory: created (mode 0700) on first use, after
+/// removing the directories of dead nodes; removed at exit.
+pub fn private_dir() -> io::Result<&'static Path> {
+    if let Some(dir) = DIR.get() {
+        return Ok(dir);
+    }
+    let _creating = DIR_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(dir) = DIR.get() {
+        return Ok(dir);
+    }
+    let base = std::env::temp_dir();
+    remove_stale_dirs(&base);
+    let dir = make_private_dir(&base)?;
+    let dir = DIR.get_or_init(|| dir);
+    // SAFETY: registers a function of this library, run at exit or when
+    // this library is unloaded (glibc's atexit passes this object's
+    // __dso_handle), whichever comes first; it only removes files.
+    unsafe { libc::atexit(remove_private_dir_at_exit) };
+    Ok(dir)
+}
+
+/// Creates `<base>/dtrace-<pid>-XXXXXX` with mode 0700 (mkdtemp).
+fn make_private_dir(base: &Path) -> io::Result<PathBuf> {
+    let template = base.join(format!("{DIR_PREFIX}{}-XXXXXX", std::process::id()));
+    let mut template = CString::new(template.into_os_string().into_vec())
+        .map_err(io::Error::other)?
+        .into_bytes_with_nul();
+    // SAFETY: `template` is a writable NUL-terminated string ending in
+    // XXXXXX, which mkdtemp replaces in place.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    if made.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    template.pop();
+    let dir = PathBuf::from(std::ffi::OsString::from_vec(template));
+    // mkdtemp creates it 0700; say so whatever the umask does.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// Removes the objects in `dir` (files named `*.so`) and `dir`.
+fn remove_objects_and_dir(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+            if is_file && entry.file_name().as_bytes().ends_with(b".so") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
+/// At exit (or when this library is unloaded): removes the objects and the
+/// private directory. The objects stay mapped; only the files go.
+extern "C" fn remove_private_dir_at_exit() {
+    if let Some(dir) = DIR.get() {
+        // A panic must not unwind out of an atexit handler.
+        let _ = std::panic::catch_unwind(|| remove_objects_and_dir(dir));
+    }
+}
+
+/// Removes, in `base`, the private directories of processes that are no
+/// longer running: named `dtrace-<pid>-*`, owned by this user, mode 0700,
+/// real directories (not symbolic links), `pid` not a live process.
+pub fn remove_stale_dirs(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else { return };
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = stale_pid(name.as_bytes()) else { continue };
+        let Ok(meta) = fs::symlink_metadata(entry.path()) else { continue };
+        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o777 != 0o700 {
+            continue;
+        }
+        if pid != std::process::id() && !process_exists(pid) {
+            remove_objects_and_dir(&entry.path());
+        }
+    }
+}
+
+/// The pid in a private directory's name, `dtrace-<pid>-XXXXXX`.
+fn stale_pid(name: &[u8]) -> Option<u32> {
+    let rest = name.strip_prefix(DIR_PREFIX.as_bytes())?;
+    let dash = rest.iter().position(|&b| b == b'-')?;
+    let (digits, suffix) = rest.split_at(dash);
+    if suffix.len() != 7 || !suffix[1..].iter().all(u8::is_ascii_alphanumeric) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Is there a process with this pid (ours or another user's)?
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks that the process exists and may be
+    // signalled; nothing is sent.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    alive || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+#[cfg(all(test, dtrace_sdt))]
+mod tests {
+    //! Providers defined, fired and deleted in this process, without a VM:
+    //! the loader accepts the objects, sites run, semaphores are the
+    //! ones the notes name, and files and mappings go away.
+
+    use super::*;
+
+    fn def(name: &str, types: &[Type]) -> ProbeDef {
+        ProbeDef { name: name.to_string(), types: types.to_vec() }
+    }
+
+    fn two_probes() -> Vec<ProbeDef> {
+        vec![def("request__start", &[Type::I64, Type::String]), def("all", &[Type::I64; MAX_ARGS])]
+    }
+
+    /// Lines of /proc/self/maps naming `path` (also once it is removed:
+    /// `path (deleted)`).
+    fn mappings(path: &Path) -> usize {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let path = path.to_str().unwrap();
+        maps.lines().filter(|l| l.ends_with(path) || l.ends_with(&format!("{path} (deleted)"))).count()
+    }
+
+    #[test]
+    fn a_provider_is_a_loaded_file_in_a_private_directory() {
+        let p = Provider::new("cargo_test_loaded", &two_probes()).unwrap();
+        let path = p.path().to_path_buf();
+        let dir = path.parent().unwrap();
+        let dir_name = dir.file_name().unwrap().to_str().unwrap();
+        assert!(dir_name.starts_with(&format!("dtrace-{}-", std::process::id())), "{dir_name}");
+        assert_eq!(fs::metadata(dir).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        assert!(path.file_name().unwrap().to_str().unwrap().starts_with("cargo_test_loaded."));
+        assert!(mappings(&path) >= 2, "text and data mapped");
+        let names: Vec<&str> = p.probes().iter().map(Probe::name).collect();
+        assert_eq!(names, ["all", "request__start"]);
+        assert_eq!(p.probe("request__start").unwrap().types(), [Type::I64, Type::String]);
+        assert!(p.probe("nope").is_none());
+        drop(p);
+        assert!(!path.exists());
+        assert_eq!(mappings(&path), 0, "dlclose unmapped it");
+    }
+
+    #[test]
+    fn a_raised_semaphore_enables_its_probe_and_the_site_runs() {
+        let p = Provider::new("cargo_test_fire", &two_probes()).unwrap();
+        let (start, all) = (p.probe("request__start").unwrap(), p.probe("all").unwrap());
+        assert!(!start.enabled() && !all.enabled());
+        // As a tracer does: raise the semaphore (here from the inside).
+        all.semaphore().fetch_add(1, Relaxed);
+        assert!(all.enabled() && !start.enabled());
+        let s = c"twelve";
+        let mut r = Registers::new();
+        for k in 0..MAX_ARGS {
+            r.set_int(k, -(k as i64));
+        }
+        r.set_str(1, Str::from_cstr(s));
+        r.set_int(MAX_ARGS, 99); // past the registers: ignored
+        for _ in 0..1000 {
+            all.fire(&r);
+            start.fire(&r);
+        }
+        all.semaphore().fetch_sub(1, Relaxed);
+        assert!(!all.enabled());
+    }
+
+    #[test]
+    fn delete_removes_the_file_and_frees_the_name_but_keeps_the_mapping() {
+        let p = Provider::new("cargo_test_delete", &two_probes()).unwrap();
+        let path = p.path().to_path_buf();
+        assert!(matches!(Provider::new("cargo_test_delete", &two_probes()), Err(NewError::AlreadyDefined)));
+        assert!(p.delete());
+        assert!(p.is_deleted() && !path.exists());
+        assert!(!p.delete(), "once");
+        assert!(mappings(&path) >= 2, "still mapped until dropped");
+        // The site still runs (a fire that raced the delete).
+        p.probe("all").unwrap().fire(&Registers::new());
+        let again = Provider::new("cargo_test_delete", &two_probes()).unwrap();
+        assert_ne!(again.path(), path);
+        drop(p);
+        assert!(again.path().exists(), "dropping the old one leaves the new one alone");
+        assert!(matches!(Provider::new("cargo_test_delete", &two_probes()), Err(NewError::AlreadyDefined)));
+    }
+
+    #[test]
+    fn definitions_are_checked_in_order() {
+        let bad = |name: &str, probes: &[ProbeDef]| validate(name, probes).unwrap_err();
+        let ok = two_probes();
+        for name in ["", "1x", "../x", "a/b", "a-b", "a b", "é", &"x".repeat(65)] {
+            assert_eq!(bad(name, &ok), Invalid::ProviderName, "{name:?}");
+        }
+        assert!(validate(&"x".repeat(64), &ok).is_ok());
+        assert_eq!(bad("p", &[]), Invalid::NoProbes);
+        assert_eq!(bad("p", &[ok[0].clone(), def("a:b", &[])]), Invalid::ProbeName(1));
+        assert_eq!(bad("p", &[def(&"y".repeat(65), &[])]), Invalid::ProbeName(0));
+        assert_eq!(bad("p", &[ok[0].clone(), def("x", &[Type::I64; 13])]), Invalid::TooManyArgs(1));
+        assert_eq!(bad("p", &[def("a", &[]), def("b", &[]), def("a", &[])]), Invalid::DuplicateProbe(2));
+        let many: Vec<ProbeDef> = (0..=MAX_PROBES).map(|i| def(&format!("p{i}"), &[])).collect();
+        assert_eq!(bad("p", &many), Invalid::TooManyProbes);
+        assert!(validate("p", &many[..MAX_PROBES]).is_ok());
+        assert!(matches!(Provider::new("a/b", &ok), Err(NewError::Invalid(Invalid::ProviderName))));
+    }
+
+    #[test]
+    fn the_largest_provider_loads() {
+        let many: Vec<ProbeDef> =
+            (0..MAX_PROBES).map(|i| def(&format!("probe_{i}"), &[Type::String; MAX_ARGS])).collect();
+        let p = Provider::new("cargo_test_largest", &many).unwrap();
+        assert_eq!(p.probes().len(), MAX_PROBES);
+        let last = p.probe("probe_1023").unwrap();
+        last.semaphore().fetch_add(1, Relaxed);
+        assert!(last.enabled() && p.probes().iter().filter(|q| q.enabled()).count() == 1);
+        last.fire(&Registers::new());
+        last.semaphore().fetch_sub(1, Relaxed);
+    }
+
+    /// Four threads fire without pause while another deletes the provider
+    /// and drops its reference: they stop firing once they see it deleted,
+    /// and the object is closed only after the last of them lets go.
+    #[test]
+    fn concurrent_fires_and_a_delete_do_not_crash() {
+        use std::sync::atomic::AtomicU64;
+        let p = std::sync::Arc::new(Provider::new("cargo_test_race", &two_probes()).unwrap());
+        let path = p.path().to_path_buf();
+        p.probe("all").unwrap().semaphore().fetch_add(1, Relaxed);
+        let fired = std::sync::Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (p, fired) = (p.clone(), fired.clone());
+                std::thread::spawn(move || {
+                    let probe = p.probe("all").unwrap();
+                    while !p.is_deleted() && probe.enabled() {
+                        probe.fire(&Registers::new());
+                        fired.fetch_add(1, Relaxed);
+                    }
+                })
+            })
+            .collect();
+        while fired.load(Relaxed) < 10_000 {
+            std::thread::yield_now();
+        }
+        assert!(p.delete());
+        drop(p);
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(mappings(&path), 0);
+    }
+
+    #[test]
+    fn stale_directories_of_dead_processes_are_removed() {
+        let base = std::env::temp_dir().join(format!("dtrace-cargo-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        fs::create_dir_all(&base).unwrap();
+        // A pid that no longer runs: a child that has exited.
+        let dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        let mut dead = dead;
+        dead.wait().unwrap();
+        let make = |name: &str, mode: u32| {
+            let dir = base.join(name);
+            fs::create_dir(&dir).unwrap();
+            fs::write(dir.join("myapp.1.so"), b"x").unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).unwrap();
+            dir
+        };
+        let stale = make(&format!("dtrace-{dead_pid}-aB3xYz"), 0o700);
+        let mine = make(&format!("dtrace-{}-aB3xYz", std::process::id()), 0o700);
+        let alive = make("dtrace-1-aB3xYz", 0o700); // init
+        let not_private = make(&format!("dtrace-{dead_pid}-Qq1234"), 0o755);
+        let other_name = make(&format!("dtrace-{dead_pid}-toolong"), 0o700);
+        let other_files = make(&format!("dtrace-{dead_pid}-Zz9876"), 0o700);
+        fs::write(other_files.join("keep.txt"), b"x").unwrap();
+        std::os::unix::fs::symlink(&stale, base.join(format!("dtrace-{dead_pid}-Ln0000"))).unwrap();
+        remove_stale_dirs(&base);
+        assert!(!stale.exists());
+        for kept in [&mine, &alive, &not_private, &other_name] {
+            assert!(kept.join("myapp.1.so").exists(), "{kept:?}");
+        }
+        // Objects go, other files and so the directory stay.
+        assert!(!other_files.join("myapp.1.so").exists() && other_files.join("keep.txt").exists());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn private_directory_names_give_their_pid() {
+        assert_eq!(stale_pid(b"dtrace-1234-aB3xYz"), Some(1234));
+        assert_eq!(stale_pid(b"dtrace-1234-aB3xY"), None);
+        assert_eq!(stale_pid(b"dtrace-1234-aB3x.z"), None);
+        assert_eq!(stale_pid(b"dtrace-x-aB3xYz"), None);
+        assert_eq!(stale_pid(b"dtrace_demo.1234"), None);
+        assert_eq!(stale_pid(b"other-1234-aB3xYz"), None);
+    }
+}
