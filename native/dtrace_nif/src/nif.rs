@@ -34,9 +34,16 @@ const MAX_ARITY: usize = 12;
 /// Registers the safe function `$body: fn(NifCall) -> ErlNifTerm` as
 /// `dtrace:$name/$arity`, in the table `rustler::init!` (and entry.rs)
 /// reads. The `extern "C"` wrapper is the only place that trusts the VM's
-/// pointers.
+/// pointers. `, dirty_io` runs it on a dirty I/O scheduler (for NIFs that
+/// do file I/O or wait for the dynamic loader's lock).
 macro_rules! raw_nif {
+    ($name:literal / $arity:literal => $body:ident, dirty_io) => {
+        $crate::nif::raw_nif!(@ $name / $arity => $body, rustler::sys::ERL_NIF_DIRTY_JOB_IO_BOUND as _);
+    };
     ($name:literal / $arity:literal => $body:ident) => {
+        $crate::nif::raw_nif!(@ $name / $arity => $body, 0);
+    };
+    (@ $name:literal / $arity:literal => $body:ident, $flags:expr) => {
         const _: () = {
             unsafe extern "C" fn nif(
                 env: *mut rustler::sys::ErlNifEnv,
@@ -51,7 +58,7 @@ macro_rules! raw_nif {
             inventory::submit!(rustler::Nif {
                 name: concat!($name, "\0").as_ptr() as *const ::std::ffi::c_char,
                 arity: $arity,
-                flags: 0,
+                flags: $flags,
                 raw_func: nif as $crate::nif::RawNif,
             });
         };
@@ -88,6 +95,23 @@ impl NifCall {
     /// the VM.
     #[inline(always)]
     pub(crate) fn run(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
+        self.run_counted(true, body)
+    }
+
+    /// [`NifCall::run`] for a NIF that is no probe path and may use the
+    /// heap (defining a run-time provider): the test build's allocation
+    /// count leaves it out.
+    #[inline(always)]
+    pub(crate) fn run_setup(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
+        self.run_counted(false, body)
+    }
+
+    #[inline(always)]
+    fn run_counted(
+        self,
+        #[allow(unused_variables)] counted: bool,
+        body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>,
+    ) -> ErlNifTerm {
         let scope = ();
         // SAFETY: `env` is the VM's env for this call (NifCall::new); the
         // Env does not outlive `scope`, which ends with this call.
@@ -101,7 +125,7 @@ impl NifCall {
                 }
             }
             #[cfg(feature = "test-hooks")]
-            let _counting = test_hooks::Counting::start();
+            let _counting = counted.then(test_hooks::Counting::start);
             body(env, &terms).as_c_arg()
         }));
         match result {
