@@ -125,7 +125,10 @@
 %% <li>`{too_many_probes, 1024}';</li>
 %% <li>`{already_defined, Provider}': a provider of that name is defined in
 %%   this node and not deleted;</li>
-%% <li>`{too_many_providers, 1024}': 1024 providers are loaded;</li>
+%% <li>`{too_many_providers, 1024}': 1024 providers are loaded, also after
+%%   collecting the caller's garbage (a deleted provider stays loaded until
+%%   its last handle is collected; this function collects the calling
+%%   process's garbage and tries again before it gives up);</li>
 %% <li>`{file_error, Posix}': the private directory or the file could not
 %%   be created (`enospc', `eacces', ...);</li>
 %% <li>`{dlopen_failed, Path}': the loader refused the file, typically
@@ -138,7 +141,25 @@
           Probes :: [{ProbeName :: probe_name(), ArgTypes :: [arg_type()]}]) ->
           {ok, provider()} | {error, reason()}.
 new(Provider, Probes) ->
-    dtrace:provider_new(Provider, Probes).
+    case dtrace:provider_new(Provider, Probes) of
+        {error, {too_many_providers, _}} ->
+            %% Deleted providers whose handles are garbage in this process
+            %% still count: collect them and try again.
+            erlang:garbage_collect(),
+            new_again(Provider, Probes, 20);
+        Result ->
+            Result
+    end.
+
+%% The VM runs resource destructors shortly after a collection (as a
+%% scheduler's auxiliary work), not during it: wait for them, 1 ms at a
+%% time, N times at most.
+new_again(Provider, Probes, N) ->
+    timer:sleep(1),
+    case dtrace:provider_new(Provider, Probes) of
+        {error, {too_many_providers, _}} when N > 1 -> new_again(Provider, Probes, N - 1);
+        Result -> Result
+    end.
 
 %% @doc Fires probe `ProbeName' of `Provider' with `Args', one term per
 %% declared argument.

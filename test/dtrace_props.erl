@@ -91,6 +91,18 @@ documented(restore_tag, [State], {error, badarg, _}) -> not tag_state(State);
 documented(efile_enabled, [], {ok, B}) -> is_boolean(B);
 documented(efile_entry, _, {ok, Tag}) -> is_integer(Tag) andalso Tag >= 0;
 documented(efile_return, _, {ok, ok}) -> true;
+%% The internal NIFs behind dtrace_provider. Terms drawn here are never
+%% handles, so every function that takes one raises badarg; provider_new
+%% returns what dtrace_provider:new/2 documents (dtrace_provider_props
+%% checks each reason exactly, with real handles).
+documented(provider_new, [_, _], {ok, {ok, Handle}}) ->
+    is_reference(Handle) andalso dtrace:provider_delete(Handle) =:= ok;
+documented(provider_new, [_, _], {ok, {error, Reason}}) ->
+    dtrace_provider_props:is_reason(Reason);
+documented(F, _, {error, badarg, {dtrace, F, _, _}})
+  when F =:= provider_fire; F =:= provider_is_enabled; F =:= provider_probe;
+       F =:= provider_path; F =:= provider_delete ->
+    true;
 documented(_, _, _) -> false.
 
 %% Can p/N route these arguments? Arities up to 4 take anything; from 5 on

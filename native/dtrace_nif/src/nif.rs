@@ -138,13 +138,15 @@ impl NifCall {
 }
 
 /// One step of the library's load: a family's set-up (atoms it compares
-/// with, tables). Submitted with `inventory::submit!(LoadStep(f))` next to
-/// the family's NIFs; `false` refuses the load.
+/// with, tables, resource types). Submitted with
+/// `inventory::submit!(LoadStep(f))` next to the family's NIFs; `false`
+/// refuses the load. Steps run on every load and upgrade of the library
+/// (see entry.rs), so each must be idempotent.
 pub(crate) struct LoadStep(pub fn(Env<'_>) -> bool);
 
 inventory::collect!(LoadStep);
 
-/// Runs every family's load step. The library's `load`.
+/// Runs every family's load step. The library's `load` and `upgrade`.
 pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);

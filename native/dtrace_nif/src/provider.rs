@@ -725,8 +725,17 @@ mod nifs {
         let _ = catch_unwind(AssertUnwindSafe(|| unsafe { ptr::drop_in_place(slot(raw)) }));
     }
 
-    /// Library load: opens the handle type, taking over the one a previous
-    /// load of the library made if handles of it are still alive.
+    /// Library load and upgrade: opens the handle type, or takes it over
+    /// from the module version that opened it (an upgrade: a new version of
+    /// module `dtrace` loaded while the old one is there). Without the
+    /// takeover, purging the old version would free the type (no handles)
+    /// or orphan it (handles alive).
+    ///
+    /// After `code:delete(dtrace)` and a purge, though, the type is out of
+    /// the VM's list (freed, or orphaned while handles of it live): the next
+    /// load creates a new one, and handles made before are no longer
+    /// recognised (calls with them raise `badarg`; they are still unloaded
+    /// when collected).
     fn load(env: Env<'_>) -> bool {
         let open = |flags| {
             let mut tried = ErlNifResourceFlags::ERL_NIF_RT_CREATE;
@@ -1241,6 +1250,17 @@ mod tests {
         // Objects go, other files and so the directory stay.
         assert!(!other_files.join("myapp.1.so").exists() && other_files.join("keep.txt").exists());
         fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// Defining and dropping, 3000 times: the count of loaded providers
+    /// (the limit's) comes back.
+    #[test]
+    fn churn_leaves_the_count_as_it_was() {
+        for _ in 0..3000 {
+            let p = Provider::new("cargo_test_churn", &two_probes()).unwrap();
+            p.delete();
+        }
+        assert!(loaded() < 16, "{} loaded: only other tests' providers", loaded());
     }
 
     #[test]
