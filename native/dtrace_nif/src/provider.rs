@@ -634,7 +634,6 @@ mod nifs {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicPtr, Ordering::Acquire, Ordering::Release};
 
-    use arrayvec::ArrayVec;
     use dtrace_catalogue::{MAX_ARGS, Type};
     use rustler::sys::{
         ErlNifEnv, ErlNifResourceFlags, ErlNifResourceType, ErlNifTerm, enif_alloc_resource, enif_get_resource,
@@ -807,18 +806,48 @@ mod nifs {
         if b { true_() } else { false_() }.to_term(env)
     }
 
-    /// The first `n` elements of `list`, if it is a proper list of exactly
-    /// `n` (at most [`MAX_ARGS`]) elements. Reads at most `n + 1` cells.
-    #[inline]
-    fn exactly<'a>(list: Term<'a>, n: usize) -> Option<ArrayVec<Term<'a>, MAX_ARGS>> {
-        let mut heads = ArrayVec::new();
-        let mut rest = list;
-        for _ in 0..n {
-            let (head, tail) = rest.list_get_cell().ok()?;
-            heads.try_push(head).ok()?;
-            rest = tail;
+    /// The cells of a list, read with the VM's `enif_get_list_cell` on raw
+    /// terms: no term is copied or stored, so that counting them, on the
+    /// disabled path, costs two loads per cell.
+    struct Cells<'a> {
+        env: Env<'a>,
+        rest: ErlNifTerm,
+    }
+
+    impl<'a> Iterator for Cells<'a> {
+        type Item = Term<'a>;
+
+        #[inline(always)]
+        fn next(&mut self) -> Option<Term<'a>> {
+            let (mut head, mut tail) = (ErlNifTerm::default(), ErlNifTerm::default());
+            // SAFETY: `rest` is a term of the call's env (the argument, or a
+            // tail read from it); the VM only reads it and writes head and
+            // tail, terms of the same env.
+            unsafe {
+                if rustler::sys::enif_get_list_cell(self.env.as_c_arg(), self.rest, &mut head, &mut tail) == 0 {
+                    return None;
+                }
+                self.rest = tail;
+                Some(Term::new(self.env, head))
+            }
         }
-        rest.is_empty_list().then_some(heads)
+    }
+
+    fn cells(list: Term<'_>) -> Cells<'_> {
+        Cells { env: list.get_env(), rest: list.as_c_arg() }
+    }
+
+    /// Is `list` a proper list of exactly `n` elements? Reads at most
+    /// `n + 1` cells.
+    #[inline(always)]
+    fn has_length(list: Term<'_>, n: usize) -> bool {
+        let mut c = cells(list);
+        for _ in 0..n {
+            if c.next().is_none() {
+                return false;
+            }
+        }
+        crate::args::is_nil_raw(c.env, c.rest)
     }
 
     /// What a fire or is-enabled call finds: `Err(())` for `badarg`,
@@ -857,21 +886,31 @@ mod nifs {
             Ok(None) => return false_().to_term(env),
             Err(()) => return badarg(env),
         };
-        let types = probe.types();
-        let Some(terms) = exactly(args, types.len()) else { return badarg(env) };
+        if !has_length(args, probe.types().len()) {
+            return badarg(env);
+        }
         if !probe.enabled() {
             return false_().to_term(env);
         }
+        convert_and_fire(probe, args);
+        true_().to_term(env)
+    }
+
+    /// Converts the terms of `args` (a list of as many as `probe` has
+    /// arguments) into stack buffers and fires `probe` with them. A
+    /// function of its own: its 12 KB of string buffers are not part of
+    /// the disabled path's stack frame.
+    #[inline(never)]
+    fn convert_and_fire(probe: &Probe, args: Term<'_>) {
         let mut bufs: [StrBuf; MAX_ARGS] = std::array::from_fn(|_| StrBuf::new());
         let mut registers = Registers::new();
-        for (k, ((term, ty), buf)) in terms.iter().zip(types).zip(bufs.iter_mut()).enumerate() {
+        for (k, ((term, ty), buf)) in cells(args).zip(probe.types()).zip(bufs.iter_mut()).enumerate() {
             match ty {
-                Type::String => registers.set_str(k, buf.iolist_or_null(*term)),
-                _ => registers.set_int(k, int64_or_zero(*term)),
+                Type::String => registers.set_str(k, buf.iolist_or_null(term)),
+                _ => registers.set_int(k, int64_or_zero(term)),
             }
         }
         probe.fire(&registers);
-        true_().to_term(env)
     }
 
     /// `provider_fire(Handle, ProbeName, Args) -> boolean()`; raises
