@@ -10,15 +10,16 @@
 %%% ```
 %%% 1> {ok, P} = dtrace_provider:new(myapp, [{request__start, [int, string]},
 %%%                                        {request__done, [int, int]}]).
-%%% {ok,#Ref<0.1906355735.2311716867.87217>}
+%%% {ok,#Ref<0.2823316555.1743126535.129371>}
 %%% 2> dtrace_provider:path(P).
-%%% <<"/tmp/dtrace-5821-Xq3Tzk/myapp.1.so">>
+%%% <<"/tmp/dtrace-32637-wgSx9Q/myapp.1.so">>
 %%% 3> dtrace_provider:fire(P, request__start, [42, <<"GET /">>]).
 %%% false
 %%% '''
-%%% As root, with the node's OS pid and that path:
+%%% As root, with the node's OS pid and that path (`$PID', `$PATH'), while
+%%% the call is made again (output of a real session):
 %%% ```
-%%% # bpftrace -p 5821 -e 'usdt:/tmp/dtrace-5821-Xq3Tzk/myapp.1.so:myapp:request__start
+%%% # bpftrace -p $PID -e 'usdt:$PATH:myapp:request__start
 %%%       { printf("%ld %s\n", arg0, str(arg1)); }'
 %%% Attaching 1 probe...
 %%% 42 GET /
