@@ -9,7 +9,8 @@
 # priv/span-latency.bt, shows the latency histogram per operation and names
 # each slow request by its user tag; a second bpftrace with priv/efile.bt
 # shows the slow file operations and the requests they were done for.
-# Ends by itself in about 30 seconds.
+# Last, a node defines a provider of its own at run time (dtrace_provider)
+# and bpftrace lists and reads its probes. Ends by itself in about 35 seconds.
 set -eu
 cd "$(dirname "$0")/.."
 run_s=${DEMO_SECONDS:-20}
@@ -78,3 +79,39 @@ echo "   (the log writer is another process: the tag came with the request). Ove
 awk '/^efile .* in [0-9]+ us$/ && $(NF-1) > 5000 { print "   " $0 }' "$work/efile.out" | head -24
 echo "   (efile.bt also prints every operation as it starts and ends, and a latency"
 echo "    histogram per tag on exit: here one per request, so left out.)"
+echo
+
+echo "== 5. A provider of the application's own, defined at run time (dtrace_provider)"
+echo "   {ok, P} = dtrace_provider:new(demo_app, [{request__start, [int, string]}, {request__done, [int, int]}])"
+erl -noshell -pa "$ebin" -eval '
+    {ok, P} = dtrace_provider:new(demo_app, [{request__start, [int, string]}, {request__done, [int, int]}]),
+    io:format("~s ~s~n", [os:getpid(), dtrace_provider:path(P)]),
+    Loop = fun Loop(N, Trues) when N > 600 -> io:format("trues ~b~n", [Trues]);
+               Loop(N, Trues) ->
+                   Path = lists:nth(1 + N rem 3, ["/", "/users", "/orders"]),
+                   A = dtrace_provider:fire(P, request__start, [N, ["GET ", Path]]),
+                   timer:sleep(5),
+                   B = dtrace_provider:fire(P, request__done, [N, 200]),
+                   Loop(N + 1, Trues + length([x || true <- [A, B]]))
+           end,
+    Loop(1, 0), halt().' > "$work/provider.log" 2>&1 &
+node=$!
+i=0
+until [ -s "$work/provider.log" ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && { echo "the node did not define its provider" >&2; exit 1; }
+    sleep 0.1
+done
+read -r pid so < "$work/provider.log"
+echo "   node OS pid $pid; the provider is the file $so:"
+readelf -n "$so" | grep -E 'Name:|Arguments:' | sed 's/^ */     /'
+echo "   bpftrace -p $pid -l 'usdt:*:demo_app:*'"
+bpftrace -p "$pid" -l 'usdt:*:demo_app:*' 2>/dev/null | sed 's/^/     /'
+echo "   bpftrace -p $pid -e 'usdt:$so:demo_app:request__start { printf(\"%ld %s\\\\n\", arg0, str(arg1)); }'  (for 1 s)"
+timeout -s INT 1 bpftrace -p "$pid" -e "usdt:$so:demo_app:request__start { printf(\"%ld %s\\n\", arg0, str(arg1)); }" \
+    > "$work/provider.out" 2>&1 || true
+grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events "$work/provider.out" | head -6 | sed 's/^/     /'
+echo "     ..."
+wait "$node"
+echo "   bpftrace printed $(grep -c ' GET ' "$work/provider.out" || true) events; the node's fire calls returned true" \
+     "$(sed -n 's/^trues //p' "$work/provider.log") times (false before bpftrace attached and after it left)."
+echo "   At exit the node removed its provider's file: $(test -e "$so" && echo 'still there (unexpected)' || echo 'gone')."
