@@ -9,7 +9,7 @@
 -include_lib("proper/include/proper.hrl").
 
 -export([prop_any_term_any_position/0, run/1, calls_per_case/0, probe_term/0, huge/0, huge_terms/0,
-         iolist_like/0]).
+         iolist_like/0, rotate/2, take/2]).
 
 %% Numbered probes the enabled runs attach (bpftrace 0.17 cannot attach
 %% all 951 at once): labels the generator favours.
@@ -48,6 +48,8 @@ call(F, Args) ->
         Class:Reason:Stack -> {Class, Reason, hd(Stack)}
     end.
 
+%% L rotated left by N (modulo its length), so that each term of a case
+%% lands in a different position for each function.
 rotate(N, L) ->
     {A, B} = lists:split(N rem length(L), L),
     B ++ A.

@@ -69,7 +69,7 @@ prop_any_term(Fixtures, Traced) ->
                 Model = model(Fixtures#{victim => Victim, victim_probe => VictimProbe}, Traced),
                 Terms1 = [victim(T, Victim, VictimProbe) || T <- Terms],
                 Live = [maps:get(live, Fixtures) | maps:get(live_probes, Fixtures)],
-                Calls = [spare_live(Live, Victim, {F, take(A, rotate(I, Terms1))})
+                Calls = [spare_live(Live, Victim, {F, dtrace_props:take(A, dtrace_props:rotate(I, Terms1))})
                          || {I, {F, A}} <- lists:enumerate(functions())]
                     ++ [{F, [victim(T, Victim, VictimProbe) || T <- Args]} || {F, Args} <- Wellformed],
                 {Bad, _} = lists:foldl(fun check/2, {[], Model}, Calls),
@@ -90,13 +90,6 @@ spare_live(Live, Victim, {delete, [H]} = Call) ->
     end;
 spare_live(_, _, Call) ->
     Call.
-
-rotate(N, L) ->
-    {A, B} = lists:split(N rem length(L), L),
-    B ++ A.
-
-take(N, L) ->
-    lists:sublist(L, N).
 
 %% Makes call {F, Args}, compares with the model's answer, and lets the
 %% model see it (a delete).
@@ -375,8 +368,8 @@ wellformed_calls(#{live := Live, live_probes := LiveProbes} = F) ->
          begin
              {ProbeName, _} = lists:nth(I, live_probes()),
              N = lists:nth(I, Arities),
-             [{fire, [Live, ProbeName, take(N, Args)]},
-              {fire, [lists:nth(I, LiveProbes), take(N, Args)]},
+             [{fire, [Live, ProbeName, dtrace_props:take(N, Args)]},
+              {fire, [lists:nth(I, LiveProbes), dtrace_props:take(N, Args)]},
               {fire, [victim, v, V]},
               {fire, [victim_probe, V]},
               {new, tuple_to_list(Def)},
