@@ -524,7 +524,9 @@ pub fn private_dir() -> io::Result<&'static Path> {
     if let Some(dir) = DIR.get() {
         return Ok(dir);
     }
-    let base = std::env::temp_dir();
+    // Absolute: tracers are given the path, and the node may change its
+    // working directory (file:set_cwd/1) before the files are removed.
+    let base = std::path::absolute(std::env::temp_dir())?;
     remove_stale_dirs(&base);
     let dir = make_private_dir(&base)?;
     let dir = DIR.get_or_init(|| dir);
