@@ -92,24 +92,24 @@ impl NifCall {
 
     /// Runs `body` with the call's env and arguments, turning a panic into
     /// the exception `error:nif_panicked` instead of letting it unwind into
-    /// the VM.
+    /// the VM. For probe paths: `body` must not allocate on the heap (the
+    /// `test-hooks` build counts it if it does).
     #[inline(always)]
     pub(crate) fn run(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
-        self.run_counted(true, body)
+        self.run_with(true, body)
     }
 
-    /// [`NifCall::run`] for a NIF that is no probe path and may use the
-    /// heap (defining a run-time provider): the test build's allocation
-    /// count leaves it out.
+    /// [`NifCall::run`] for NIFs that are not probe paths (set-up and
+    /// status calls), which may allocate.
     #[inline(always)]
-    pub(crate) fn run_setup(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
-        self.run_counted(false, body)
+    pub(crate) fn run_allocating(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
+        self.run_with(false, body)
     }
 
     #[inline(always)]
-    fn run_counted(
+    fn run_with(
         self,
-        #[allow(unused_variables)] counted: bool,
+        #[cfg_attr(not(feature = "test-hooks"), allow(unused_variables))] probe_path: bool,
         body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>,
     ) -> ErlNifTerm {
         let scope = ();
@@ -125,7 +125,7 @@ impl NifCall {
                 }
             }
             #[cfg(feature = "test-hooks")]
-            let _counting = counted.then(test_hooks::Counting::start);
+            let _counting = probe_path.then(test_hooks::Counting::start);
             body(env, &terms).as_c_arg()
         }));
         match result {

@@ -951,7 +951,7 @@ mod nifs {
     /// `provider_fire/3`. Also on a deleted provider (its fires return
     /// `false`).
     fn provider_probe(call: NifCall) -> ErlNifTerm {
-        call.run_setup(|env, args| {
+        call.run_allocating(|env, args| {
             let Some(h) = handle_of(args[0]).filter(|h| h.probe.is_none()) else { return badarg(env) };
             let raw = args[1].as_c_arg();
             match h.shared.by_atom.iter().find(|&&(atom, _)| atom == raw) {
@@ -963,7 +963,7 @@ mod nifs {
 
     /// `provider_path(Handle | ProbeHandle) -> binary()`: the object's path.
     fn provider_path(call: NifCall) -> ErlNifTerm {
-        call.run_setup(|env, args| {
+        call.run_allocating(|env, args| {
             let Some(h) = handle_of(args[0]) else { return badarg(env) };
             use std::os::unix::ffi::OsStrExt;
             let path = h.shared.provider.path().as_os_str().as_bytes();
@@ -975,7 +975,7 @@ mod nifs {
 
     /// `provider_delete(Handle | ProbeHandle) -> ok`.
     fn provider_delete(call: NifCall) -> ErlNifTerm {
-        call.run_setup(|env, args| match handle_of(args[0]) {
+        call.run_allocating(|env, args| match handle_of(args[0]) {
             Some(h) => {
                 h.shared.provider.delete();
                 ok().to_term(env)
@@ -989,7 +989,7 @@ mod nifs {
     /// provider name, the list, each probe (shape, name, types, count,
     /// duplicate), the number of probes, then the node's providers.
     fn provider_new(call: NifCall) -> ErlNifTerm {
-        call.run_setup(|env, args| match define(env, args[0], args[1]) {
+        call.run_allocating(|env, args| match define(env, args[0], args[1]) {
             Ok(handle) => (ok(), handle).encode(env),
             Err(reason) => (rustler::types::atom::error(), reason).encode(env),
         })
