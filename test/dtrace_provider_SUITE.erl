@@ -34,6 +34,7 @@
          concurrent_fires_and_deletes/1,
          files_go_at_exit_and_after_dead_nodes/1,
          module_reloads_keep_handles/1,
+         no_heap_allocation_when_enabled/1,
          any_term_disabled/1,
          any_term_enabled/1]).
 %% Run in the peer.
@@ -60,6 +61,7 @@ all() ->
      concurrent_fires_and_deletes,
      files_go_at_exit_and_after_dead_nodes,
      module_reloads_keep_handles,
+     no_heap_allocation_when_enabled,
      any_term_disabled,
      any_term_enabled].
 
@@ -67,6 +69,7 @@ init_per_testcase(TC, Config) ->
     Tool = case TC of
                readelf_lists_notes_semaphores_and_sites -> readelf;
                concurrent_fires_and_deletes -> readelf;
+               no_heap_allocation_when_enabled -> readelf;
                gdb_reads_every_argument -> gdb;
                _ when TC =:= bpftrace_lists_the_probes; TC =:= bpftrace_reads_every_argument;
                       TC =:= true_returns_equal_events; TC =:= delete_while_traced;
@@ -709,6 +712,38 @@ module_reloads_keep_handles(Config) ->
                          dtrace:available()}
                 end),
     ?assertEqual({false, false, false, badarg, false, true, false, true}, Results).
+
+%% No heap allocation on the enabled path of fire/3 and fire/2, in the
+%% test-hooks build of the library (a counting allocator; pn(-2000000)
+%% returns the allocations made inside NIF bodies; dtrace_robust_SUITE
+%% builds it): with the semaphores raised by hand, so that every call
+%% converts its arguments and runs the site, 20,000 calls with every
+%% conversion rule and the huge terms (1 MB iolist, 10,000-deep lists).
+%% The peer runs that build's dtrace module, so the NIFs are called
+%% directly (dtrace_provider adds nothing that allocates).
+no_heap_allocation_when_enabled(Config) ->
+    Peer = dtrace_robust_SUITE:start_test_hooks_peer(Config),
+    try
+        Result =
+            peer:call(Peer, erlang, apply,
+                      [fun() ->
+                               {ok, P} = dtrace:provider_new(alloc, [{all, ?ALL_TYPES}, {two, [int, string]}]),
+                               Path = binary_to_list(dtrace:provider_path(P)),
+                               [raise_semaphore(Path, N, 1) || N <- [all, two]],
+                               All = dtrace:provider_probe(P, all),
+                               Huge = dtrace_props:huge_terms(),
+                               Before = dtrace:pn(-2000000),
+                               Trues = [dtrace:provider_fire(P, all, all_args()) || _ <- lists:seq(1, 5000)]
+                                   ++ [dtrace:provider_fire(All, all_args()) || _ <- lists:seq(1, 5000)]
+                                   ++ [dtrace:provider_fire(P, two, [I, H]) || H <- Huge, I <- lists:seq(1, 1000)]
+                                   ++ [dtrace:provider_fire(All, lists:sublist(Huge ++ Huge, 12)) || _ <- lists:seq(1, 100)],
+                               {lists:usort(Trues), length(Trues), Before, dtrace:pn(-2000000)}
+                       end, []], 600000),
+        ct:log("enabled calls (sites run, no tracer), allocations inside NIF bodies before/after: ~p", [Result]),
+        ?assertMatch({[true], N, 0, 0} when N >= 16000, Result)
+    after
+        peer:stop(Peer)
+    end.
 
 %%--------------------------------------------------------------------
 %% Any term
