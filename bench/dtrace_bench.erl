@@ -33,6 +33,9 @@ main([OutFile, BareProbe, NoLttngEbin]) ->
     {ok, Fd} = file:open(TmpFile, [read, raw, binary]),
     ok = file:delete(TmpFile),
     {module, dtrace_file} = code:ensure_loaded(dtrace_file),
+    %% A run-time provider with one probe of two arguments, and its probe handle.
+    {ok, Prov} = dtrace_provider:new(dtrace_bench, [{req, [int, string]}]),
+    Req = dtrace_provider:probe(Prov, req),
     Disabled =
         [{"empty Erlang call", fun() -> dtrace_bench:empty() end},
          {"empty NIF call (dtrace:available/0)", fun() -> dtrace:available() end},
@@ -45,7 +48,9 @@ main([OutFile, BareProbe, NoLttngEbin]) ->
          {"file:position/2, no device (badarg, no I/O)", fun() -> file:position(nofile, cur) end},
          {"dtrace_file:position/2, no device (badarg)", fun() -> dtrace_file:position(nofile, cur) end},
          {"file:position/2, raw file (lseek, dirty I/O)", fun() -> file:position(Fd, cur) end},
-         {"dtrace_file:position/2, raw file", fun() -> dtrace_file:position(Fd, cur) end}],
+         {"dtrace_file:position/2, raw file", fun() -> dtrace_file:position(Fd, cur) end},
+         {"dtrace_provider:fire/3 (int, string)", fun() -> dtrace_provider:fire(Prov, req, [1, "ab"]) end},
+         {"dtrace_provider:fire/2 (probe handle; int, string)", fun() -> dtrace_provider:fire(Req, [1, "ab"]) end}],
     io:format("~nDisabled (no tracer), ~b calls per round, ~b rounds:~n", [?N_DISABLED, ?ROUNDS]),
     DisRows = measure(Disabled, ?N_DISABLED),
     print(DisRows),
@@ -59,6 +64,10 @@ main([OutFile, BareProbe, NoLttngEbin]) ->
     io:format("~nEnabled without a tracer (semaphore raised by hand: conversion and site, no trap):~n"),
     Work = by_hand(),
     print(Work),
+    io:format("~nRun-time provider enabled without a tracer (semaphore raised by hand: "
+              "conversion and site, no trap):~n"),
+    ProvWork = provider_by_hand(Prov, Req),
+    print(ProvWork),
     Enabled =
         [{"dtrace:p/0", fun() -> dtrace:p() end},
          {"dtrace:p/4 (2 ints, 2 strings)", fun() -> dtrace:p(1, 2, "ab", "cd") end},
@@ -69,7 +78,9 @@ main([OutFile, BareProbe, NoLttngEbin]) ->
          {"dtrace:p/4, 1 MB iolist (passed as NULL)", fun() -> dtrace:p(1, 2, MB, "cd") end},
          {"file:position/2, no device (badarg, no I/O)", fun() -> file:position(nofile, cur) end},
          {"dtrace_file:position/2, no device (4 efile probes)",
-          fun() -> dtrace_file:position(nofile, cur) end}],
+          fun() -> dtrace_file:position(nofile, cur) end},
+         {"dtrace_provider:fire/3 (int, string)", fun() -> dtrace_provider:fire(Prov, req, [1, "ab"]) end},
+         {"dtrace_provider:fire/2 (probe handle; int, string)", fun() -> dtrace_provider:fire(Req, [1, "ab"]) end}],
     {EnRows, Floor, Why} =
         case can_trace() of
             ok ->
@@ -78,8 +89,10 @@ main([OutFile, BareProbe, NoLttngEbin]) ->
                                   "usdt:" ++ nif() ++ ":erlang:user_trace__i4s4 { @i4s4 = count(); } "
                                   "usdt:" ++ nif() ++ ":erlang:user_trace__n5 { @n5 = count(); } "
                                   ++ [["usdt:", nif(), ":erlang:efile_drv__", P, " { @", P, " = count(); } "]
-                                      || P <- ["entry", "int_entry", "int_return", "return"]]),
+                                      || P <- ["entry", "int_entry", "int_return", "return"]]
+                                  ++ ["usdt:", binary_to_list(dtrace_provider:path(Prov)), ":dtrace_bench:req { @req = count(); } "]),
                 wait_enabled(),
+                wait_enabled(fun() -> dtrace_provider:is_enabled(Req) end),
                 Rows = measure(Enabled, ?N_ENABLED),
                 stop(Tracer),
                 print(Rows),
@@ -97,10 +110,11 @@ main([OutFile, BareProbe, NoLttngEbin]) ->
     LttngRows = LttngRows0 ++ sink_rows(NoLttngEbin),
     print(LttngRows),
     Budgets = budgets(DisRows, Tput, EnRows, Floor, Work) ++ vm_budgets(VmRows)
-        ++ lttng_budgets(LttngRows, VmRows, EnRows, Work),
+        ++ lttng_budgets(LttngRows, VmRows, EnRows, Work)
+        ++ provider_budgets(DisRows, ProvWork, EnRows, Floor),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
-    write_md(OutFile, DisRows ++ Spread, Tput, Work, EnRows, Floor, Why, VmRows,
+    write_md(OutFile, DisRows ++ Spread, Tput, Work ++ ProvWork, EnRows, Floor, Why, VmRows,
              {LttngRows, LttngWhy}, Budgets),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
@@ -186,26 +200,52 @@ tput_run(K) ->
 %% tracer would, but no breakpoint is installed, so the site's nop runs.
 %% This is the library's own work per enabled call: conversion and site.
 by_hand() ->
-    {ok, Notes} = {ok, os:cmd("readelf -n " ++ nif())},
-    {match, [Sem]} = re:run(Notes, "Name: user_trace__i4s4\n\\s+Location: 0x[0-9a-f]+, Base: 0x[0-9a-f]+, "
-                            "Semaphore: 0x([0-9a-f]+)", [{capture, all_but_first, list}]),
-    {ok, Maps} = file:read_file("/proc/self/maps"),
-    [Base | _] = [list_to_integer(binary_to_list(hd(binary:split(Range, <<"-">>))), 16)
-                  || L <- binary:split(Maps, <<"\n">>, [global]),
-                     [Range, _, <<"00000000">>, _, _, Path] <- [string:lexemes(L, " ")],
-                     filename:basename(Path) =:= <<"dtrace_nif.so">>],
-    {ok, Mem} = file:open("/proc/self/mem", [read, write, raw, binary]),
-    Addr = Base + list_to_integer(Sem, 16),
-    ok = file:pwrite(Mem, Addr, <<1:16/little>>),
+    {Mem, Addr} = raise_semaphore(nif(), "user_trace__i4s4"),
     true = dtrace:is_enabled(),
     Rows = measure([{"dtrace:p/0, enabled, no trap", fun() -> dtrace:p() end},
                     {"dtrace:p/4 (2 ints, 2 strings), enabled, no trap", fun() -> dtrace:p(1, 2, "ab", "cd") end},
                     {"dtrace:p/8, enabled, no trap", fun() -> dtrace:p(1, 2, 3, 4, "ab", "cd", "ef", "gh") end}],
                    ?N_ENABLED * 5),
-    ok = file:pwrite(Mem, Addr, <<0:16/little>>),
-    ok = file:close(Mem),
+    lower_semaphore(Mem, Addr),
     false = dtrace:is_enabled(),
     Rows.
+
+%% The same for the run-time provider's probe req: handle, probe and
+%% argument checks, conversion, and the site.
+provider_by_hand(Prov, Req) ->
+    {Mem, Addr} = raise_semaphore(binary_to_list(dtrace_provider:path(Prov)), "req"),
+    true = dtrace_provider:is_enabled(Prov, req),
+    Rows = measure([{"dtrace_provider:fire/3 (int, string), enabled, no trap",
+                     fun() -> dtrace_provider:fire(Prov, req, [1, "ab"]) end},
+                    {"dtrace_provider:fire/2 (probe handle; int, string), enabled, no trap",
+                     fun() -> dtrace_provider:fire(Req, [1, "ab"]) end}],
+                   ?N_ENABLED * 5),
+    lower_semaphore(Mem, Addr),
+    false = dtrace_provider:is_enabled(Prov, req),
+    Rows.
+
+%% Raises the semaphore of Probe in the object at Path, mapped in this
+%% process: its load address (/proc/self/maps, matched by file name: priv/
+%% may be reached through a symlink) plus the semaphore's address in the
+%% probe's note (readelf), written through /proc/self/mem.
+raise_semaphore(Path, Probe) ->
+    Notes = os:cmd("readelf -n " ++ Path),
+    {match, [Sem]} = re:run(Notes, "Name: " ++ Probe ++ "\n\\s+Location: 0x[0-9a-f]+, Base: 0x[0-9a-f]+, "
+                            "Semaphore: 0x([0-9a-f]+)", [{capture, all_but_first, list}]),
+    {ok, Maps} = file:read_file("/proc/self/maps"),
+    Name = list_to_binary(filename:basename(Path)),
+    [Base | _] = [list_to_integer(binary_to_list(hd(binary:split(Range, <<"-">>))), 16)
+                  || L <- binary:split(Maps, <<"\n">>, [global]),
+                     [Range, _, <<"00000000">>, _, _, File] <- [string:lexemes(L, " ")],
+                     filename:basename(File) =:= Name],
+    {ok, Mem} = file:open("/proc/self/mem", [read, write, raw, binary]),
+    Addr = Base + list_to_integer(Sem, 16),
+    ok = file:pwrite(Mem, Addr, <<1:16/little>>),
+    {Mem, Addr}.
+
+lower_semaphore(Mem, Addr) ->
+    ok = file:pwrite(Mem, Addr, <<0:16/little>>),
+    ok = file:close(Mem).
 
 %%% VM probes: a message ping-pong
 
@@ -505,9 +545,12 @@ wait_line(Port, Prefix) ->
     end.
 
 wait_enabled() ->
-    case dtrace:p() andalso dtrace:pn(5) andalso dtrace:efile_enabled() of
+    wait_enabled(fun() -> dtrace:p() andalso dtrace:pn(5) andalso dtrace:efile_enabled() end).
+
+wait_enabled(Enabled) ->
+    case Enabled() of
         true -> ok;
-        false -> timer:sleep(10), wait_enabled()
+        false -> timer:sleep(10), wait_enabled(Enabled)
     end.
 
 %% The bare hit, five runs: {Median, Min, Max} ns per hit.
@@ -561,6 +604,29 @@ budgets(Dis, Tput, En, Floor, Work) ->
                  info}]
        end].
 
+%% The run-time provider's budgets (issue #12): disabled fire/3 against
+%% disabled dtrace:p/4; the library's own work per enabled fire/3 (enabled
+%% without a trap, minus the loop's empty call) against 200 ns; and, for
+%% reference, enabled fire/3 under bpftrace minus the bare SDT hit.
+provider_budgets(Dis, Work, En, Floor) ->
+    Med = fun(Rows, Name) -> element(1, proplists:get_value(Name, Rows)) end,
+    Fire = Med(Dis, "dtrace_provider:fire/3 (int, string)"),
+    P4 = Med(Dis, "dtrace:p/4 (2 ints, 2 strings)"),
+    Own = Med(Work, "dtrace_provider:fire/3 (int, string), enabled, no trap") - Med(Dis, "empty Erlang call"),
+    [{io_lib:format("disabled dtrace_provider:fire/3 <= 1.5 x disabled dtrace:p/4: ~.2fx", [Fire / P4]),
+      Fire =< 1.5 * P4},
+     {io_lib:format("library's work per enabled dtrace_provider:fire/3 (enabled without a trap "
+                    "- empty call) <= 200 ns: ~.1f ns", [Own]),
+      Own =< 200}
+     | case {En, Floor} of
+           {[], _} -> [{"enabled dtrace_provider:fire/3 under bpftrace - bare SDT hit: not measured", skipped}];
+           {_, {F, _, _}} ->
+               E = Med(En, "dtrace_provider:fire/3 (int, string)"),
+               [{io_lib:format("(for reference, not a budget) enabled dtrace_provider:fire/3 under bpftrace "
+                               "- bare SDT hit in a native program: ~.1f ns", [E - F]),
+                 info}]
+       end].
+
 verdict(true) -> "PASS";
 verdict(false) -> "FAIL";
 verdict(skipped) -> "skipped";
@@ -595,9 +661,9 @@ write_md(File, Dis, Tput, Work, En, Floor, Why, Vm, {Lttng, LttngWhy}, Budgets) 
          [io_lib:format("| ~b | ~.1f | ~.1f..~.1f |~n", [K, M / 1.0e6, Mi / 1.0e6, Ma / 1.0e6])
           || {K, {M, Mi, Ma}} <- Tput],
          "\n## Enabled without a tracer (semaphore raised by hand, no trap)\n\n"
-         "The library's own work per enabled call: the semaphore of `user_trace__i4s4` is raised by\n"
-         "writing the process's own memory, as a tracer does, but no breakpoint is installed, so the\n"
-         "site's `nop` runs.\n\n| call | ns/call | spread |\n|---|---|---|\n",
+         "The library's own work per enabled call: the semaphore of `user_trace__i4s4` (or of the\n"
+         "run-time provider's probe) is raised by writing the process's own memory, as a tracer\n"
+         "does, but no breakpoint is installed, so the site's `nop` runs.\n\n| call | ns/call | spread |\n|---|---|---|\n",
          [Row(R) || R <- Work],
          "\n## Enabled probes (bpftrace attached, counting)\n\n",
          case En of

@@ -12,9 +12,10 @@
 # third, with priv/message-latency.bt (a VM probe: the dtrace application
 # sets the trace flags it needs while it runs), shows how long messages
 # waited for their receiver, and that the log writer is where they wait.
-# Last, where LTTng is installed, a session records the same spans as
-# LTTng-UST events (no uprobe) and the slow ones are read from the trace.
-# Ends by itself in about 35 seconds.
+# Then a node defines a provider of its own at run time (dtrace_provider)
+# and bpftrace lists and reads its probes. Last, where LTTng is installed,
+# a session records the same spans as LTTng-UST events (no uprobe) and the
+# slow ones are read from the trace. Ends by itself in about 45 seconds.
 set -eu
 cd "$(dirname "$0")/.."
 run_s=${DEMO_SECONDS:-20}
@@ -102,17 +103,53 @@ echo "   Appends queue up at the one log writer while it merges: the put that tr
 echo "   merge is slow, and so are the ones behind it."
 echo
 
-# 6. The same spans into LTTng-UST: no uprobe, no bpftrace.
+echo "== 6. A provider of the application's own, defined at run time (dtrace_provider)"
+echo "   {ok, P} = dtrace_provider:new(demo_app, [{request__start, [int, string]}, {request__done, [int, int]}])"
+erl -noshell -pa "$ebin" -eval '
+    {ok, P} = dtrace_provider:new(demo_app, [{request__start, [int, string]}, {request__done, [int, int]}]),
+    io:format("~s ~s~n", [os:getpid(), dtrace_provider:path(P)]),
+    Loop = fun Loop(N, Trues) when N > 600 -> io:format("trues ~b~n", [Trues]);
+               Loop(N, Trues) ->
+                   Path = lists:nth(1 + N rem 3, ["/", "/users", "/orders"]),
+                   A = dtrace_provider:fire(P, request__start, [N, ["GET ", Path]]),
+                   timer:sleep(5),
+                   B = dtrace_provider:fire(P, request__done, [N, 200]),
+                   Loop(N + 1, Trues + length([x || true <- [A, B]]))
+           end,
+    Loop(1, 0), halt().' > "$work/provider.log" 2>&1 &
+node=$!
+i=0
+until [ -s "$work/provider.log" ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && { echo "the node did not define its provider" >&2; exit 1; }
+    sleep 0.1
+done
+read -r pid so < "$work/provider.log"
+echo "   node OS pid $pid; the provider is the file $so:"
+readelf -n "$so" | grep -E 'Name:|Arguments:' | sed 's/^ */     /'
+echo "   bpftrace -p $pid -l 'usdt:*:demo_app:*'"
+bpftrace -p "$pid" -l 'usdt:*:demo_app:*' 2>/dev/null | sed 's/^/     /'
+echo "   bpftrace -p $pid -e 'usdt:$so:demo_app:request__start { printf(\"%ld %s\\\\n\", arg0, str(arg1)); }'  (for 1 s)"
+timeout -s INT 1 bpftrace -p "$pid" -e "usdt:$so:demo_app:request__start { printf(\"%ld %s\\n\", arg0, str(arg1)); }" \
+    > "$work/provider.out" 2>&1 || true
+grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events "$work/provider.out" | head -6 | sed 's/^/     /'
+echo "     ..."
+wait "$node"
+echo "   bpftrace printed $(grep -c ' GET ' "$work/provider.out" || true) events; the node's fire calls returned true" \
+     "$(sed -n 's/^trues //p' "$work/provider.log") times (false before bpftrace attached and after it left)."
+echo "   At exit the node removed its provider's file: $(test -e "$so" && echo 'still there (unexpected)' || echo 'gone')."
+echo
+
+# 7. The same spans into LTTng-UST: no uprobe, no bpftrace.
 lttng_sink=$(erl -noshell -pa "$ebin" -eval 'io:format("~p", [maps:get(lttng, dtrace:sinks())]), halt().')
 if ! command -v lttng >/dev/null 2>&1 || ! command -v babeltrace2 >/dev/null 2>&1; then
-    echo "== 6. LTTng: lttng-tools or babeltrace2 is not installed; step left out."
+    echo "== 7. LTTng: lttng-tools or babeltrace2 is not installed; step left out."
     exit 0
 elif [ "$lttng_sink" != true ]; then
-    echo "== 6. LTTng: the sink is not loaded here ($lttng_sink); step left out."
+    echo "== 7. LTTng: the sink is not loaded here ($lttng_sink); step left out."
     exit 0
 fi
 pgrep -x lttng-sessiond >/dev/null || lttng-sessiond --daemonize
-echo "== 6. The same spans recorded by an LTTng session (org_erlang_dtrace:user_trace_n), 4 s"
+echo "== 7. The same spans recorded by an LTTng session (org_erlang_dtrace:user_trace_n), 4 s"
 echo "   lttng create dtrace_demo; lttng enable-event -u org_erlang_dtrace:user_trace_n; lttng start"
 lttng destroy dtrace_demo >/dev/null 2>&1 || true
 lttng create dtrace_demo --output="$work/lttng" >/dev/null

@@ -66,11 +66,16 @@
 -export([vm_probes/0, vm_probes/1, function_probes/1]).
 %% The erl_tracer callbacks ({tracer, dtrace, State}), and for dtrace_vm.
 -export([enabled/3, trace/5, vm_listening/0, vm_call_probes/2]).
+%% For dtrace_provider: run-time providers.
+-export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
+         provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1]).
 
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
        user_trace_n/10, efile_enabled/0, efile_entry/10, efile_return/6,
-       enabled/3, trace/5, vm_listening/0, vm_call_probes/2]).
+       enabled/3, trace/5, vm_listening/0, vm_call_probes/2,
+       provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
+       provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1]).
 
 -define(TAG_KEY, '$dtrace_tag').
 
@@ -368,6 +373,54 @@ vm_listening() ->
 vm_call_probes(_Patterns, _Bifs) ->
     nif_stub(ok).
 
+%% Run-time providers, for dtrace_provider; see its doc and
+%% native/dtrace_nif/src/provider.rs. Without the NIF no handle can exist:
+%% new/2 answers {error, unavailable} and the others, given no handle,
+%% what the NIF answers for a term that is not one.
+
+%% @private Defines a provider: `{ok, Handle}' or `{error, Reason}' (see
+%% {@link dtrace_provider:new/2}).
+-spec provider_new(term(), term()) -> {ok, dtrace_provider:provider()} | {error, dtrace_provider:reason()}.
+provider_new(_Provider, _Probes) ->
+    nif_stub({error, unavailable}).
+
+%% @private Fires probe `ProbeName' of provider `Handle' (see
+%% {@link dtrace_provider:fire/3}).
+-spec provider_fire(dtrace_provider:provider(), atom(), [term()]) -> boolean().
+provider_fire(_Handle, _ProbeName, _Args) ->
+    nif_badarg().
+
+%% @private Fires the probe of probe handle `Probe' (see
+%% {@link dtrace_provider:fire/2}).
+-spec provider_fire(dtrace_provider:probe(), [term()]) -> boolean().
+provider_fire(_Probe, _Args) ->
+    nif_badarg().
+
+%% @private Is a tracer listening on probe `ProbeName' of `Handle'?
+-spec provider_is_enabled(dtrace_provider:provider(), atom()) -> boolean().
+provider_is_enabled(_Handle, _ProbeName) ->
+    nif_badarg().
+
+%% @private Is a tracer listening on the probe of probe handle `Probe'?
+-spec provider_is_enabled(dtrace_provider:probe()) -> boolean().
+provider_is_enabled(_Probe) ->
+    nif_badarg().
+
+%% @private The probe handle of probe `ProbeName' of `Handle'.
+-spec provider_probe(dtrace_provider:provider(), atom()) -> dtrace_provider:probe().
+provider_probe(_Handle, _ProbeName) ->
+    nif_badarg().
+
+%% @private The path of the object of `Handle' (a provider or probe handle).
+-spec provider_path(dtrace_provider:provider() | dtrace_provider:probe()) -> binary().
+provider_path(_Handle) ->
+    nif_badarg().
+
+%% @private Deletes the provider of `Handle' (a provider or probe handle).
+-spec provider_delete(dtrace_provider:provider() | dtrace_provider:probe()) -> ok.
+provider_delete(_Handle) ->
+    nif_badarg().
+
 %% What a NIF stub returns when the library is not loaded: Default, the
 %% value OTP's dyntrace gives on a VM without dynamic trace. The round trip
 %% through the external term format only hides the value from dialyzer,
@@ -376,6 +429,16 @@ vm_call_probes(_Patterns, _Bifs) ->
 %% look unreachable. It runs only when the NIF is missing.
 nif_stub(Default) ->
     binary_to_term(term_to_binary(Default)).
+
+%% What a provider NIF's stub does: no handle exists without the library,
+%% so it raises what the NIF raises for a term that is not a handle. The
+%% second branch never runs; it keeps dialyzer from concluding that the
+%% stub (hence the NIF) never returns.
+nif_badarg() ->
+    case binary_to_term(term_to_binary(badarg)) of
+        badarg -> erlang:error(badarg);
+        NeverReached -> NeverReached
+    end.
 
 %%%===================================================================
 %%% p/0..8: fire user_trace__i4s4

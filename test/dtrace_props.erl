@@ -9,7 +9,7 @@
 -include_lib("proper/include/proper.hrl").
 
 -export([prop_any_term_any_position/0, run/1, calls_per_case/0, probe_term/0, huge/0, huge_terms/0,
-         iolist_like/0]).
+         iolist_like/0, rotate/2, take/2]).
 
 %% Numbered probes the enabled runs attach (bpftrace 0.17 cannot attach
 %% all 951 at once): labels the generator favours.
@@ -48,6 +48,8 @@ call(F, Args) ->
         Class:Reason:Stack -> {Class, Reason, hd(Stack)}
     end.
 
+%% L rotated left by N (modulo its length), so that each term of a case
+%% lands in a different position for each function.
 rotate(N, L) ->
     {A, B} = lists:split(N rem length(L), L),
     B ++ A.
@@ -105,6 +107,18 @@ documented(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
 documented(efile_enabled, [], {ok, B}) -> is_boolean(B);
 documented(efile_entry, _, {ok, Tag}) -> is_integer(Tag) andalso Tag >= 0;
 documented(efile_return, _, {ok, ok}) -> true;
+%% The internal NIFs behind dtrace_provider. Terms drawn here are never
+%% handles, so every function that takes one raises badarg; provider_new
+%% returns what dtrace_provider:new/2 documents (dtrace_provider_props
+%% checks each reason exactly, with real handles).
+documented(provider_new, [_, _], {ok, {ok, Handle}}) ->
+    is_reference(Handle) andalso dtrace:provider_delete(Handle) =:= ok;
+documented(provider_new, [_, _], {ok, {error, Reason}}) ->
+    dtrace_provider_props:is_reason(Reason);
+documented(F, _, {error, badarg, {dtrace, F, _, _}})
+  when F =:= provider_fire; F =:= provider_is_enabled; F =:= provider_probe;
+       F =:= provider_path; F =:= provider_delete ->
+    true;
 documented(_, _, _) -> false.
 
 %% Can p/N route these arguments? Arities up to 4 take anything; from 5 on

@@ -6,6 +6,8 @@
 %%% in CI (CI=true). The figures each test measures are printed to the CT
 %%% log and to the console (grep "robust:").
 -module(dtrace_robust_SUITE).
+%% For dtrace_provider_SUITE: a peer running the test-hooks build.
+-export([start_test_hooks_peer/1]).
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").

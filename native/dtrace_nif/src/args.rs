@@ -79,6 +79,16 @@ pub fn is_undefined_raw(term: ErlNifTerm) -> bool {
     IMMEDIATES.get().is_some_and(|im| term == im.undefined)
 }
 
+/// Is the raw term `term` of `env` the empty list?
+#[inline(always)]
+pub fn is_nil_raw(env: Env<'_>, term: ErlNifTerm) -> bool {
+    match IMMEDIATES.get() {
+        Some(im) => term == im.nil,
+        // SAFETY: a term of `env`; the VM only reads it.
+        None => unsafe { rustler::sys::enif_is_empty_list(env.as_c_arg(), term) != 0 },
+    }
+}
+
 /// Is `term` the empty list?
 #[inline(always)]
 fn is_nil(term: Term<'_>) -> bool {

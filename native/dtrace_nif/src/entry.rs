@@ -70,15 +70,24 @@ unsafe extern "C" fn load(env: *mut ErlNifEnv, _priv: *mut *mut c_void, info: Er
 }
 
 /// A new version of module `dtrace` loads the library the old version
-/// holds. Everything the library keeps (atoms, immediates, semaphores) is
-/// in statics that stay as they are, so there is nothing to do.
+/// holds. Atoms, immediates and semaphores are in statics that stay as they
+/// are; the families' load steps run again (each is idempotent) so that
+/// the run-time providers' resource type passes to the new version
+/// (`ERL_NIF_RT_TAKEOVER`): purging the old version would otherwise free
+/// it, or orphan it with the handles of it.
 unsafe extern "C" fn upgrade(
-    _env: *mut ErlNifEnv,
+    env: *mut ErlNifEnv,
     _priv: *mut *mut c_void,
     _old_priv: *mut *mut c_void,
-    _info: ErlNifTerm,
+    info: ErlNifTerm,
 ) -> c_int {
-    0
+    let scope = ();
+    // SAFETY: as in `load`: the VM's env and load-info term, for this call.
+    let (env, info) = unsafe {
+        let env = Env::new_init_env(&scope, env);
+        (env, Term::new(env, info))
+    };
+    if matches!(catch_unwind(|| crate::nif::load(env, info)), Ok(true)) { 0 } else { 1 }
 }
 
 /// The erl_tracer callbacks (`enabled/3`, `trace/5`) as NIF functions, for

@@ -22,6 +22,9 @@ pub mod errno;
 // The LTTng-UST sink (its tracepoints are read by the generated probes).
 mod lttng;
 pub mod probes;
+#[cfg(unix)]
+pub mod provider;
+pub mod sdt_object;
 
 // The probe families: each registers its own NIFs and load step. Their
 // NIFs (and the shared plumbing in nif.rs) are left out of unit-test

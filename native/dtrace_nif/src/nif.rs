@@ -34,9 +34,16 @@ const MAX_ARITY: usize = 12;
 /// Registers the safe function `$body: fn(NifCall) -> ErlNifTerm` as
 /// `dtrace:$name/$arity`, in the table `rustler::init!` (and entry.rs)
 /// reads. The `extern "C"` wrapper is the only place that trusts the VM's
-/// pointers.
+/// pointers. `, dirty_io` runs it on a dirty I/O scheduler (for NIFs that
+/// do file I/O or wait for the dynamic loader's lock).
 macro_rules! raw_nif {
+    ($name:literal / $arity:literal => $body:ident, dirty_io) => {
+        $crate::nif::raw_nif!(@ $name / $arity => $body, rustler::sys::ERL_NIF_DIRTY_JOB_IO_BOUND as _);
+    };
     ($name:literal / $arity:literal => $body:ident) => {
+        $crate::nif::raw_nif!(@ $name / $arity => $body, 0);
+    };
+    (@ $name:literal / $arity:literal => $body:ident, $flags:expr) => {
         const _: () = {
             unsafe extern "C" fn nif(
                 env: *mut rustler::sys::ErlNifEnv,
@@ -51,7 +58,7 @@ macro_rules! raw_nif {
             inventory::submit!(rustler::Nif {
                 name: concat!($name, "\0").as_ptr() as *const ::std::ffi::c_char,
                 arity: $arity,
-                flags: 0,
+                flags: $flags,
                 raw_func: nif as $crate::nif::RawNif,
             });
         };
@@ -131,13 +138,15 @@ impl NifCall {
 }
 
 /// One step of the library's load: a family's set-up (atoms it compares
-/// with, tables). Submitted with `inventory::submit!(LoadStep(f))` next to
-/// the family's NIFs; `false` refuses the load.
+/// with, tables, resource types). Submitted with
+/// `inventory::submit!(LoadStep(f))` next to the family's NIFs; `false`
+/// refuses the load. Steps run on every load and upgrade of the library
+/// (see entry.rs), so each must be idempotent.
 pub(crate) struct LoadStep(pub fn(Env<'_>) -> bool);
 
 inventory::collect!(LoadStep);
 
-/// Runs every family's load step. The library's `load`.
+/// Runs every family's load step. The library's `load` and `upgrade`.
 pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);
