@@ -347,7 +347,7 @@ user_probe_bt_prints_otps_format(Config) ->
 %% perf counts; the workload fires user_trace__n5.
 perf_counts_every_true(Config) ->
     So = dtrace_test_lib:nif_path(),
-    perf_add_probes(So, ["user_trace__n5", "user_trace__n6"]),
+    perf_add_probes(Config, So, ["user_trace__n5", "user_trace__n6"]),
     Peer = ?config(peer, Config),
     Port = open_port({spawn_executable, os:find_executable("perf")},
                      [{args, ["stat", "-I", "100", "-x", ",", "-e", "sdt_erlang:user_trace__n6",
@@ -381,7 +381,7 @@ perf_counts_every_true(Config) ->
 %% README's recipe), the strings.
 perf_shows_the_arguments(Config) ->
     So = dtrace_test_lib:nif_path(),
-    perf_add_probes(So, ["user_trace__n7"]),
+    perf_add_probes(Config, So, ["user_trace__n7"]),
     %% The README's recipe: the site and semaphore perf found, with
     %% string-typed fetch arguments.
     {ok, Events} = file:read_file("/sys/kernel/tracing/uprobe_events"),
@@ -419,14 +419,19 @@ perf_shows_the_arguments(Config) ->
                                                 " s1=\"s-one\" s4=\"s-four\""]))).
 
 %% Registers the SDT events of Probes with perf (perf buildid-cache, perf
-%% probe), after removing any left by an earlier run.
-perf_add_probes(So, Probes) ->
+%% probe), after removing any left by an earlier run. perf's build-id cache
+%% is keyed by build ID: when ~/.debug already holds the same build under
+%% another path (a second checkout, the CI's clone), `perf probe -x` fails
+%% with "Failed to add events" (README, perf). So the cache is the case's own.
+perf_add_probes(Config, So, Probes) ->
     perf_cleanup(),
-    {0, _} = dtrace_test_lib:run("perf", ["buildid-cache", "--add", So]),
-    [{0, _} = dtrace_test_lib:run("perf", ["probe", "-x", So, "sdt_erlang:" ++ P]) || P <- Probes],
+    Cache = filename:join(?config(priv_dir, Config), "perf-buildid-cache"),
+    Perf = fun(Args) -> dtrace_test_lib:run("perf", ["--buildid-dir", Cache | Args]) end,
+    {0, _} = Perf(["buildid-cache", "--add", So]),
+    [{0, _} = Perf(["probe", "-x", So, "sdt_erlang:" ++ P]) || P <- Probes],
     ok.
 
-%% Removes the events perf_add_probes/2 and the recipe made.
+%% Removes the events perf_add_probes/3 and the recipe made.
 perf_cleanup() ->
     _ = dtrace_test_lib:run("perf", ["probe", "-d", "sdt_erlang:*"]),
     _ = file:write_file("/sys/kernel/tracing/uprobe_events", "-:dtrace_erlang/n7\n", [append]),
