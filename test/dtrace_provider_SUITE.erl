@@ -496,7 +496,7 @@ delete_while_traced(Config) ->
         in_peer(Config,
                 fun() ->
                         P = handle(dprov),
-                        1 = dtrace_test_lib:fire_until_true(
+                        1 = dtrace_test_lib:fire_until_listening(
                               fun() -> dtrace_provider:fire(P, request__start, [0, "ready"]) end),
                         B = dtrace_test_lib:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
                         ok = dtrace_provider:delete(P),

@@ -180,7 +180,7 @@ spreads_across_nodes(_Config) ->
         Tracer = dtrace_test_lib:bpftrace_start(
                    dtrace_test_lib:os_pid(PeerB), "
                      usdt:$SO:erlang:user_trace__i4s4 { printf(\"EV %d tag=%s\\n\", arg2, str(arg1)); }"),
-        Fire = fun() -> dtrace_test_lib:fire_until_true(fun() -> dtrace:p(42) end) end,
+        Fire = fun() -> dtrace_test_lib:fire_until_listening(fun() -> dtrace:p(42) end) end,
         Result = peer:call(PeerA, erlang, apply,
                            [fun() ->
                                     true = net_kernel:connect_node(NodeB),

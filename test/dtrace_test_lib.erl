@@ -9,7 +9,7 @@
          gdb_run/3, gdb_events/2, gdb_events/3,
          run/2, notes/1, catalogue/0, repo_root/0]).
 %% Run inside the traced peer.
--export([fire_until_true/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1,
+-export([fire_until_true/1, fire_until_listening/1, count_trues/2, start_ready_loop/1, stop_ready_loop_and_run/1,
          gdb_workload/1]).
 %% A gen_server that answers `tags' with {get_tag(), get_tag_data()}.
 -behaviour(gen_server).
@@ -279,21 +279,25 @@ collect_until(Port, Marker, Acc) ->
 %%% In the traced peer
 
 %% Calls Probe() until it returns true (the tracer has raised the
-%% semaphore), at most for 30 s, then waits 250 ms more. Returns the number
-%% of true returns (1).
-%%
-%% The wait: the kernel raises the semaphore when bpftrace registers the
-%% uprobe (perf_event_open), and bpftrace attaches its BPF program to it a
-%% moment later; events in between reach no program. Seen here: 100
-%% processes firing right after the first true lost 400 to 700 events.
-%% Cases that assert exact counts open their window on an event the
-%% tracer printed instead (bpftrace_window/5).
+%% semaphore), at most for 30 s. Returns the number of true returns (1).
 fire_until_true(Probe) ->
     fire_until_true(Probe, erlang:monotonic_time(millisecond) + 30000).
 
+%% fire_until_true/1, then 250 ms more, for cases that expect the very next
+%% events to reach the tracer. The kernel raises the semaphore when
+%% bpftrace registers the uprobe (perf_event_open), and bpftrace attaches
+%% its BPF program to it a moment later; events in between reach no
+%% program. Seen here: 100 processes firing right after the first true
+%% lost 400 to 700 events. Cases that compare counts open their window on
+%% an event the tracer printed instead (bpftrace_window/5).
+fire_until_listening(Probe) ->
+    N = fire_until_true(Probe),
+    timer:sleep(250),
+    N.
+
 fire_until_true(Probe, Deadline) ->
     case Probe() of
-        true -> timer:sleep(250), 1;
+        true -> 1;
         false ->
             case erlang:monotonic_time(millisecond) > Deadline of
                 true -> erlang:error(tracer_never_attached);

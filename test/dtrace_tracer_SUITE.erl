@@ -173,7 +173,7 @@ bpftrace_sees_pid_tag_and_integers(Config) ->
     {Pid, Results} =
         in_peer(Config,
                 fun() ->
-                        1 = dtrace_test_lib:fire_until_true(fun dtrace:p/0),
+                        1 = dtrace_test_lib:fire_until_listening(fun dtrace:p/0),
                         dtrace:put_tag(<<"bt-tag">>),
                         R1 = dtrace:p(?MARK, -7, 9223372036854775807, 1 bsl 64),
                         dtrace:put_tag(undefined),
