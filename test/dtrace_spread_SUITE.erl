@@ -162,18 +162,8 @@ probes_carry_the_adopted_tag(_Config) ->
 %% Two distributed nodes on this machine: a tag spread on node A shows up
 %% in the probes fired on node B, as bpftrace on B sees them.
 spreads_across_nodes(_Config) ->
-    Cookie = "dtrace_spread_test",
-    Paths = lists:append([["-pa", filename:dirname(code:which(M))]
-                          || M <- [dtrace, dtrace_test_lib, ?MODULE]]),
-    Start = fun(Name) ->
-                    {ok, P, N} = peer:start_link(#{name => Name, longnames => false,
-                                                   connection => standard_io,
-                                                   args => ["-setcookie", Cookie | Paths]}),
-                    true = peer:call(P, dtrace, available, []),
-                    {P, N}
-            end,
-    {PeerA, _NodeA} = Start(peer:random_name("dtrace_a")),
-    {PeerB, NodeB} = Start(peer:random_name("dtrace_b")),
+    {PeerA, _NodeA} = dtrace_test_lib:start_named_peer("dtrace_a", "dtrace_spread_test", [?MODULE]),
+    {PeerB, NodeB} = dtrace_test_lib:start_named_peer("dtrace_b", "dtrace_spread_test", [?MODULE]),
     try
         true = peer:call(PeerB, erlang, register, [dtrace_echo, peer:call(PeerB, erlang, spawn,
                                                                           [?MODULE, echo_loop, []])]),

@@ -2,7 +2,7 @@
 %%% and the policy for tracers that cannot attach (skip locally, fail in CI).
 -module(dtrace_test_lib).
 
--export([nif_path/0, start_peer/0, start_peer/1, stop_peer/1, os_pid/1,
+-export([nif_path/0, start_peer/0, start_peer/1, start_named_peer/3, stop_peer/1, os_pid/1,
          require_tracer/1, with_tracer/2, in_ci/0,
          bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
          bpftrace_window/5, bpftrace_window/6, bpftrace_map/2, bpftrace_map/3,
@@ -40,6 +40,17 @@ start_peer(ExtraArgs) ->
     %% probes in the libraries the process has mapped.
     true = peer:call(Peer, dtrace, available, []),
     Peer.
+
+%% A distributed peer named Prefix plus a random suffix, with Cookie and
+%% the code paths of this library, this module and Modules, the NIF loaded.
+%% Returns {Peer, Node}. For cases that connect two nodes.
+start_named_peer(Prefix, Cookie, Modules) ->
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, ?MODULE | Modules]]),
+    Args = ["-setcookie", Cookie | lists:append([["-pa", P] || P <- Paths])],
+    {ok, Peer, Node} = peer:start_link(#{name => peer:random_name(Prefix), longnames => false,
+                                         connection => standard_io, args => Args}),
+    true = peer:call(Peer, dtrace, available, []),
+    {Peer, Node}.
 
 stop_peer(Peer) ->
     catch peer:stop(Peer),

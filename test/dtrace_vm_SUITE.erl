@@ -190,17 +190,8 @@ wait_queue_empty(P) ->
 %% A send to a process on a second node fires message__send__remote with
 %% that node's name, for a pid and for {Name, Node}.
 remote_send_names_the_node(_Config) ->
-    Cookie = "dtrace_vm_test",
-    Paths = lists:append([["-pa", filename:dirname(code:which(M))] || M <- [dtrace, dtrace_test_lib]]),
-    Start = fun(Name) ->
-                    {ok, P, N} = peer:start_link(#{name => Name, longnames => false,
-                                                   connection => standard_io,
-                                                   args => ["-setcookie", Cookie | Paths]}),
-                    true = peer:call(P, dtrace, available, []),
-                    {P, N}
-            end,
-    {PeerA, _NodeA} = Start(peer:random_name("dtrace_vm_a")),
-    {PeerB, NodeB} = Start(peer:random_name("dtrace_vm_b")),
+    {PeerA, _NodeA} = dtrace_test_lib:start_named_peer("dtrace_vm_a", "dtrace_vm_test", []),
+    {PeerB, NodeB} = dtrace_test_lib:start_named_peer("dtrace_vm_b", "dtrace_vm_test", []),
     try
         {ok, _} = peer:call(PeerA, application, ensure_all_started, [dtrace]),
         RemotePid = peer:call(PeerB, erlang, spawn, [dtrace_test_lib, sink, []]),
