@@ -595,14 +595,7 @@ budgets(Dis, Tput, En, Floor, Work) ->
      {io_lib:format("library's work per enabled dtrace:p/4 (enabled without a trap - disabled) "
                     "<= 150 ns: ~.1f ns", [Own]),
       Own =< 150}
-     | case {En, Floor} of
-           {[], _} -> [{"enabled dtrace:p/4 under bpftrace - bare SDT hit: not measured", skipped}];
-           {_, {F, _, _}} ->
-               E = Med(En, "dtrace:p/4 (2 ints, 2 strings)"),
-               [{io_lib:format("(for reference, not a budget) enabled dtrace:p/4 under bpftrace - bare "
-                               "SDT hit in a native program: ~.1f ns", [E - F]),
-                 info}]
-       end].
+     | over_floor("dtrace:p/4", "dtrace:p/4 (2 ints, 2 strings)", En, Floor)].
 
 %% The run-time provider's budgets (issue #12): disabled fire/3 against
 %% disabled dtrace:p/4; the library's own work per enabled fire/3 (enabled
@@ -618,14 +611,18 @@ provider_budgets(Dis, Work, En, Floor) ->
      {io_lib:format("library's work per enabled dtrace_provider:fire/3 (enabled without a trap "
                     "- empty call) <= 200 ns: ~.1f ns", [Own]),
       Own =< 200}
-     | case {En, Floor} of
-           {[], _} -> [{"enabled dtrace_provider:fire/3 under bpftrace - bare SDT hit: not measured", skipped}];
-           {_, {F, _, _}} ->
-               E = Med(En, "dtrace_provider:fire/3 (int, string)"),
-               [{io_lib:format("(for reference, not a budget) enabled dtrace_provider:fire/3 under bpftrace "
-                               "- bare SDT hit in a native program: ~.1f ns", [E - F]),
-                 info}]
-       end].
+     | over_floor("dtrace_provider:fire/3", "dtrace_provider:fire/3 (int, string)", En, Floor)].
+
+%% For reference, not a budget: the enabled row Row of Call under bpftrace
+%% minus the bare SDT hit of the native floor program (En: the enabled rows;
+%% Floor: the floor's row, undefined when bpftrace could not run).
+over_floor(Call, _Row, [], _Floor) ->
+    [{"enabled " ++ Call ++ " under bpftrace - bare SDT hit: not measured", skipped}];
+over_floor(Call, Row, En, {F, _, _}) ->
+    {E, _, _} = proplists:get_value(Row, En),
+    [{io_lib:format("(for reference, not a budget) enabled ~s under bpftrace - bare SDT hit "
+                    "in a native program: ~.1f ns", [Call, E - F]),
+      info}].
 
 verdict(true) -> "PASS";
 verdict(false) -> "FAIL";
