@@ -2,8 +2,9 @@
 # Builds the second OTP the suite runs on: OTP 27.3.4.1, Elixir 1.18.3 and
 # PropEr 1.5.0, from Debian 13 (trixie)'s source tarballs, into a cache
 # outside the checkout, and reuses that cache when it is complete. Prints the
-# directory to put first on PATH (it holds erl, erlc, escript, elixir, mix,
-# rebar3).
+# directory to put first on PATH (it holds erl, erlc, escript, elixir and
+# mix). rebar3 stays Debian's (3.19, an escript: it runs on OTP 27 too;
+# trixie's rebar3 source tarball is not served here).
 #   scripts/otp27.sh              build if needed, print the bin directory
 # Cache: $DTRACE_TOOLCHAINS (default ~/.cache/dtrace-toolchains). About 13
 # minutes on 2 cores the first time, nothing after that.
@@ -16,7 +17,6 @@ set -eu
 otp_vsn=27.3.4.1
 elixir_vsn=1.18.3
 proper_vsn=1.5.0
-rebar3_vsn=3.24.0
 cache=${DTRACE_TOOLCHAINS:-$HOME/.cache/dtrace-toolchains}
 prefix=$cache/otp-$otp_vsn
 bin=$prefix/bin
@@ -105,18 +105,6 @@ fi
 for tool in elixir elixirc iex mix; do
     ln -sf "../elixir/bin/$tool" "$bin/$tool"
 done
-
-# rebar3: Debian 12's 3.19 escript was built for OTP 25; trixie's 3.24 is
-# built here with OTP 27 (its bootstrap needs no network).
-if [ ! -x "$bin/rebar3" ]; then
-    tarball=$(fetch rebar3)
-    log "building rebar3 $rebar3_vsn"
-    unpack "$tarball" "$build/rebar3"
-    (cd "$build/rebar3" && HOME=$build/rebar3-home ./bootstrap >"$build/rebar3.log" 2>&1) ||
-        { tail -30 "$build/rebar3.log" >&2; exit 1; }
-    cp "$build/rebar3/rebar3" "$bin/rebar3"
-    rm -rf "$build/rebar3" "$build/rebar3-home"
-fi
 
 # PropEr, compiled by OTP 27's erlc into OTP 27's own lib directory, so that
 # -include_lib("proper/include/proper.hrl") and code:lib_dir(proper) find it
