@@ -26,14 +26,15 @@
 
 BEGIN
 {
+    /* efile-commands:begin */
     cmd[1] = "OPEN"; cmd[2] = "READ"; cmd[3] = "LSEEK"; cmd[4] = "WRITE";
     cmd[5] = "FSTAT"; cmd[6] = "PWD"; cmd[7] = "READDIR"; cmd[8] = "CHDIR";
     cmd[9] = "FSYNC"; cmd[10] = "MKDIR"; cmd[11] = "DELETE"; cmd[12] = "RENAME";
-    cmd[13] = "RMDIR"; cmd[14] = "TRUNCATE"; cmd[15] = "READ_FILE";
-    cmd[16] = "WRITE_INFO"; cmd[19] = "LSTAT"; cmd[20] = "READLINK";
-    cmd[21] = "LINK"; cmd[22] = "SYMLINK"; cmd[23] = "CLOSE"; cmd[24] = "PWRITEV";
-    cmd[25] = "PREADV"; cmd[29] = "READ_LINE"; cmd[30] = "FDATASYNC";
-    cmd[31] = "FADVISE";
+    cmd[13] = "RMDIR"; cmd[14] = "TRUNCATE"; cmd[15] = "READ_FILE"; cmd[16] = "WRITE_INFO";
+    cmd[19] = "LSTAT"; cmd[20] = "READLINK"; cmd[21] = "LINK"; cmd[22] = "SYMLINK";
+    cmd[23] = "CLOSE"; cmd[24] = "PWRITEV"; cmd[25] = "PREADV"; cmd[29] = "READ_LINE";
+    cmd[30] = "FDATASYNC"; cmd[31] = "FADVISE";
+/* efile-commands:end */
 }
 
 erlang*:::efile_drv-entry

@@ -1,21 +1,33 @@
-//! Generates the probes from the catalogue, `probes.d`.
+//! Generates the probes, their LTTng events and the VM feeds from the
+//! catalogue, `probes.d`.
 //!
-//! Writes `$OUT_DIR/probes.rs`, included by `src/probes.rs`: for each probe
-//! (or numbered family) of the provider, a module named like the probe
-//! (`probes::user_trace__i4s4`) with
-//! - its semaphore (`SEMAPHORE`, or `SEMAPHORES` indexed by label): a
-//!   16-bit counter in the `.probes` section, as `sys/sdt.h` lays it out;
-//! - `enabled()` (`enabled(label)`): one load of it;
-//! - `fire(args...)` (`fire(label, args...)`): the probe site, a `nop` with
-//!   its `.note.stapsdt` note, every argument in its fixed register
-//!   (`dtrace_catalogue::Arch::register`), the note's argument sizes
-//!   following the declared types.
+//! Rust is generated with `quote!` from the templates of `src/probes.rs`
+//! (`sdt_site!`, `lttng_event!`, `lttng_state!`), which hold every `unsafe`
+//! block and its safety argument: the generated code has none. Writes:
 //!
-//! Both backends come from the same generator, so their signatures cannot
-//! drift: on Linux x86_64 and aarch64 (`cfg(dtrace_sdt)`) the SDT site; on
-//! any other target a `fire` that does nothing and an `enabled` that is
-//! `false`. Also writes `$OUT_DIR/dtrace_probes.json`, the catalogue as
-//! JSON, which `native/build-nif.sh` installs as `priv/dtrace_probes.json`.
+//! - `$OUT_DIR/probes.rs`, included by `src/probes.rs`: for each probe of
+//!   provider `erlang`, a module named like the probe
+//!   (`probes::user_trace__i4s4`), and for each LTTng-only event a module
+//!   under its provider (`probes::org_erlang_dyntrace::process_spawn`). Every
+//!   module has the same API: `enabled()` (any sink listens: one load per
+//!   sink) and `fire(args...)` (fires in every sink that listens); numbered
+//!   families take a label first. Under them, `sdt_enabled()` and
+//!   `lttng_enabled()` per sink, the semaphore (`SEMAPHORE`, `SEMAPHORES`),
+//!   the site and the event. Plus `listened()` (the names of every probe and
+//!   event with a listener) and, for the unit tests, every semaphore and a
+//!   call of every site.
+//! - `$OUT_DIR/feeds.rs`, included by `src/vm/mod.rs`: the VM feed table as
+//!   code (`TraceTag`, `Target`, which rows listen, the dispatch to each
+//!   row's formatting function, the trace flags per target).
+//! - `$OUT_DIR/dtrace_probes.json` and `dtrace_probes.eterm` (the same as
+//!   Erlang terms, for `file:consult/1`), installed in `priv/`.
+//! - With the LTTng sink: the tracepoint headers of `org_erlang_dtrace` and
+//!   `org_erlang_dyntrace`, their call sites, and the provider package
+//!   `libdtrace_lttng_tp.so` (module `lttng` below).
+//!
+//! The SDT backend is chosen by target: Linux x86_64 and aarch64
+//! (`cfg(dtrace_sdt)`) get sites; elsewhere `sdt_enabled()` is `false` and
+//! the site does nothing, with the same signatures.
 //!
 //! The library layout: on Linux, the cdylib is linked with `-z
 //! separate-code`, so that its executable segment's file offset equals its
@@ -24,11 +36,12 @@
 //! offset: its uprobes then land on the wrong instruction.
 
 use std::env;
-use std::fmt::Write as _;
 use std::fs;
 use std::path::PathBuf;
 
-use dtrace_catalogue::{Arch, Probe, Provider, Type};
+use dtrace_catalogue::{Arch, Catalogue, Probe, Provider, Target, Type};
+use proc_macro2::{Ident, Literal, Span, TokenStream};
+use quote::{format_ident, quote};
 
 fn main() {
     println!("cargo:rerun-if-changed=probes.d");
@@ -37,7 +50,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(dtrace_lttng)");
 
     let src = fs::read_to_string("probes.d").expect("read probes.d");
-    let provider = dtrace_catalogue::parse(&src).unwrap_or_else(|e| panic!("probes.d: {e}"));
+    let catalogue = dtrace_catalogue::parse(&src).unwrap_or_else(|e| panic!("probes.d: {e}"));
 
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
@@ -53,10 +66,35 @@ fn main() {
     }
 
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let lttng = sdt.is_some() && os == "linux" && lttng::build(&provider, &out);
-    fs::write(out.join("probes.rs"), generate(&provider, sdt, lttng)).expect("write probes.rs");
-    let json = dtrace_catalogue::render::json(&provider, sdt.unwrap_or(Arch::X86_64));
+    let lttng = sdt.is_some() && os == "linux" && lttng::build(&catalogue, &out);
+    let backend = Backend { sdt, lttng };
+    fs::write(out.join("probes.rs"), lines(probes(&catalogue, backend))).expect("write probes.rs");
+    fs::write(out.join("feeds.rs"), lines(feeds(&catalogue))).expect("write feeds.rs");
+    let arch = sdt.unwrap_or(Arch::X86_64);
+    let json = dtrace_catalogue::render::json(&catalogue, arch);
     fs::write(out.join("dtrace_probes.json"), json).expect("write dtrace_probes.json");
+    let terms = dtrace_catalogue::render::erlang(&catalogue, arch);
+    fs::write(out.join("dtrace_probes.eterm"), terms).expect("write dtrace_probes.eterm");
+}
+
+/// Generated items as source text, one top-level item per line (so that a
+/// compiler message points to one item), after a header.
+fn lines(items: Vec<TokenStream>) -> String {
+    let mut out = String::from("// @generated by build.rs from probes.d. Do not edit.\n");
+    for item in items {
+        out.push_str(&item.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// The sinks this build fires in.
+#[derive(Clone, Copy)]
+struct Backend {
+    /// SDT sites, for this architecture's registers.
+    sdt: Option<Arch>,
+    /// The LTTng-UST sink (lttng-ust's headers were found).
+    lttng: bool,
 }
 
 /// Rust keywords an argument name may not be (they get a trailing `_`).
@@ -68,398 +106,635 @@ const KEYWORDS: &[&str] = &[
     "label",
 ];
 
-fn rust_name(name: &str) -> String {
-    if KEYWORDS.contains(&name) { format!("{name}_") } else { name.to_string() }
+fn ident(name: &str) -> Ident {
+    Ident::new(name, Span::call_site())
 }
 
-fn rust_type(ty: Type) -> &'static str {
+/// An argument's Rust name.
+fn arg_ident(name: &str) -> Ident {
+    if KEYWORDS.contains(&name) { format_ident!("{name}_") } else { ident(name) }
+}
+
+fn rust_type(ty: Type) -> TokenStream {
     match ty {
-        Type::String => "Str<'_>",
-        Type::I64 => "i64",
-        Type::I32 => "i32",
-        Type::U64 => "u64",
-        Type::U32 => "u32",
+        Type::String => quote!(Str<'_>),
+        Type::I64 => quote!(i64),
+        Type::I32 => quote!(i32),
+        Type::U64 => quote!(u64),
+        Type::U32 => quote!(u32),
+    }
+}
+
+/// The C type of an LTTng event field, as the shim's struct declares it.
+fn c_field_type(ty: Type) -> TokenStream {
+    match ty {
+        Type::String => quote!(*const ::std::ffi::c_char),
+        Type::I64 => quote!(i64),
+        Type::I32 => quote!(i32),
+        Type::U64 => quote!(u64),
+        Type::U32 => quote!(u32),
     }
 }
 
 /// The value an argument puts in its register: 64 bits, 32-bit types
 /// sign- or zero-extended, so that a tracer reading the whole register
 /// (bpftrace's `reg()`) sees the declared value.
-fn register_value(ty: Type, name: &str) -> String {
+fn register_value(ty: Type, name: &Ident) -> TokenStream {
     match ty {
-        Type::String => format!("{name}.as_ptr()"),
-        Type::I64 | Type::U64 => name.to_string(),
-        Type::I32 => format!("i64::from({name})"),
-        Type::U32 => format!("u64::from({name})"),
+        Type::String => quote!(#name.as_ptr()),
+        Type::I64 | Type::U64 => quote!(#name),
+        Type::I32 => quote!(i64::from(#name)),
+        Type::U32 => quote!(u64::from(#name)),
     }
 }
 
-fn generate(p: &Provider, sdt: Option<Arch>, lttng: bool) -> String {
-    let mut out = String::new();
-    out.push_str("// @generated by build.rs from probes.d. Do not edit.\n\n");
-    let _ = writeln!(out, "/// The provider name of every probe: `{}`.", p.name);
-    let _ = writeln!(out, "pub const PROVIDER: &str = {:?};", p.name);
-    let _ = writeln!(out, "/// How many probes the library has, numbered families expanded.");
-    let _ = writeln!(out, "pub const PROBE_COUNT: usize = {};\n", p.count());
-    for probe in &p.probes {
-        probe_module(&mut out, p, probe, sdt);
-        if let Some(provider) = &probe.lttng {
-            lttng_part(&mut out, provider, probe, lttng);
+/// The probes of provider `erlang` and the LTTng-only events, with the
+/// crate-wide helpers.
+fn probes(c: &Catalogue, backend: Backend) -> Vec<TokenStream> {
+    let provider = &c.provider.name;
+    let count = c.provider.count();
+    let modules = c.provider.probes.iter().map(|p| probe_module(&c.provider, p, backend));
+    let event_providers = c.events.iter().map(|ep| {
+        let name = ident(&ep.name);
+        let doc = format!("The LTTng-only events of provider `{}`.", ep.name);
+        let modules = ep.probes.iter().map(|e| probe_module(ep, e, backend));
+        quote! {
+            #[doc = #doc]
+            #[allow(non_snake_case, dead_code)]
+            pub(crate) mod #name {
+                #[allow(unused_imports)]
+                use super::*;
+                #(#modules)*
+            }
         }
-        out.push_str("}\n\n");
-    }
-    test_support(&mut out, p);
-    out
+    });
+    let mut items = vec![quote! {
+        /// The provider name of every SDT probe.
+        pub const PROVIDER: &str = #provider;
+    }, quote! {
+        /// How many SDT probes the library has, numbered families expanded.
+        pub const PROBE_COUNT: usize = #count;
+    }];
+    items.extend(modules);
+    items.extend(event_providers);
+    items.push(listened(c));
+    items.push(test_support(c));
+    items
 }
 
-fn probe_module(out: &mut String, p: &Provider, probe: &Probe, sdt: Option<Arch>) {
-    let params: Vec<String> =
-        probe.args.iter().map(|a| format!("{}: {}", rust_name(&a.name), rust_type(a.ty))).collect();
-    let names: Vec<String> = probe.args.iter().map(|a| rust_name(&a.name)).collect();
+/// One probe's (or LTTng-only event's) module: `enabled`, `fire`, and the
+/// sinks under them.
+fn probe_module(provider: &Provider, probe: &Probe, backend: Backend) -> TokenStream {
+    let name = ident(&probe.name);
     let title = match probe.labels {
-        None => format!("`{}`", probe.prototype()),
+        None => format!("`{}`.", probe.prototype()),
         Some((first, last)) => format!(
-            "`{0}<label>({1})`, labels {first}..={last}",
+            "`{}<label>({})`, labels {first}..={last}.",
             probe.name,
             probe.prototype().split_once('(').map_or("", |(_, a)| a.trim_end_matches(')'))
         ),
     };
-    let _ = writeln!(out, "/// {title}.\n///\n/// {}", probe.doc);
-    let _ = writeln!(out, "#[allow(non_snake_case)]\npub(crate) mod {} {{", probe.name);
-    out.push_str("    #[allow(unused_imports)]\n    use super::*;\n\n");
+    let doc = &probe.doc;
+    let numbered = probe.labels.is_some();
+    let args: Vec<Ident> = probe.args.iter().map(|a| arg_ident(&a.name)).collect();
+    let types: Vec<TokenStream> = probe.args.iter().map(|a| rust_type(a.ty)).collect();
+    let (label_param, label_arg) = if numbered { (quote!(label: usize,), quote!(label,)) } else { (quote!(), quote!()) };
+    let label_only = if numbered { quote!(label) } else { quote!() };
+    let label_only_param = if numbered { quote!(label: usize) } else { quote!() };
 
-    let (sem_name, label_param, label_arg) = match probe.labels {
-        None => ("SEMAPHORE", String::new(), String::new()),
-        Some(_) => ("SEMAPHORES", "label: usize, ".to_string(), "label".to_string()),
-    };
-    if let Some((first, last)) = probe.labels {
-        let _ = writeln!(out, "    /// The first label.\n    pub(crate) const FIRST: usize = {first};");
-        let _ = writeln!(out, "    /// The last label.\n    pub(crate) const LAST: usize = {last};");
-        let _ = writeln!(out, "    /// How many probes the family has.\n    pub(crate) const COUNT: usize = {};\n", last - first + 1);
-    }
-
-    // The semaphore(s), and is-enabled.
-    if sdt.is_some() {
-        let (ty, init) = match probe.labels {
-            None => ("AtomicU16".to_string(), "AtomicU16::new(0)".to_string()),
-            Some(_) => ("[AtomicU16; COUNT]".to_string(), "[const { AtomicU16::new(0) }; COUNT]".to_string()),
-        };
-        let _ = writeln!(
-            out,
-            "    /// Raised by each tracer while it listens: a `sys/sdt.h` semaphore (16 bits, in\n    \
-             /// `.probes`), whose address the note gives. An atomic, so every call re-reads it.\n    \
-             #[unsafe(link_section = \".probes\")]\n    pub(crate) static {sem_name}: {ty} = {init};\n"
-        );
-    }
-    out.push_str("    /// Is a tracer listening? One load, nothing else.\n    #[allow(dead_code)]\n    #[inline(always)]\n");
-    match (probe.labels, sdt) {
-        (None, Some(_)) => out.push_str("    pub(crate) fn enabled() -> bool {\n        SEMAPHORE.load(Relaxed) != 0\n    }\n\n"),
-        (None, None) => out.push_str("    pub(crate) fn enabled() -> bool {\n        false\n    }\n\n"),
-        (Some(_), Some(_)) => out.push_str(
-            "    pub(crate) fn enabled(label: usize) -> bool {\n        \
-             label.checked_sub(FIRST).and_then(|i| SEMAPHORES.get(i)).is_some_and(|s| s.load(Relaxed) != 0)\n    }\n\n",
-        ),
-        (Some(_), None) => out.push_str("    pub(crate) fn enabled(_label: usize) -> bool {\n        false\n    }\n\n"),
-    }
-
-    // The site.
-    let doc = match probe.labels {
-        None => "Fires the probe: its site, with each argument in its fixed register.".to_string(),
-        Some(_) => "Fires the probe of `label`: its site, with each argument in its fixed register. \
-                    Does nothing for a label outside the family."
-            .to_string(),
-    };
-    // One parameter per declared argument: the probe's layout is the API.
-    let _ = writeln!(out, "    /// {doc}\n    #[inline(never)]\n    #[allow(clippy::too_many_arguments)]");
-    let _ = writeln!(out, "    pub(crate) fn fire({label_param}{}) {{", params.join(", "));
-    let Some(arch) = sdt else {
-        let mut all = names.clone();
-        if !label_arg.is_empty() {
-            all.insert(0, label_arg);
+    let consts = probe.labels.map(|(first, last)| {
+        let (first, last, n) = (first as usize, last as usize, (last - first + 1) as usize);
+        quote! {
+            /// The first label.
+            pub(crate) const FIRST: usize = #first;
+            /// The last label.
+            pub(crate) const LAST: usize = #last;
+            /// How many probes the family has.
+            pub(crate) const COUNT: usize = #n;
         }
-        let _ = writeln!(out, "        let _ = ({});\n    }}", all.join(", "));
-        return;
+    });
+
+    let sdt = provider.sdt.then_some(backend.sdt).flatten();
+    let sdt_part = match (provider.sdt, sdt) {
+        (false, _) => quote! {
+            /// An LTTng-only event has no SDT probe.
+            #[inline(always)]
+            pub(crate) fn sdt_enabled() -> bool {
+                false
+            }
+            #[inline(always)]
+            fn site(#(#args: #types),*) {
+                let _ = (#(#args,)*);
+            }
+        },
+        (true, None) => quote! {
+            /// No SDT probes on this target: never enabled.
+            #[inline(always)]
+            pub(crate) fn sdt_enabled(#label_only_param) -> bool {
+                let _ = (#label_only,);
+                false
+            }
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn site(#label_param #(#args: #types),*) {
+                let _ = (#label_arg #(#args,)*);
+            }
+        },
+        (true, Some(arch)) => sdt_part(provider, probe, arch, &args),
     };
+
+    let lttng_part = match (&probe.lttng, backend.lttng) {
+        (Some(lttng_provider), true) => lttng_part(lttng_provider, probe, &args),
+        _ => quote! {
+            /// Is an LTTng session recording the probe's event? Never: it has
+            /// none, or this build has no LTTng sink.
+            #[inline(always)]
+            pub(crate) fn lttng_enabled() -> bool {
+                false
+            }
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn event(#label_param #(#args: #types),*) {
+                let _ = (#label_arg #(#args,)*);
+            }
+        },
+    };
+    let fire_doc = if numbered {
+        "Fires probe `label` in every sink that listens: the SDT site (nothing for a label outside the family) \
+         and the LTTng event."
+    } else {
+        "Fires the probe in every sink that listens: the SDT site and the LTTng event."
+    };
+    quote! {
+        #[doc = #title]
+        #[doc = ""]
+        #[doc = #doc]
+        // Generated code is one line: its `} if` is not a missing `else`.
+        #[allow(non_snake_case, dead_code, clippy::possible_missing_else)]
+        pub(crate) mod #name {
+            #[allow(unused_imports)]
+            use super::*;
+            #consts
+            /// Is a tracer listening, in any sink? One load per sink.
+            #[inline(always)]
+            pub(crate) fn enabled(#label_only_param) -> bool {
+                sdt_enabled(#label_only) || lttng_enabled()
+            }
+            #[doc = #fire_doc]
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) fn fire(#label_param #(#args: #types),*) {
+                if sdt_enabled(#label_only) {
+                    site(#label_arg #(#args),*);
+                }
+                if lttng_enabled() {
+                    event(#label_arg #(#args),*);
+                }
+            }
+            #sdt_part
+            #lttng_part
+        }
+    }
+}
+
+/// A probe's semaphore(s), `sdt_enabled` and its site(s), from the
+/// `sdt_site!` template.
+fn sdt_part(provider: &Provider, probe: &Probe, arch: Arch, args: &[Ident]) -> TokenStream {
+    let types: Vec<TokenStream> = probe.args.iter().map(|a| rust_type(a.ty)).collect();
     let note_args = arch
         .note_args(&probe.args.iter().map(|a| a.ty).collect::<Vec<_>>())
         .expect("at most MAX_ARGS arguments (checked by the parser)");
-    let operands: Vec<String> = probe
+    let operands: Vec<TokenStream> = probe
         .args
         .iter()
+        .zip(args)
         .enumerate()
-        .map(|(k, a)| format!("in(\"{}\") {}", arch.register(k).unwrap(), register_value(a.ty, &rust_name(&a.name))))
+        .map(|(k, (a, name))| {
+            let reg = Literal::string(arch.register(k).expect("at most MAX_ARGS arguments"));
+            let value = register_value(a.ty, name);
+            quote!(#reg = #value)
+        })
         .collect();
-    let options = match arch {
-        Arch::X86_64 => "readonly, nostack, preserves_flags, att_syntax",
-        Arch::Aarch64 => "readonly, nostack, preserves_flags",
-    };
-    let sym = if probe.labels.is_some() { "semaphores = sym SEMAPHORES" } else { "semaphore = sym SEMAPHORE" };
-    let _ = writeln!(
-        out,
-        "        // One site: `$name` is the note name, `$semaphore` the assembler\n        \
-         // expression of its semaphore's address.\n        \
-         macro_rules! site {{\n            ($name:literal, $semaphore:literal) => {{\n                \
-         // SAFETY: {SITE_SAFETY}\n                \
-         unsafe {{\n                    ::core::arch::asm!(\n{template}                        \
-         {sym},\n{ops}                        options({options}),\n                    );\n                }}\n            }};\n        }}",
-        template = site_template(&p.name, &note_args),
-        ops = operands.iter().map(|o| format!("                        {o},\n")).collect::<String>(),
-    );
+    let provider_name = &provider.name;
+    let semaphore_doc = "Raised by each tracer while it listens: a `sys/sdt.h` semaphore (16 bits, in `.probes`), \
+                         whose address the note gives. An atomic, so every call re-reads it.";
     match probe.labels {
         None => {
-            let _ = writeln!(out, "        site!({:?}, \"{{semaphore}}\");", probe.name);
+            let note = &probe.name;
+            quote! {
+                #[doc = #semaphore_doc]
+                #[unsafe(link_section = ".probes")]
+                pub(crate) static SEMAPHORE: AtomicU16 = AtomicU16::new(0);
+                /// Is a tracer listening on the SDT probe? One load.
+                #[inline(always)]
+                pub(crate) fn sdt_enabled() -> bool {
+                    SEMAPHORE.load(Relaxed) != 0
+                }
+                /// The site: a `nop` with its note, each argument in its register.
+                #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
+                fn site(#(#args: #types),*) {
+                    crate::probes::sdt_site!(#provider_name, #note, "{semaphore}", #note_args,
+                                             semaphore = sym SEMAPHORE, [#(#operands),*]);
+                }
+            }
         }
         Some((first, last)) => {
-            out.push_str("        match label {\n");
-            for label in first..=last {
-                let offset = (label - first) as usize * 2;
-                let _ = writeln!(out, "            {label} => site!(\"{}{label}\", \"{{semaphores}}+{offset}\"),", probe.name);
-            }
-            out.push_str("            _ => {}\n        }\n");
-        }
-    }
-    out.push_str("    }\n");
-}
-
-/// Why each generated `asm!` block is sound.
-const SITE_SAFETY: &str = "the block is one `nop` (a tracer may replace it with a breakpoint, \
-which traps and returns here with every register as it was) plus an ELF note in a section that is \
-not loaded. It reads its input registers and no memory, writes no register and no memory, and \
-leaves the stack and flags alone (`nostack`, `preserves_flags`); `readonly` keeps the compiler \
-from dropping the stores to the string buffers the pointers point to, which a tracer reads. \
-Those pointers are NULL or point to NUL-terminated buffers borrowed for the call (`Str<'_>`).";
-
-/// The assembler text of one site and its note, as `asm!` template lines.
-/// `$name` and `$semaphore` are filled in by the `site!` macro.
-fn site_template(provider: &str, note_args: &str) -> String {
-    let lines = [
-        "\"990: nop\"".to_string(),
-        "\".pushsection .note.stapsdt, \\\"?\\\", \\\"note\\\"\"".to_string(),
-        "\".balign 4\"".to_string(),
-        "\".4byte 992f-991f, 994f-993f, 3\"".to_string(),
-        "\"991: .asciz \\\"stapsdt\\\"\"".to_string(),
-        "\"992: .balign 4\"".to_string(),
-        "\"993: .8byte 990b\"".to_string(),
-        "\".8byte _.stapsdt.base\"".to_string(),
-        "concat!(\".8byte \", $semaphore)".to_string(),
-        format!("\".asciz \\\"{provider}\\\"\""),
-        "concat!(\".asciz \\\"\", $name, \"\\\"\")".to_string(),
-        format!("\".asciz \\\"{note_args}\\\"\""),
-        "\"994: .balign 4\"".to_string(),
-        "\".popsection\"".to_string(),
-        "\".ifndef _.stapsdt.base\"".to_string(),
-        "\".pushsection .stapsdt.base, \\\"aGR\\\", \\\"progbits\\\", .stapsdt.base, comdat\"".to_string(),
-        "\".weak _.stapsdt.base\"".to_string(),
-        "\".hidden _.stapsdt.base\"".to_string(),
-        "\"_.stapsdt.base: .space 1\"".to_string(),
-        "\".size _.stapsdt.base, 1\"".to_string(),
-        "\".popsection\"".to_string(),
-        "\".endif\"".to_string(),
-    ];
-    lines.iter().map(|l| format!("                        {l},\n")).collect()
-}
-
-/// Every probe's name with its is-enabled answer (`listened`), and for the
-/// unit tests its semaphore and a call of every site.
-fn test_support(out: &mut String, p: &Provider) {
-    out.push_str("/// The note names of the probes a tracer listens on now (semaphore reads).\n#[allow(dead_code)]\npub(crate) fn listened() -> Vec<String> {\n    let mut on = Vec::new();\n");
-    for probe in &p.probes {
-        match probe.labels {
-            None => {
-                let _ = writeln!(out, "    if {0}::enabled() {{ on.push({0:?}.to_string()); }}", probe.name);
-            }
-            Some(_) => {
-                let _ = writeln!(
-                    out,
-                    "    for l in {0}::FIRST..={0}::LAST {{ if {0}::enabled(l) {{ on.push(format!(\"{0}{{l}}\")); }} }}",
-                    probe.name
-                );
-            }
-        }
-    }
-    out.push_str("    on\n}\n\n");
-
-    out.push_str("/// The LTTng events (`provider:event`) of the probes that a session\n/// records now.\n#[allow(dead_code)]\npub(crate) fn lttng_listened() -> Vec<String> {\n    let mut on = Vec::new();\n");
-    for probe in p.probes.iter().filter(|q| q.lttng.is_some()) {
-        let _ = writeln!(
-            out,
-            "    if {}::lttng_enabled() {{ on.push(\"{}:{}\".to_string()); }}",
-            probe.name,
-            probe.lttng.as_deref().unwrap_or_default(),
-            probe.lttng_event()
-        );
-    }
-    out.push_str("    on\n}\n\n");
-
-    out.push_str("/// Every probe's note name and semaphore.\n#[cfg(all(test, dtrace_sdt))]\npub(crate) fn semaphores() -> Vec<(String, &'static AtomicU16)> {\n    let mut all = Vec::new();\n");
-    for probe in &p.probes {
-        match probe.labels {
-            None => {
-                let _ = writeln!(out, "    all.push(({0:?}.to_string(), &{0}::SEMAPHORE));", probe.name);
-            }
-            Some(_) => {
-                let _ = writeln!(
-                    out,
-                    "    for (i, s) in {0}::SEMAPHORES.iter().enumerate() {{ all.push((format!(\"{0}{{}}\", {0}::FIRST + i), s)); }}",
-                    probe.name
-                );
-            }
-        }
-    }
-    out.push_str("    all\n}\n\n");
-
-    out.push_str("/// Fires every site once with zeros and NULLs, and each numbered family\n/// also with labels outside it.\n#[cfg(test)]\npub(crate) fn fire_all_with_nulls() {\n");
-    for probe in &p.probes {
-        let args: Vec<&str> =
-            probe.args.iter().map(|a| if a.ty == Type::String { "Str::NULL" } else { "0" }).collect();
-        // Probes that are LTTng events too: also through `emit`.
-        let calls: &[&str] = if probe.lttng.is_some() { &["fire", "emit"] } else { &["fire"] };
-        for call in calls {
-            match probe.labels {
-                None => {
-                    let _ = writeln!(out, "    {}::{call}({});", probe.name, args.join(", "));
+            let arms = (first..=last).map(|label| {
+                let note = format!("{}{label}", probe.name);
+                let sem = format!("{{semaphores}}+{}", (label - first) as usize * 2);
+                let label = label as usize;
+                quote! {
+                    #label => crate::probes::sdt_site!(#provider_name, #note, #sem, #note_args,
+                                                       semaphores = sym SEMAPHORES, [#(#operands),*]),
                 }
-                Some((first, last)) => {
-                    let _ = writeln!(
-                        out,
-                        "    for l in [{first}, {last}, {}, usize::MAX] {{ {}::{call}(l, {}); }}",
-                        last + 1,
-                        probe.name,
-                        args.join(", ")
-                    );
+            });
+            quote! {
+                #[doc = #semaphore_doc]
+                #[unsafe(link_section = ".probes")]
+                pub(crate) static SEMAPHORES: [AtomicU16; COUNT] = [const { AtomicU16::new(0) }; COUNT];
+                /// Is a tracer listening on the SDT probe of `label`? One load;
+                /// `false` for a label outside the family.
+                #[inline(always)]
+                pub(crate) fn sdt_enabled(label: usize) -> bool {
+                    label.checked_sub(FIRST).and_then(|i| SEMAPHORES.get(i)).is_some_and(|s| s.load(Relaxed) != 0)
+                }
+                /// The site of `label` (nothing outside the family): a `nop` with
+                /// its note, each argument in its register.
+                #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
+                fn site(label: usize, #(#args: #types),*) {
+                    match label {
+                        #(#arms)*
+                        _ => {}
+                    }
                 }
             }
         }
     }
-    out.push_str("}\n");
 }
 
-fn c_type(ty: Type) -> &'static str {
-    match ty {
-        Type::String => "const char *",
-        Type::I64 => "int64_t",
-        Type::I32 => "int32_t",
-        Type::U64 => "uint64_t",
-        Type::U32 => "uint32_t",
-    }
-}
-
-fn rust_c_type(ty: Type) -> &'static str {
-    match ty {
-        Type::String => "*const ::std::ffi::c_char",
-        Type::I64 => "i64",
-        Type::I32 => "i32",
-        Type::U64 => "u64",
-        Type::U32 => "u32",
-    }
-}
-
-/// The probe's LTTng-UST side, inside its module: `lttng_enabled()` (one
-/// load of the tracepoint's state), `any_enabled()`, `emit(...)` (fires in
-/// every sink that listens) and, in an LTTng build, the C arguments struct
-/// and the call of the shim.
-fn lttng_part(out: &mut String, provider: &str, probe: &Probe, lttng: bool) {
+/// A probe's LTTng event: `lttng_enabled` and `event`, from the
+/// `lttng_state!` and `lttng_event!` templates.
+fn lttng_part(lttng_provider: &str, probe: &Probe, args: &[Ident]) -> TokenStream {
     let event = probe.lttng_event();
     let numbered = probe.labels.is_some();
-    let names: Vec<String> = probe.args.iter().map(|a| rust_name(&a.name)).collect();
-    let params: Vec<String> =
-        probe.args.iter().map(|a| format!("{}: {}", rust_name(&a.name), rust_type(a.ty))).collect();
-    let (label_param, label_arg, label_use) =
-        if numbered { ("label: usize, ", "label, ", "label") } else { ("", "", "") };
-    let _ = writeln!(
-        out,
-        "\n    /// Is an LTTng session recording `{provider}:{event}`? One load (false in\n    \
-         /// a build without the LTTng sink).\n    #[allow(dead_code)]\n    #[inline(always)]\n    \
-         pub(crate) fn lttng_enabled() -> bool {{"
-    );
-    if lttng {
-        let _ = writeln!(
-            out,
-            "        // SAFETY: the tracepoint is defined in lttng/shim.c, linked into this\n        \
-             // library, for its whole life; its state is read atomically.\n        \
-             crate::lttng::enabled(unsafe {{ &LTTNG_TRACEPOINT }})\n    }}"
-        );
-    } else {
-        out.push_str("        false\n    }\n");
+    let types: Vec<TokenStream> = probe.args.iter().map(|a| rust_type(a.ty)).collect();
+    let tracepoint = format!("lttng_ust_tracepoint_{lttng_provider}___{event}");
+    let shim = format!("dtrace_lttng_{lttng_provider}_{event}");
+    let mut fields = Vec::new();
+    let mut values = Vec::new();
+    if numbered {
+        fields.push(quote!(label: i64));
+        values.push(quote!(label: label as i64));
     }
-    let _ = writeln!(
-        out,
-        "\n    /// Is a tracer of either kind listening (SDT or LTTng)?\n    #[allow(dead_code)]\n    \
-         #[inline(always)]\n    pub(crate) fn any_enabled({}) -> bool {{\n        enabled({label_use}) || lttng_enabled()\n    }}",
-        label_param.trim_end_matches(", ")
-    );
-    let _ = writeln!(
-        out,
-        "\n    /// Fires the probe in every sink that listens: the SDT site and the\n    \
-         /// LTTng event `{provider}:{event}`.\n    #[inline(always)]\n    #[allow(clippy::too_many_arguments)]\n    \
-         pub(crate) fn emit({label_param}{}) {{",
-        params.join(", ")
-    );
-    let _ = writeln!(out, "        if enabled({label_use}) {{\n            fire({label_arg}{});\n        }}", names.join(", "));
-    if lttng {
-        let _ = writeln!(out, "        if lttng_enabled() {{\n            fire_lttng({label_arg}{});\n        }}\n    }}", names.join(", "));
-        // The C struct's mirror and the shim.
-        let mut fields = Vec::new();
-        if numbered {
-            fields.push("        label: i64,".to_string());
+    for (a, name) in probe.args.iter().zip(args) {
+        let ty = c_field_type(a.ty);
+        fields.push(quote!(#name: #ty));
+        values.push(match a.ty {
+            Type::String => quote!(#name: #name.as_ptr()),
+            _ => quote!(#name),
+        });
+    }
+    let label_param = if numbered { quote!(label: usize,) } else { quote!() };
+    let doc = format!("Is an LTTng session recording `{lttng_provider}:{event}`? One load.");
+    let event_doc = format!("Records `{lttng_provider}:{event}`.");
+    quote! {
+        /// The event's arguments as the C struct of its call site takes them.
+        #[repr(C)]
+        struct LttngArgs {
+            #(#fields),*
         }
-        for a in &probe.args {
-            fields.push(format!("        {}: {},", rust_name(&a.name), rust_c_type(a.ty)));
+        unsafe extern "C" {
+            #[link_name = #tracepoint]
+            static LTTNG_TRACEPOINT: crate::lttng::Tracepoint;
+            #[link_name = #shim]
+            fn lttng_record(args: *const LttngArgs);
         }
-        let _ = writeln!(
-            out,
-            "\n    /// The arguments as the C struct of lttng/shim.c takes them.\n    #[repr(C)]\n    \
-             struct LttngArgs {{\n{}\n    }}\n\n    unsafe extern \"C\" {{\n        \
-             #[link_name = \"lttng_ust_tracepoint_{provider}___{event}\"]\n        \
-             static LTTNG_TRACEPOINT: crate::lttng::Tracepoint;\n        \
-             #[link_name = \"dtrace_lttng_{provider}_{event}\"]\n        \
-             fn lttng_fire(args: *const LttngArgs);\n    }}",
-            fields.join("\n")
-        );
-        let values: Vec<String> = probe
-            .args
-            .iter()
-            .map(|a| {
-                let n = rust_name(&a.name);
-                match a.ty {
-                    Type::String => format!("{n}: {n}.as_ptr()"),
-                    _ => n,
+        #[doc = #doc]
+        #[inline(always)]
+        pub(crate) fn lttng_enabled() -> bool {
+            crate::probes::lttng_state!(LTTNG_TRACEPOINT)
+        }
+        #[doc = #event_doc]
+        #[inline(never)]
+        #[allow(clippy::too_many_arguments)]
+        fn event(#label_param #(#args: #types),*) {
+            let args = LttngArgs { #(#values),* };
+            crate::probes::lttng_event!(lttng_record, &args);
+        }
+    }
+}
+
+/// `listened()`: the note names of the SDT probes and the
+/// `provider:event` names of the LTTng events that listen now.
+fn listened(c: &Catalogue) -> TokenStream {
+    let mut checks = Vec::new();
+    for probe in &c.provider.probes {
+        let name = ident(&probe.name);
+        let note = &probe.name;
+        checks.push(match probe.labels {
+            None => quote! { if #name::sdt_enabled() { on.push(#note.to_string()); } },
+            Some(_) => {
+                let fmt = format!("{note}{{l}}");
+                quote! {
+                    for l in #name::FIRST..=#name::LAST {
+                        if #name::sdt_enabled(l) { on.push(format!(#fmt)); }
+                    }
                 }
+            }
+        });
+    }
+    for probe in c.provider.probes.iter().filter(|p| p.lttng.is_some()) {
+        let name = ident(&probe.name);
+        let event = format!("{}:{}", probe.lttng.as_deref().unwrap_or_default(), probe.lttng_event());
+        checks.push(quote! { if #name::lttng_enabled() { on.push(#event.to_string()); } });
+    }
+    for ep in &c.events {
+        let provider = ident(&ep.name);
+        for e in &ep.probes {
+            let name = ident(&e.name);
+            let event = format!("{}:{}", ep.name, e.name);
+            checks.push(quote! { if #provider::#name::lttng_enabled() { on.push(#event.to_string()); } });
+        }
+    }
+    quote! {
+        /// The names of the probes a tracer listens on now (SDT note names)
+        /// and of the LTTng events a session records (`provider:event`).
+        #[allow(dead_code, clippy::possible_missing_else)]
+        pub(crate) fn listened() -> Vec<String> {
+            let mut on = Vec::new();
+            #(#checks)*
+            on
+        }
+    }
+}
+
+/// For the unit tests: every SDT probe's note name and semaphore, and a
+/// call of every probe with zeros and NULLs.
+fn test_support(c: &Catalogue) -> TokenStream {
+    let mut semaphores = Vec::new();
+    let mut fires = Vec::new();
+    for probe in &c.provider.probes {
+        let name = ident(&probe.name);
+        let note = &probe.name;
+        let args: Vec<TokenStream> =
+            probe.args.iter().map(|a| if a.ty == Type::String { quote!(Str::NULL) } else { quote!(0) }).collect();
+        match probe.labels {
+            None => {
+                semaphores.push(quote! { all.push((#note.to_string(), &#name::SEMAPHORE)); });
+                fires.push(quote! { #name::fire(#(#args),*); });
+            }
+            Some((first, last)) => {
+                let fmt = format!("{note}{{}}");
+                let (first, last, past) = (first as usize, last as usize, last as usize + 1);
+                semaphores.push(quote! {
+                    for (i, s) in #name::SEMAPHORES.iter().enumerate() {
+                        all.push((format!(#fmt, #name::FIRST + i), s));
+                    }
+                });
+                fires.push(quote! {
+                    for l in [#first, #last, #past, usize::MAX] { #name::fire(l, #(#args),*); }
+                });
+            }
+        }
+    }
+    for ep in &c.events {
+        let provider = ident(&ep.name);
+        for e in &ep.probes {
+            let name = ident(&e.name);
+            let args: Vec<TokenStream> =
+                e.args.iter().map(|a| if a.ty == Type::String { quote!(Str::NULL) } else { quote!(0) }).collect();
+            fires.push(quote! { #provider::#name::fire(#(#args),*); });
+        }
+    }
+    quote! {
+        /// Every SDT probe's note name and semaphore.
+        #[cfg(all(test, dtrace_sdt))]
+        pub(crate) fn semaphores() -> Vec<(String, &'static AtomicU16)> {
+            let mut all = Vec::new();
+            #(#semaphores)*
+            all
+        }
+        /// Fires every probe and event once with zeros and NULLs, and each
+        /// numbered family also with labels outside it.
+        #[cfg(test)]
+        pub(crate) fn fire_all_with_nulls() {
+            #(#fires)*
+        }
+    }
+}
+
+/// The VM feed table as code, for `src/vm/mod.rs`.
+fn feeds(c: &Catalogue) -> Vec<TokenStream> {
+    // The trace tags, in order of first appearance (the most frequent first).
+    let mut tags: Vec<&str> = Vec::new();
+    for f in &c.feeds {
+        for t in &f.tags {
+            if !tags.contains(&t.as_str()) {
+                tags.push(t);
+            }
+        }
+    }
+    let variant = |t: &str| {
+        let camel: String = t
+            .split('_')
+            .map(|w| {
+                let mut cs = w.chars();
+                cs.next().map(|f| f.to_ascii_uppercase().to_string() + cs.as_str()).unwrap_or_default()
             })
             .collect();
-        let label_field = if numbered { "label: label as i64, " } else { "" };
-        let _ = writeln!(
-            out,
-            "\n    /// Records `{provider}:{event}`.\n    #[inline(never)]\n    #[allow(clippy::too_many_arguments)]\n    \
-             fn fire_lttng({label_param}{}) {{\n        let args = LttngArgs {{ {label_field}{} }};\n        \
-             // SAFETY: the shim reads the struct (strings: NULL or NUL-terminated\n        \
-             // buffers borrowed for the call) during the call only.\n        \
-             unsafe {{ lttng_fire(&args) }}\n    }}",
-            params.join(", "),
-            values.join(", ")
-        );
-    } else {
-        out.push_str("    }\n");
+        ident(&camel)
+    };
+    let variants: Vec<Ident> = tags.iter().map(|t| variant(t)).collect();
+    let tag_names: Vec<&str> = tags.clone();
+    let n_tags = tags.len();
+    let target = |t: Target| match t {
+        Target::Processes => quote!(Target::Processes),
+        Target::Ports => quote!(Target::Ports),
+        Target::SpawnMeta => quote!(Target::SpawnMeta),
+    };
+    // Is row i listening? One function per row.
+    let row_fns: Vec<TokenStream> = c
+        .feeds
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let sdt = f.sdt.iter().map(|p| {
+                let p = ident(p);
+                quote!(crate::probes::#p::enabled())
+            });
+            let lttng = f.lttng.iter().map(|e| {
+                let (ep, _) = c.event(e).expect("checked by the parser");
+                let (ep, e) = (ident(&ep.name), ident(e));
+                quote!(crate::probes::#ep::#e::enabled())
+            });
+            let all: Vec<TokenStream> = sdt.chain(lttng).collect();
+            let name = format_ident!("row{i}");
+            let doc = format!(
+                "Row {i} (on={}, tags={}, fmt={}): does one of its probes or events listen?",
+                f.target.name(),
+                f.tags.join(","),
+                f.formatter
+            );
+            quote! {
+                #[doc = #doc]
+                #[inline(always)]
+                fn #name() -> bool {
+                    #(#all)||*
+                }
+            }
+        })
+        .collect();
+    let row_listens: Vec<TokenStream> = (0..c.feeds.len()).map(|i| {
+        let name = format_ident!("row{i}");
+        quote!(#name())
+    }).collect();
+    // Per (target, tag): the rows it is in.
+    let mut keys: Vec<(Target, &str)> = Vec::new();
+    for f in &c.feeds {
+        for t in &f.tags {
+            if !keys.contains(&(f.target, t.as_str())) {
+                keys.push((f.target, t));
+            }
+        }
     }
+    let mut listens_arms = Vec::new();
+    let mut dispatch_arms = Vec::new();
+    for (t, tag) in &keys {
+        let rows: Vec<usize> =
+            c.feeds.iter().enumerate().filter(|(_, f)| f.target == *t && f.tags.iter().any(|x| x == tag)).map(|(i, _)| i).collect();
+        let (tt, tv) = (target(*t), variant(tag));
+        let conds: Vec<&TokenStream> = rows.iter().map(|&i| &row_listens[i]).collect();
+        listens_arms.push(quote! { (#tt, TraceTag::#tv) => #(#conds)||*, });
+        let calls = rows.iter().map(|&i| {
+            let cond = &row_listens[i];
+            let fmt = ident(&c.feeds[i].formatter);
+            quote! { if #cond { fmt::#fmt(event, tag); } }
+        });
+        dispatch_arms.push(quote! { (#tt, TraceTag::#tv) => { #(#calls)* } });
+    }
+    // Trace flags per target: all those automatic mode may set, and those
+    // whose `auto` rows listen now.
+    let mut flag_fns = Vec::new();
+    for t in [Target::Processes, Target::Ports] {
+        let all = c.flags(t);
+        let wanted = all.iter().map(|flag| {
+            let rows: Vec<&TokenStream> = c
+                .feeds
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.target == t && f.auto && f.flags.contains(flag))
+                .map(|(i, _)| &row_listens[i])
+                .collect();
+            quote! { if #(#rows)||* { flags.push(#flag); } }
+        });
+        let tt = target(t);
+        flag_fns.push(quote! { #tt => { #(#wanted)* } });
+    }
+    let all_procs = c.flags(Target::Processes);
+    let all_ports = c.flags(Target::Ports);
+    let meta_rows: Vec<&TokenStream> =
+        c.feeds.iter().enumerate().filter(|(_, f)| f.target == Target::SpawnMeta).map(|(i, _)| &row_listens[i]).collect();
+    let table = quote! {
+        /// What an erl_tracer event is about (the feed table's `on=`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Target {
+            /// A process traced with trace flags.
+            Processes,
+            /// A port traced with trace flags.
+            Ports,
+            /// Meta tracing of the spawn BIFs (tracer state `spawn_meta`).
+            SpawnMeta,
+        }
+
+        /// The trace tags the feed table names.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum TraceTag {
+            #(#variants),*
+        }
+
+        /// Each trace tag's atom name, most frequent first (the order of
+        /// the feed table): the load step makes the atoms in this order.
+        pub(crate) const TRACE_TAGS: [(&str, TraceTag); #n_tags] = [#((#tag_names, TraceTag::#variants)),*];
+
+        /// Is a tracer listening to a probe or event that an event of
+        /// `target` with `tag` feeds? (erl_tracer's `enabled/3`.)
+        pub(crate) fn listens(target: Target, tag: TraceTag) -> bool {
+            match (target, tag) {
+                #(#listens_arms)*
+                #[allow(unreachable_patterns)]
+                _ => false,
+            }
+        }
+
+        /// Runs the formatting function of every row that `target` and
+        /// `tag` are in and that has a listener. (erl_tracer's `trace/5`.)
+        #[allow(clippy::possible_missing_else, clippy::collapsible_match)]
+        pub(crate) fn dispatch(target: Target, tag: TraceTag, event: &Event<'_>) {
+            match (target, tag) {
+                #(#dispatch_arms)*
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+        }
+
+        /// The trace flags of `target` (processes or ports) that automatic
+        /// mode sets now: those of the rows with a listener (not `auto=no`),
+        /// each once, in the table's order.
+        #[allow(clippy::possible_missing_else)]
+        pub(crate) fn wanted_flags(target: Target) -> Vec<&'static str> {
+            let mut flags: Vec<&'static str> = Vec::new();
+            match target {
+                #(#flag_fns)*
+                Target::SpawnMeta => {}
+            }
+            flags
+        }
+
+        /// Every trace flag automatic mode may set on processes.
+        pub(crate) const ALL_PROCESS_FLAGS: &[&str] = &[#(#all_procs),*];
+        /// Every trace flag automatic mode may set on ports.
+        pub(crate) const ALL_PORT_FLAGS: &[&str] = &[#(#all_ports),*];
+
+        /// Does a `spawn_meta` row have a listener (the spawn BIFs' meta
+        /// patterns are wanted)?
+        pub(crate) fn spawn_meta_listens() -> bool {
+            #(#meta_rows)||*
+        }
+    };
+    let mut items = row_fns;
+    items.push(table);
+    items
 }
 
 /// The LTTng-UST sink, built when `<lttng/tracepoint.h>` (2.13 or later)
-/// is there: the generated `org_erlang_dtrace` events (the probes of
-/// probes.d under `#pragma dtrace_nif lttng`), the call sites compiled into
-/// the NIF (`lttng/shim.c`, a static library), and the provider package
+/// is there: the tracepoint headers of the `org_erlang_dtrace` events (the
+/// probes under `#pragma dtrace_nif lttng`) and of the LTTng-only providers
+/// (OTP's `org_erlang_dyntrace`), their call sites compiled into the NIF
+/// (`lttng/shim.c`, a static library), and the provider package
 /// `$OUT_DIR/libdtrace_lttng_tp.so` (`lttng/provider.c`, linked with
-/// -llttng-ust), which native/build-nif.sh installs in priv/.
+/// -llttng-ust), which native/build-nif.sh installs in priv/. C, so written
+/// as text.
 mod lttng {
     use std::fmt::Write as _;
     use std::fs;
     use std::path::Path;
 
-    use dtrace_catalogue::Provider;
+    use dtrace_catalogue::{Catalogue, Probe, Type};
 
-    use super::c_type;
+    fn c_type(ty: Type) -> &'static str {
+        match ty {
+            Type::String => "const char *",
+            Type::I64 => "int64_t",
+            Type::I32 => "int32_t",
+            Type::U64 => "uint64_t",
+            Type::U32 => "uint32_t",
+        }
+    }
 
     /// Builds the sink; `false` (with one warning) when it cannot be.
-    pub fn build(p: &Provider, out: &Path) -> bool {
+    pub fn build(c: &Catalogue, out: &Path) -> bool {
         println!("cargo:rerun-if-changed=lttng");
         println!("cargo:rerun-if-env-changed=DTRACE_NO_LTTNG");
         if std::env::var_os("CARGO_FEATURE_LTTNG").is_none() || std::env::var_os("DTRACE_NO_LTTNG").is_some() {
@@ -476,9 +751,32 @@ mod lttng {
             );
             return false;
         }
-        let (header, shim) = generate(p);
-        fs::write(out.join("org_erlang_dtrace.h"), header).expect("write org_erlang_dtrace.h");
-        fs::write(out.join("org_erlang_dtrace_shim.inc"), shim).expect("write org_erlang_dtrace_shim.inc");
+        let mut shim = String::from("/* @generated by build.rs from probes.d. Do not edit. */\n");
+        let mut includes = String::from("/* @generated by build.rs from probes.d. Do not edit. */\n");
+        // The user and file probes' events, then each LTTng-only provider.
+        let dtrace_events: Vec<&Probe> = c.provider.probes.iter().filter(|q| q.lttng.is_some()).collect();
+        let mut groups: Vec<(String, Vec<&Probe>)> = Vec::new();
+        for p in dtrace_events {
+            let provider = p.lttng.clone().unwrap_or_default();
+            match groups.iter_mut().find(|(name, _)| *name == provider) {
+                Some((_, v)) => v.push(p),
+                None => groups.push((provider, vec![p])),
+            }
+        }
+        for ep in &c.events {
+            groups.push((ep.name.clone(), ep.probes.iter().collect()));
+        }
+        for (provider, events) in &groups {
+            fs::write(out.join(format!("{provider}.h")), header(provider, events)).expect("write tracepoint header");
+            let _ = writeln!(includes, "#include \"{provider}.h\"");
+            for e in events {
+                let event = e.lttng_event();
+                let st = format!("dtrace_lttng_{provider}_{event}");
+                let _ = writeln!(shim, "void {st}(const struct {st} *a)\n{{ tracepoint({provider}, {event}, a); }}");
+            }
+        }
+        fs::write(out.join("dtrace_lttng_providers.h"), includes).expect("write dtrace_lttng_providers.h");
+        fs::write(out.join("dtrace_lttng_shim.inc"), shim).expect("write dtrace_lttng_shim.inc");
         let objects = cc::Build::new()
             .file("lttng/provider.c")
             .include("lttng")
@@ -512,41 +810,39 @@ mod lttng {
         true
     }
 
-    /// The `org_erlang_dtrace` tracepoint header and the shim's functions.
-    fn generate(p: &Provider) -> (String, String) {
+    /// The tracepoint header of one provider: an argument struct and a
+    /// `TRACEPOINT_EVENT` per event, fields in the declared order.
+    fn header(provider: &str, events: &[&Probe]) -> String {
         let mut structs = String::new();
-        let mut events = String::new();
-        let mut shim = String::from("/* @generated by build.rs from probes.d. Do not edit. */\n");
-        for probe in p.probes.iter().filter(|q| q.lttng.is_some()) {
-            let provider = probe.lttng.as_deref().unwrap_or_default();
-            let event = probe.lttng_event();
+        let mut defs = String::new();
+        for e in events {
+            let event = e.lttng_event();
             let st = format!("dtrace_lttng_{provider}_{event}");
             let mut members = Vec::new();
             let mut fields = Vec::new();
-            for (name, ty) in probe.lttng_fields() {
+            for (name, ty) in e.lttng_fields() {
                 members.push(format!("    {} {name};", c_type(ty)));
                 fields.push(match ty {
-                    dtrace_catalogue::Type::String => format!("ctf_string({name}, a->{name})"),
+                    Type::String => format!("ctf_string({name}, a->{name})"),
                     ty => format!("ctf_integer({}, {name}, a->{name})", c_type(ty)),
                 });
             }
-            let _ = writeln!(structs, "/* {} */\nstruct {st} {{\n{}\n}};\n", probe.doc, members.join("\n"));
+            let _ = writeln!(structs, "/* {} */\nstruct {st} {{\n{}\n}};\n", e.doc, members.join("\n"));
             let _ = writeln!(
-                events,
+                defs,
                 "TRACEPOINT_EVENT({provider}, {event},\n    TP_ARGS(const struct {st} *, a),\n    TP_FIELDS(\n        {}))\n",
                 fields.join("\n        ")
             );
-            let _ = writeln!(shim, "void {st}(const struct {st} *a)\n{{ tracepoint({provider}, {event}, a); }}");
         }
-        let header = format!(
-            "/* @generated by build.rs from probes.d. Do not edit.\n * The LTTng-UST events of the user and file probes. */\n\
-             #undef TRACEPOINT_PROVIDER\n#define TRACEPOINT_PROVIDER org_erlang_dtrace\n\
-             #undef TRACEPOINT_INCLUDE\n#define TRACEPOINT_INCLUDE \"org_erlang_dtrace.h\"\n\n\
-             #ifndef DTRACE_ORG_ERLANG_DTRACE_ARGS\n#define DTRACE_ORG_ERLANG_DTRACE_ARGS\n#include <stdint.h>\n\n{structs}#endif\n\n\
-             #if !defined(DTRACE_ORG_ERLANG_DTRACE_H) || defined(TRACEPOINT_HEADER_MULTI_READ)\n\
-             #define DTRACE_ORG_ERLANG_DTRACE_H\n\n#include <lttng/tracepoint.h>\n\n{events}\
+        let guard = provider.to_uppercase();
+        format!(
+            "/* @generated by build.rs from probes.d. Do not edit.\n * The LTTng-UST events of provider {provider}. */\n\
+             #undef TRACEPOINT_PROVIDER\n#define TRACEPOINT_PROVIDER {provider}\n\
+             #undef TRACEPOINT_INCLUDE\n#define TRACEPOINT_INCLUDE \"{provider}.h\"\n\n\
+             #ifndef DTRACE_{guard}_ARGS\n#define DTRACE_{guard}_ARGS\n#include <stdint.h>\n\n{structs}#endif\n\n\
+             #if !defined(DTRACE_{guard}_H) || defined(TRACEPOINT_HEADER_MULTI_READ)\n\
+             #define DTRACE_{guard}_H\n\n#include <lttng/tracepoint.h>\n\n{defs}\
              #endif\n\n#include <lttng/tracepoint-event.h>\n"
-        );
-        (header, shim)
+        )
     }
 }

@@ -1,29 +1,32 @@
 /*
- * The probe catalogue of dtrace_nif: every SDT probe the library carries,
- * declared once, in the D provider syntax of OTP's
- * erts/emulator/beam/erlang_dtrace.d. Names and argument orders are OTP's.
+ * The probe catalogue of dtrace_nif: every probe and event the library
+ * carries, and how the VM's events feed them, declared once, in the D
+ * provider syntax of OTP's erts/emulator/beam/erlang_dtrace.d. Names and
+ * argument orders are OTP's.
  *
  * build.rs reads this file (through the dtrace_catalogue crate) and
  * generates from it the semaphores, the probe sites with their
- * .note.stapsdt notes, the is-enabled and fire functions of both backends,
- * and the machine-readable catalogue (priv/dtrace_probes.json). The README's
- * probe table is generated from it too (make readme-probes); a test checks
- * that it matches.
+ * .note.stapsdt notes, the LTTng-UST events (header, call sites), one API
+ * per probe (is it enabled in any sink, fire to every sink that listens),
+ * the erl_tracer dispatch of the VM probes, and the machine-readable
+ * catalogue (priv/dtrace_probes.json). `make generated' writes the tables
+ * of docs/reference.md and the efile command tables of src/, priv/efile.bt
+ * and priv/efile_drv.d from it; `cargo test' checks that they match.
  *
- * Argument k of every probe sits in the same register (README, "Argument
- * registers"); a probe takes at most 12 arguments. Types: char * (a
- * NUL-terminated string or NULL), int64_t, int (32-bit), uint64_t,
- * uint32_t. OTP declared its user-probe integers `int' and truncated them;
- * here they are int64_t.
+ * Argument k of every probe sits in the same register (docs/reference.md,
+ * "Argument registers"); a probe takes at most 12 arguments. Types: char *
+ * (a NUL-terminated string or NULL), int64_t, int (32-bit), uint64_t,
+ * uint32_t (`unsigned int'), `unsigned long' (64-bit). OTP declared its
+ * user-probe integers `int' and truncated them; here they are int64_t.
  *
- * A comment right before a probe is its description (README, rustdoc).
+ * A comment right before a probe is its description (docs, rustdoc).
  * `#pragma dtrace_nif numbered NAME FIRST LAST' makes the next probe a
  * family NAME<FIRST> .. NAME<LAST> with one layout.
  * `#pragma dtrace_nif lttng PROVIDER' makes the probes that follow also
  * LTTng-UST events of PROVIDER (same fields, `__' written `_'; a numbered
- * family is one event with a `label' field), until `lttng off'. The VM
- * probes' LTTng events are OTP's own org_erlang_dyntrace tracepoints,
- * with OTP's layouts (native/dtrace_nif/lttng/org_erlang_dyntrace.h).
+ * family is one event with a `label' field), until `lttng off'.
+ * `#pragma dtrace_nif lttng-only', first in a provider block, makes it a
+ * provider of LTTng-UST events only, with no SDT probe.
  */
 
 provider erlang {
@@ -50,7 +53,7 @@ provider erlang {
 	probe span__end(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind,
 	    int64_t duration_ns);
 
-	/* dtrace_file: a file operation {thread_id, tag} starts (OTP 20's efile_drv). */
+	/* dtrace_file: file operation {thread_id, tag} starts (OTP 20's efile_drv; tag counts the scheduler's operations). */
 	probe efile_drv__entry(int thread_id, int tag, char *user_tag, int command,
 	    char *s1, char *s2, int64_t i1, int64_t i2, int64_t i3, int64_t i4,
 	    char *port);
@@ -68,10 +71,11 @@ provider erlang {
 #pragma dtrace_nif lttng off
 
 	/*
-	 * The VM's own probes, fed from erl_tracer events (src/vm.rs) while a
-	 * tracer listens. OTP's names and argument orders; integers are
-	 * int64_t; where erl_tracer does not carry OTP's value, a sentinel:
-	 * -1 for an integer, "<unknown>" for an mfa, NULL for a string.
+	 * The VM's own probes, fed from erl_tracer events while a tracer
+	 * listens (the feed table below says which events feed which probe).
+	 * OTP's names and argument orders; integers are int64_t; where
+	 * erl_tracer does not carry OTP's value, a sentinel: -1 for an
+	 * integer, "<unknown>" for an mfa, NULL for a string.
 	 */
 
 	/* procs, or alone meta tracing of the spawn BIFs: a process spawned p, which starts in mfa (m:f/arity). */
@@ -140,9 +144,155 @@ provider erlang {
 	/* Not OTP's. procs: p and other were linked or unlinked; kind is link, unlink, getting_linked or getting_unlinked. */
 	probe dtrace_process__link(char *p, char *other, char *kind);
 
+	/* Not OTP's. procs: p and other were unlinked; kind is unlink (p unlinked other) or getting_unlinked. */
+	probe dtrace_process__unlink(char *p, char *other, char *kind);
+
 	/* Not OTP's. procs: p registered or unregistered name; kind is register or unregister. */
 	probe dtrace_process__register(char *p, char *name, char *kind);
 
 	/* Not OTP's. ports: port and other were linked or unlinked; kind as for dtrace_process__link. */
 	probe dtrace_port__link(char *port, char *other, char *kind);
 };
+
+/*
+ * OTP's own LTTng-UST events for the VM (runtime_tools' dyntrace.c in a
+ * VM built --with-dynamic-trace=lttng; its user guide "LTTng and
+ * Erlang/OTP"), with OTP's field names, types and order: the same
+ * erl_tracer events feed them (the feed table below).
+ */
+provider org_erlang_dyntrace {
+#pragma dtrace_nif lttng-only
+
+	/* procs spawn: pid spawned by parent, starting in entry (m:f/arity). */
+	probe process_spawn(char *pid, char *parent, char *entry);
+
+	/* procs link, unlink, getting_linked, getting_unlinked: from and to, type link or unlink. */
+	probe process_link(char *from, char *to, char *type);
+
+	/* procs exit: pid exits with reason (~p text). */
+	probe process_exit(char *pid, char *reason);
+
+	/* procs register, unregister: pid and name; type register or unregister. */
+	probe process_register(char *pid, char *name, char *type);
+
+	/* running: pid scheduled in or out; entry m:f/arity; type in, out, in_exiting, out_exiting, out_exited. */
+	probe process_scheduled(char *pid, char *entry, char *type);
+
+	/* ports open: pid opened port with driver (the name it was opened with). */
+	probe port_open(char *pid, char *driver, char *port);
+
+	/* ports closed: port exits with reason. */
+	probe port_exit(char *port, char *reason);
+
+	/* ports link, unlink, getting_linked: from and to, type link or unlink. */
+	probe port_link(char *from, char *to, char *type);
+
+	/* running_ports: port (pid field) scheduled in or out for entry (the operation). */
+	probe port_scheduled(char *pid, char *entry, char *type);
+
+	/* call: pid calls entry; depth 0 (OTP's). */
+	probe function_call(char *pid, char *entry, unsigned int depth);
+
+	/* call: entry returns to pid; depth 0 (OTP's). */
+	probe function_return(char *pid, char *entry, unsigned int depth);
+
+	/* call with exception_trace: entry leaves pid with an exception of class. */
+	probe function_exception(char *pid, char *entry, char *class);
+
+	/* send: from sent message (~p text) to to. */
+	probe message_send(char *from, char *to, char *message);
+
+	/* 'receive': message (~p text) queued to to. */
+	probe message_receive(char *to, char *message);
+
+	/* garbage_collection: a minor collection of pid starts; need, heap and old_heap in words. */
+	probe gc_minor_start(char *pid, unsigned long need, unsigned long heap, unsigned long old_heap);
+
+	/* garbage_collection: a minor collection of pid ended; reclaimed, heap and old_heap in words. */
+	probe gc_minor_end(char *pid, unsigned long reclaimed, unsigned long heap, unsigned long old_heap);
+
+	/* garbage_collection: a major collection of pid starts; need, heap and old_heap in words. */
+	probe gc_major_start(char *pid, unsigned long need, unsigned long heap, unsigned long old_heap);
+
+	/* garbage_collection: a major collection of pid ended; reclaimed, heap and old_heap in words. */
+	probe gc_major_end(char *pid, unsigned long reclaimed, unsigned long heap, unsigned long old_heap);
+};
+
+/*
+ * The VM's feeds: which erl_tracer events feed which VM probes and events.
+ * One row per feed; several rows may share a formatting function
+ * (native/dtrace_nif/src/vm/), which is given the trace tag:
+ *   on=      what the events are about: processes, ports, or spawn_meta
+ *            (meta tracing of erlang:spawn/3, spawn_link/3, spawn_opt/4,
+ *            which sets no trace flag on any process);
+ *   flags=   the trace flags automatic mode sets on every process or port
+ *            while a tracer listens to one of the row's probes or events;
+ *   tags=    erl_tracer's trace tags: enabled/3 answers `trace' for them
+ *            while one of them listens, and trace/5 calls fmt=;
+ *   sdt=     the SDT probes and lttng= the LTTng events the row fires;
+ *   auto=no  automatic mode does not set the row's flags for it: the row
+ *            fires where they are set anyway (by another row, or by a
+ *            user's own {tracer, dtrace, []}, as OTP's LTTng build would).
+ *            The spawn row is so: process__spawn alone is fed by the
+ *            spawn_meta row, and from procs when automatic mode traces
+ *            processes for another probe anyway (src/dtrace_vm.erl).
+ * A trace tag may be in several rows: each row's function runs.
+ * The most frequent events first: the tags are looked up in this order.
+ */
+#pragma dtrace_nif feed on=processes flags=send tags=send,send_to_non_existing_process sdt=message__send,message__send__remote lttng=message_send fmt=send
+#pragma dtrace_nif feed on=processes flags=receive tags=receive sdt=message__queued lttng=message_receive fmt=queued
+#pragma dtrace_nif feed on=processes flags=running,exiting tags=in,in_exiting sdt=process__scheduled lttng=process_scheduled fmt=scheduled
+#pragma dtrace_nif feed on=processes flags=running,exiting tags=out,out_exiting,out_exited sdt=process__unscheduled,process__hibernate lttng=process_scheduled fmt=unscheduled
+#pragma dtrace_nif feed on=processes flags=call,arity tags=call sdt=global__function__entry,local__function__entry,bif__entry lttng=function_call fmt=call
+#pragma dtrace_nif feed on=processes flags=call,arity tags=return_from,exception_from sdt=function__return,bif__return lttng=function_return,function_exception fmt=call_return
+#pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_minor_start sdt=gc_minor__start lttng=gc_minor_start fmt=gc
+#pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_minor_end sdt=gc_minor__end lttng=gc_minor_end fmt=gc
+#pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_major_start sdt=gc_major__start lttng=gc_major_start fmt=gc
+#pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_major_end sdt=gc_major__end lttng=gc_major_end fmt=gc
+#pragma dtrace_nif feed on=processes flags=procs tags=spawn sdt=process__spawn lttng=process_spawn fmt=spawn auto=no
+#pragma dtrace_nif feed on=processes flags=procs tags=exit sdt=process__exit lttng=process_exit fmt=exit
+#pragma dtrace_nif feed on=processes flags=procs tags=link,unlink,getting_linked,getting_unlinked sdt=dtrace_process__link lttng=process_link fmt=link
+#pragma dtrace_nif feed on=processes flags=procs tags=unlink,getting_unlinked sdt=dtrace_process__unlink fmt=unlink
+#pragma dtrace_nif feed on=processes flags=procs tags=register,unregister sdt=dtrace_process__register lttng=process_register fmt=register
+#pragma dtrace_nif feed on=spawn_meta tags=call,return_from sdt=process__spawn lttng=process_spawn fmt=spawn_meta
+#pragma dtrace_nif feed on=ports flags=ports tags=open sdt=port__open lttng=port_open fmt=port_open
+#pragma dtrace_nif feed on=ports flags=ports tags=closed sdt=port__exit lttng=port_exit fmt=port_exit
+#pragma dtrace_nif feed on=ports flags=ports tags=link,unlink,getting_linked,getting_unlinked sdt=dtrace_port__link lttng=port_link fmt=port_link
+#pragma dtrace_nif feed on=ports flags=receive tags=receive sdt=port__command fmt=port_command
+#pragma dtrace_nif feed on=ports flags=running_ports tags=in,out lttng=port_scheduled fmt=port_scheduled
+#pragma dtrace_nif feed on=ports flags=ports tags=register,unregister sdt=dtrace_process__register lttng=process_register fmt=register auto=no
+#pragma dtrace_nif feed on=ports flags=send tags=send,send_to_non_existing_process sdt=message__send,message__send__remote lttng=message_send fmt=send auto=no
+#pragma dtrace_nif feed on=ports flags=receive tags=receive lttng=message_receive fmt=queued auto=no
+
+/*
+ * OTP's efile command numbers (efile_drv.c, OTP 20): `command' of the
+ * efile_drv__* probes. dtrace_file (src/dtrace_efile.hrl), priv/efile.bt,
+ * priv/efile_drv.d and docs/reference.md carry copies written from this
+ * table (`make generated').
+ */
+#pragma dtrace_nif efile_command OPEN 1
+#pragma dtrace_nif efile_command READ 2
+#pragma dtrace_nif efile_command LSEEK 3
+#pragma dtrace_nif efile_command WRITE 4
+#pragma dtrace_nif efile_command FSTAT 5
+#pragma dtrace_nif efile_command PWD 6
+#pragma dtrace_nif efile_command READDIR 7
+#pragma dtrace_nif efile_command CHDIR 8
+#pragma dtrace_nif efile_command FSYNC 9
+#pragma dtrace_nif efile_command MKDIR 10
+#pragma dtrace_nif efile_command DELETE 11
+#pragma dtrace_nif efile_command RENAME 12
+#pragma dtrace_nif efile_command RMDIR 13
+#pragma dtrace_nif efile_command TRUNCATE 14
+#pragma dtrace_nif efile_command READ_FILE 15
+#pragma dtrace_nif efile_command WRITE_INFO 16
+#pragma dtrace_nif efile_command LSTAT 19
+#pragma dtrace_nif efile_command READLINK 20
+#pragma dtrace_nif efile_command LINK 21
+#pragma dtrace_nif efile_command SYMLINK 22
+#pragma dtrace_nif efile_command CLOSE 23
+#pragma dtrace_nif efile_command PWRITEV 24
+#pragma dtrace_nif efile_command PREADV 25
+#pragma dtrace_nif efile_command READ_LINE 29
+#pragma dtrace_nif efile_command FDATASYNC 30
+#pragma dtrace_nif efile_command FADVISE 31

@@ -47,10 +47,15 @@ pub enum Type {
     U32,
 }
 
+/// `unsigned long` is `uint64_t` on the 64-bit Linux targets this library
+/// builds probes for (LP64): OTP's LTTng events declare their GC figures
+/// that way.
+const UNSIGNED_LONG: Type = Type::U64;
+
 impl Type {
     /// The type from its C spelling (`char *`, `const char *`, `int64_t`,
-    /// `int`, `int32_t`, `uint64_t`, `uint32_t`, `unsigned int`), with
-    /// spaces around `*` normalised.
+    /// `int`, `int32_t`, `uint64_t`, `uint32_t`, `unsigned int`,
+    /// `unsigned long`), with spaces around `*` normalised.
     pub fn from_c(spelling: &str) -> Option<Type> {
         let words: Vec<&str> = spelling.split_whitespace().collect();
         let joined = words.join(" ").replace(" *", "*");
@@ -60,6 +65,7 @@ impl Type {
             "int" | "int32_t" => Type::I32,
             "uint64_t" => Type::U64,
             "uint32_t" | "unsigned int" => Type::U32,
+            "unsigned long" => UNSIGNED_LONG,
             _ => return None,
         })
     }
@@ -187,6 +193,10 @@ pub struct Provider {
     pub name: String,
     /// Its probes (numbered families as one entry each).
     pub probes: Vec<Probe>,
+    /// `true` for SDT probes (each may also be an LTTng event); `false`
+    /// for a provider of LTTng-UST events only (`#pragma dtrace_nif
+    /// lttng-only` in its block), whose probes are its events.
+    pub sdt: bool,
 }
 
 impl Provider {
@@ -446,27 +456,165 @@ fn describe(t: Option<&Tok>) -> String {
     }
 }
 
-/// Reads a provider file: exactly one `provider NAME { probe ...; ... };`,
-/// with comments (the one right before a probe is its doc) and
-/// `#pragma dtrace_nif numbered NAME FIRST LAST` before a numbered family.
-/// Other `#pragma` lines are ignored (D's own, such as `#pragma D
-/// attributes`).
+/// What the provider file declares: the library's SDT probes, the
+/// LTTng-only events, the VM feeds and the efile command numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Catalogue {
+    /// The SDT provider (`erlang`): every USDT probe of the library, some
+    /// also LTTng events (`#pragma dtrace_nif lttng PROVIDER`).
+    pub provider: Provider,
+    /// Providers of LTTng-UST events only (OTP's `org_erlang_dyntrace`,
+    /// with OTP's field names, types and order).
+    pub events: Vec<Provider>,
+    /// The VM's feeds: which erl_tracer events feed which probes and
+    /// events ([`Feed`]), in file order.
+    pub feeds: Vec<Feed>,
+    /// OTP's efile command numbers (`efile_drv__entry`'s `command`), in
+    /// file order.
+    pub efile_commands: Vec<EfileCommand>,
+}
+
+/// What an erl_tracer event is about, as a feed names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// Processes traced with the feed's trace flags.
+    Processes,
+    /// Ports traced with the feed's trace flags.
+    Ports,
+    /// Meta tracing of the spawn BIFs (tracer state `spawn_meta`): no trace
+    /// flag on any process.
+    SpawnMeta,
+}
+
+impl Target {
+    /// Its name in the provider file (`processes`, `ports`, `spawn_meta`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Processes => "processes",
+            Target::Ports => "ports",
+            Target::SpawnMeta => "spawn_meta",
+        }
+    }
+}
+
+/// One row of the VM feed table: `#pragma dtrace_nif feed on=TARGET
+/// flags=F,.. tags=T,.. sdt=PROBE,.. lttng=EVENT,.. fmt=FUNCTION [auto=no]`. While a
+/// tracer listens to one of its SDT probes or LTTng events, automatic mode
+/// sets its trace flags on its target, erl_tracer's `enabled/3` answers
+/// `trace` for its trace tags, and `trace/5` calls its formatting
+/// function, which fires those of its probes and events that listen. A
+/// trace tag may be in several rows: each row's function is called.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Feed {
+    /// What the events are about.
+    pub target: Target,
+    /// The trace flags (`erlang:trace/3`) that make the VM send them;
+    /// empty for [`Target::SpawnMeta`].
+    pub flags: Vec<String>,
+    /// erl_tracer's trace tags (`send`, `in_exiting`, ...).
+    pub tags: Vec<String>,
+    /// The SDT probes (of [`Catalogue::provider`]) it feeds.
+    pub sdt: Vec<String>,
+    /// The LTTng-only events (of [`Catalogue::events`]) it feeds.
+    pub lttng: Vec<String>,
+    /// The formatting function (`src/vm/` of dtrace_nif) that fires them.
+    pub formatter: String,
+    /// Whether automatic mode sets the row's flags while its probes listen
+    /// (`auto=no`: the row fires only where the flags are set anyway: by
+    /// another row, or by a user's own `{tracer, dtrace, []}`).
+    pub auto: bool,
+}
+
+/// An efile command: `#pragma dtrace_nif efile_command NAME NUMBER`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EfileCommand {
+    /// OTP's name (`OPEN`, `FDATASYNC`).
+    pub name: String,
+    /// Its number in `efile_drv__entry`'s `command` argument.
+    pub number: u32,
+}
+
+impl Catalogue {
+    /// The LTTng-only event named `name` (`process_spawn`), with its provider.
+    pub fn event(&self, name: &str) -> Option<(&Provider, &Probe)> {
+        self.events.iter().find_map(|p| p.probe(name).map(|e| (p, e)))
+    }
+
+    /// The feeds that fire the SDT probe or LTTng event `name`.
+    pub fn feeds_of(&self, name: &str) -> Vec<&Feed> {
+        self.feeds.iter().filter(|f| f.sdt.iter().chain(&f.lttng).any(|n| n == name)).collect()
+    }
+
+    /// Every trace flag that automatic mode may set on `target`: those of
+    /// its `auto` feeds, in file order, once.
+    pub fn flags(&self, target: Target) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        for f in self.feeds.iter().filter(|f| f.target == target && f.auto) {
+            for flag in &f.flags {
+                if !all.contains(flag) {
+                    all.push(flag.clone());
+                }
+            }
+        }
+        all
+    }
+}
+
+/// Trace flags a feed may name (`erlang:trace/3`'s, for processes and ports).
+const TRACE_FLAGS: &[&str] = &[
+    "procs", "running", "exiting", "send", "receive", "call", "arity", "garbage_collection", "ports",
+    "running_ports", "running_procs", "silent", "return_to", "set_on_spawn", "set_on_link",
+];
+
+/// Reads a provider file: one SDT provider (`provider NAME { probe ...;
+/// ... };`), any number of LTTng-only providers (their block starts with
+/// `#pragma dtrace_nif lttng-only`), and at top level the feed table
+/// (`#pragma dtrace_nif feed ...`, see [`Feed`]) and the efile commands
+/// (`#pragma dtrace_nif efile_command NAME NUMBER`). Comments: the one
+/// right before a probe is its doc. In a provider,
+/// `#pragma dtrace_nif numbered NAME FIRST LAST` comes before a numbered
+/// family and `#pragma dtrace_nif lttng PROVIDER|off` marks the probes that
+/// are also LTTng events. Other `#pragma` lines are ignored (D's own, such
+/// as `#pragma D attributes`).
 ///
 /// Errors: anything else, an unknown type, a name that is not a C
 /// identifier, more than [`MAX_ARGS`] arguments, two probes (or arguments
 /// of one probe) with the same name, a numbered family that clashes with
-/// another probe's name.
-pub fn parse(src: &str) -> Result<Provider, ParseError> {
+/// another probe's name, no or two SDT providers, a feed naming a probe or
+/// event that does not exist (or a numbered family), an unknown target or
+/// trace flag, a feed without flags (except on `spawn_meta`), without tags
+/// or without probes, two efile commands with the same name or number.
+pub fn parse(src: &str) -> Result<Catalogue, ParseError> {
     let mut p = Parser { toks: tokenize(src)?, pos: 0 };
-    let mut provider: Option<Provider> = None;
+    let mut sdt: Option<Provider> = None;
+    let mut events = Vec::new();
+    let mut feeds = Vec::new();
+    let mut commands: Vec<EfileCommand> = Vec::new();
     while let Some(tok) = p.next() {
         match tok {
-            Tok::Comment(_) | Tok::Pragma(_) => {}
-            Tok::Word(w) if w == "provider" => {
-                if provider.is_some() {
-                    return p.err("a provider file declares one provider");
+            Tok::Comment(_) => {}
+            Tok::Pragma(words) => match words.first().zip(words.get(1)) {
+                Some((w, k)) if w == "dtrace_nif" && k == "feed" => feeds.push((p.line(), parse_feed(&p, &words[2..])?)),
+                Some((w, k)) if w == "dtrace_nif" && k == "efile_command" => {
+                    let c = parse_efile_command(&p, &words[2..])?;
+                    if commands.iter().any(|o| o.name == c.name || o.number == c.number) {
+                        return p.err(format!("efile command {} ({}) declared twice", c.name, c.number));
+                    }
+                    commands.push(c);
                 }
-                provider = Some(parse_provider(&mut p)?);
+                Some((w, _)) if w == "dtrace_nif" => return p.err(format!("unknown pragma at top level: {words:?}")),
+                _ => {}
+            },
+            Tok::Word(w) if w == "provider" => {
+                let provider = parse_provider(&mut p)?;
+                if provider.sdt {
+                    if sdt.is_some() {
+                        return p.err("a provider file declares one SDT provider");
+                    }
+                    sdt = Some(provider);
+                } else {
+                    events.push(provider);
+                }
             }
             other => {
                 p.pos -= 1;
@@ -474,17 +622,118 @@ pub fn parse(src: &str) -> Result<Provider, ParseError> {
             }
         }
     }
-    let provider = match provider {
+    let provider = match sdt {
         Some(provider) => provider,
         None => return p.err("no provider declared"),
     };
     let mut seen = std::collections::HashSet::new();
-    for name in provider.note_names() {
+    for name in provider.note_names().into_iter().chain(events.iter().flat_map(Provider::note_names)) {
         if !seen.insert(name.clone()) {
             return Err(ParseError { line: 0, message: format!("probe {name} declared twice") });
         }
     }
-    Ok(provider)
+    let catalogue = Catalogue { provider, events, feeds: Vec::new(), efile_commands: commands };
+    let mut checked = Vec::new();
+    for (line, feed) in feeds {
+        let err = |message: String| Err(ParseError { line, message });
+        for name in &feed.sdt {
+            match catalogue.provider.probe(name) {
+                Some(probe) if probe.labels.is_none() => {}
+                Some(_) => return err(format!("feed: {name} is a numbered family")),
+                None => return err(format!("feed: no SDT probe {name}")),
+            }
+        }
+        for name in &feed.lttng {
+            if catalogue.event(name).is_none() {
+                return err(format!("feed: no LTTng-only event {name}"));
+            }
+        }
+        checked.push(feed);
+    }
+    Ok(Catalogue { feeds: checked, ..catalogue })
+}
+
+/// `on=TARGET flags=F,.. tags=T,.. [sdt=P,..] [lttng=E,..] fmt=FUNCTION [auto=yes|no]`.
+fn parse_feed(p: &Parser, words: &[String]) -> Result<Feed, ParseError> {
+    let mut feed = Feed {
+        target: Target::Processes,
+        flags: Vec::new(),
+        tags: Vec::new(),
+        sdt: Vec::new(),
+        lttng: Vec::new(),
+        formatter: String::new(),
+        auto: true,
+    };
+    let mut target = None;
+    for word in words {
+        let Some((key, value)) = word.split_once('=') else {
+            return p.err(format!("feed: expected KEY=VALUE, found {word:?}"));
+        };
+        let list = || -> Result<Vec<String>, ParseError> {
+            let items: Vec<String> = value.split(',').filter(|v| !v.is_empty()).map(str::to_string).collect();
+            match items.iter().find(|i| !is_c_identifier(i)) {
+                Some(bad) => p.err(format!("feed: {key}: {bad:?} is not a C identifier")),
+                None => Ok(items),
+            }
+        };
+        match key {
+            "on" => {
+                target = Some(match value {
+                    "processes" => Target::Processes,
+                    "ports" => Target::Ports,
+                    "spawn_meta" => Target::SpawnMeta,
+                    other => return p.err(format!("feed: unknown target {other:?} (processes, ports, spawn_meta)")),
+                })
+            }
+            "flags" => feed.flags = list()?,
+            "tags" => feed.tags = list()?,
+            "sdt" => feed.sdt = list()?,
+            "lttng" => feed.lttng = list()?,
+            "fmt" if is_c_identifier(value) => feed.formatter = value.to_string(),
+            "fmt" => return p.err(format!("feed: fmt: {value:?} is not a C identifier")),
+            "auto" => {
+                feed.auto = match value {
+                    "yes" => true,
+                    "no" => false,
+                    other => return p.err(format!("feed: auto={other:?} (yes or no)")),
+                }
+            }
+            other => return p.err(format!("feed: unknown key {other:?}")),
+        }
+    }
+    feed.target = match target {
+        Some(t) => t,
+        None => return p.err("feed: no on=TARGET"),
+    };
+    if let Some(bad) = feed.flags.iter().find(|f| !TRACE_FLAGS.contains(&f.as_str())) {
+        return p.err(format!("feed: unknown trace flag {bad:?}"));
+    }
+    match (feed.target, feed.flags.is_empty()) {
+        (Target::SpawnMeta, false) => return p.err("feed: on=spawn_meta sets no trace flag"),
+        (Target::Processes | Target::Ports, true) => return p.err("feed: no flags=..."),
+        _ => {}
+    }
+    if feed.tags.is_empty() {
+        return p.err("feed: no tags=...");
+    }
+    if feed.sdt.is_empty() && feed.lttng.is_empty() {
+        return p.err("feed: feeds nothing (no sdt=... or lttng=...)");
+    }
+    if feed.formatter.is_empty() {
+        return p.err("feed: no fmt=FUNCTION");
+    }
+    Ok(feed)
+}
+
+/// `NAME NUMBER`.
+fn parse_efile_command(p: &Parser, words: &[String]) -> Result<EfileCommand, ParseError> {
+    match words {
+        [name, number] if is_c_identifier(name) => match number.parse::<u32>() {
+            Ok(number) => Ok(EfileCommand { name: name.clone(), number }),
+            Err(_) => p.err(format!("efile_command {name}: bad number {number:?}")),
+        },
+        _ => p.err(format!("expected '#pragma dtrace_nif efile_command NAME NUMBER', found {words:?}")),
+    }
 }
 
 fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
@@ -497,11 +746,19 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
     let mut doc = String::new();
     let mut numbered: Option<(String, u32, u32)> = None;
     let mut lttng: Option<String> = None;
+    let mut sdt = true;
     loop {
         match p.next() {
             Some(Tok::Punct('}')) => break,
             Some(Tok::Comment(text)) => doc = text,
             Some(Tok::Pragma(words)) => match words.as_slice() {
+                [w, kind] if w == "dtrace_nif" && kind == "lttng-only" => {
+                    if !probes.is_empty() {
+                        return p.err("#pragma dtrace_nif lttng-only comes before the provider's first probe");
+                    }
+                    sdt = false;
+                    lttng = Some(name.clone());
+                }
                 [w, kind, provider] if w == "dtrace_nif" && kind == "lttng" => {
                     lttng = match provider.as_str() {
                         "off" => None,
@@ -514,6 +771,9 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
             },
             Some(Tok::Word(w)) if w == "probe" => {
                 let mut probe = parse_probe(p, std::mem::take(&mut doc), numbered.take())?;
+                if !sdt && probe.labels.is_some() {
+                    return p.err("an LTTng-only provider has no numbered families");
+                }
                 probe.lttng = lttng.clone();
                 probes.push(probe);
             }
@@ -527,7 +787,7 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
         return p.err("#pragma dtrace_nif numbered is not followed by a probe");
     }
     p.punct(';')?;
-    Ok(Provider { name, probes })
+    Ok(Provider { name, probes, sdt })
 }
 
 fn parse_numbered(p: &Parser, words: &[String]) -> Result<(String, u32, u32), ParseError> {
@@ -600,7 +860,8 @@ fn parse_arg(p: &Parser, probe: &str, words: &[String]) -> Result<Arg, ParseErro
     match Type::from_c(&ty_words.join(" ")) {
         Some(ty) => Ok(Arg { name: name.clone(), ty }),
         None => p.err(format!(
-            "probe {probe}: argument {name}: unsupported type '{}' (char *, int64_t, int, uint64_t, uint32_t)",
+            "probe {probe}: argument {name}: unsupported type '{}' (char *, int64_t, int, uint64_t, uint32_t, \
+             unsigned long)",
             ty_words.join(" ")
         )),
     }
@@ -616,9 +877,9 @@ mod tests {
 
     #[test]
     fn the_library_catalogue_has_otps_user_and_file_probes() {
-        let p = parse(&probes_d()).unwrap();
+        let p = parse(&probes_d()).unwrap().provider;
         assert_eq!(p.name, "erlang");
-        assert_eq!(p.count(), 982);
+        assert_eq!(p.count(), 983);
         let i4s4 = p.probe("user_trace__i4s4").unwrap();
         assert_eq!(
             i4s4.prototype(),
@@ -636,7 +897,7 @@ mod tests {
 
     #[test]
     fn argument_k_is_in_the_same_register_in_every_probe() {
-        let p = parse(&probes_d()).unwrap();
+        let p = parse(&probes_d()).unwrap().provider;
         for arch in [Arch::X86_64, Arch::Aarch64] {
             for probe in &p.probes {
                 for (k, a) in probe.args.iter().enumerate() {
@@ -692,7 +953,7 @@ mod tests {
             ("provider p {\n#pragma dtrace_nif numbered n 0 2\n probe n(); probe n1(); };", "n1 declared twice"),
             ("provider p {\n#pragma dtrace_nif numbered n 5 2\n probe n(); };", "bad label range"),
             ("#include <x.h>\nprovider p { };", "unsupported directive"),
-            ("provider p { }; provider q { };", "one provider"),
+            ("provider p { }; provider q { };", "one SDT provider"),
             ("", "no provider"),
             ("provider p { probe a(int x); ", "expected 'probe'"),
             ("provider p { probe a(int x); }; /* open", "unterminated comment"),
@@ -705,19 +966,19 @@ mod tests {
 
     #[test]
     fn ds_own_pragmas_and_line_comments_are_ignored() {
-        let p = parse("#pragma D attributes Evolving/Evolving/Common provider p\n// x\nprovider p {\n// y\nprobe a(const char * s, unsigned int u);\n};").unwrap();
+        let p = parse("#pragma D attributes Evolving/Evolving/Common provider p\n// x\nprovider p {\n// y\nprobe a(const char * s, unsigned int u);\n};").unwrap().provider;
         assert_eq!(p.probes[0].args, vec![Arg { name: "s".into(), ty: Type::String }, Arg { name: "u".into(), ty: Type::U32 }]);
         assert_eq!(p.probes[0].doc, "");
     }
 
     #[test]
     fn lttng_pragmas_mark_the_probes_that_are_also_events() {
-        let p = parse("provider p {\n#pragma dtrace_nif lttng org_x\nprobe a(); probe b__c();\n#pragma dtrace_nif lttng off\nprobe d(); };").unwrap();
+        let p = parse("provider p {\n#pragma dtrace_nif lttng org_x\nprobe a(); probe b__c();\n#pragma dtrace_nif lttng off\nprobe d(); };").unwrap().provider;
         let marks: Vec<_> = p.probes.iter().map(|q| q.lttng.as_deref()).collect();
         assert_eq!(marks, [Some("org_x"), Some("org_x"), None]);
         assert_eq!(p.probes[1].lttng_event(), "b_c");
         assert!(parse("provider p {\n#pragma dtrace_nif lttng a-b\n};").is_err());
-        let lib = parse(&probes_d()).unwrap();
+        let lib = parse(&probes_d()).unwrap().provider;
         assert_eq!(lib.probe("user_trace__n").unwrap().lttng.as_deref(), Some("org_erlang_dtrace"));
         assert_eq!(lib.probe("efile_drv__entry").unwrap().lttng.as_deref(), Some("org_erlang_dtrace"));
         assert_eq!(lib.probe("message__send").unwrap().lttng, None);

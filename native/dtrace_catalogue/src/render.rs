@@ -1,9 +1,11 @@
 //! The catalogue as text: JSON (shipped as `priv/dtrace_probes.json`), the
-//! README's tables (Markdown), and Erlang terms for the test suites.
+//! tables of docs/reference.md (Markdown), Erlang terms for the test suites,
+//! and the efile command tables of src/dtrace_efile.hrl, priv/efile.bt and
+//! priv/efile_drv.d ([`generated`]).
 
 use std::fmt::Write as _;
 
-use crate::{Arch, MAX_ARGS, Provider};
+use crate::{Arch, Catalogue, MAX_ARGS, Provider, Target, Type};
 
 /// A JSON string literal.
 fn json_str(s: &str) -> String {
@@ -31,13 +33,19 @@ fn json_str(s: &str) -> String {
 ///  "registers": ["rdi", ...],
 ///  "probes": [{"name": "user_trace__i4s4", "doc": "...",
 ///              "args": [{"name": "proc", "type": "char *", "register": "rdi", "note": "8@%rdi"}, ...]},
-///             {"name": "user_trace__n", "labels": [0, 950], ...}]}
+///             {"name": "user_trace__n", "labels": [0, 950], ...}],
+///  "events": [{"provider": "org_erlang_dyntrace", "name": "process_spawn", "doc": "...",
+///              "fields": [{"name": "pid", "type": "char *"}, ...]}],
+///  "feeds": [{"on": "processes", "flags": ["send"], "tags": ["send", ...],
+///             "sdt": ["message__send", ...], "lttng": ["message_send"], "fmt": "send"}],
+///  "efile_commands": [{"name": "OPEN", "number": 1}, ...]}
 /// ```
 ///
 /// A numbered family is one entry with `labels` [first, last]: its probes
 /// are `name` followed by each label. A probe that is also an LTTng event
-/// has `"lttng": "provider:event"`.
-pub fn json(p: &Provider, arch: Arch) -> String {
+/// has `"lttng": "provider:event"`. `events` are the LTTng-only events.
+pub fn json(c: &Catalogue, arch: Arch) -> String {
+    let p = &c.provider;
     let mut out = String::new();
     let regs: Vec<String> = arch.registers().iter().map(|r| json_str(r)).collect();
     let _ = writeln!(out, "{{\"provider\": {}, \"arch\": {},", json_str(&p.name), json_str(arch.name()));
@@ -65,7 +73,54 @@ pub fn json(p: &Provider, arch: Arch) -> String {
         }
         let _ = writeln!(out, "]}}{}", if i + 1 == p.probes.len() { "" } else { "," });
     }
-    out.push_str(" ]}\n");
+    out.push_str(" ],\n \"events\": [\n");
+    let events: Vec<String> = c
+        .events
+        .iter()
+        .flat_map(|ep| ep.probes.iter().map(move |e| (ep, e)))
+        .map(|(ep, e)| {
+            let fields: Vec<String> = e
+                .args
+                .iter()
+                .map(|a| format!("{{\"name\": {}, \"type\": {}}}", json_str(&a.name), json_str(a.ty.c_name())))
+                .collect();
+            format!(
+                "  {{\"provider\": {}, \"name\": {}, \"doc\": {}, \"fields\": [{}]}}",
+                json_str(&ep.name),
+                json_str(&e.name),
+                json_str(&e.doc),
+                fields.join(", ")
+            )
+        })
+        .collect();
+    out.push_str(&events.join(",\n"));
+    out.push_str("\n ],\n \"feeds\": [\n");
+    let list = |v: &[String]| v.iter().map(|x| json_str(x)).collect::<Vec<_>>().join(", ");
+    let feeds: Vec<String> = c
+        .feeds
+        .iter()
+        .map(|f| {
+            format!(
+                "  {{\"on\": {}, \"flags\": [{}], \"tags\": [{}], \"sdt\": [{}], \"lttng\": [{}], \"fmt\": {}, \"auto\": {}}}",
+                json_str(f.target.name()),
+                list(&f.flags),
+                list(&f.tags),
+                list(&f.sdt),
+                list(&f.lttng),
+                json_str(&f.formatter),
+                f.auto
+            )
+        })
+        .collect();
+    out.push_str(&feeds.join(",\n"));
+    out.push_str("\n ],\n \"efile_commands\": [");
+    let commands: Vec<String> = c
+        .efile_commands
+        .iter()
+        .map(|e| format!("{{\"name\": {}, \"number\": {}}}", json_str(&e.name), e.number))
+        .collect();
+    out.push_str(&commands.join(", "));
+    out.push_str("]}\n");
     out
 }
 
@@ -85,19 +140,17 @@ pub fn markdown(p: &Provider) -> String {
     out
 }
 
-/// The README's table of the LTTng events of the catalogue's probes
-/// (Markdown): event, fields with their CTF types, probe.
-pub fn lttng_markdown(p: &Provider) -> String {
-    let mut out = String::from("| LTTng event | fields | same as probe |\n|---|---|---|\n");
-    for probe in p.probes.iter().filter(|q| q.lttng.is_some()) {
-        let fields: Vec<String> = probe
-            .lttng_fields()
-            .iter()
-            .map(|(name, ty)| match ty {
-                crate::Type::String => format!("`{name}` string"),
-                ty => format!("`{name}` {}", ty.c_name()),
-            })
-            .collect();
+/// The table of the LTTng events (Markdown): event, fields with their
+/// CTF types, and the probe it mirrors or what feeds it: the user and file
+/// probes' `org_erlang_dtrace` events, then OTP's `org_erlang_dyntrace`.
+pub fn lttng_markdown(c: &Catalogue) -> String {
+    let mut out = String::from("| LTTng event | fields | same as probe, or fed by |\n|---|---|---|\n");
+    let field = |(name, ty): &(String, Type)| match ty {
+        Type::String => format!("`{name}` string"),
+        ty => format!("`{name}` {}", ty.c_name()),
+    };
+    for probe in c.provider.probes.iter().filter(|q| q.lttng.is_some()) {
+        let fields: Vec<String> = probe.lttng_fields().iter().map(field).collect();
         let probe_name = match probe.labels {
             None => format!("`{}`", probe.name),
             Some((first, last)) => format!("`{0}{first}` .. `{0}{last}` (`label`)", probe.name),
@@ -109,6 +162,62 @@ pub fn lttng_markdown(p: &Provider) -> String {
             probe.lttng_event(),
             fields.join(", ")
         );
+    }
+    for provider in &c.events {
+        for event in &provider.probes {
+            let fields: Vec<String> = event.lttng_fields().iter().map(field).collect();
+            let fed: Vec<String> = c.feeds_of(&event.name).iter().map(|f| feed_source(f)).collect();
+            let _ = writeln!(out, "| `{}:{}` | {} | {} |", provider.name, event.name, fields.join(", "), fed.join("; "));
+        }
+    }
+    out
+}
+
+/// How a feed is written in the tables: `procs: spawn` or
+/// `spawn BIFs' meta tracing: call, return_from` (ports: `ports (ports): open`).
+fn feed_source(f: &crate::Feed) -> String {
+    let tags = f.tags.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ");
+    match f.target {
+        Target::Processes => format!("{}: {tags}", f.flags.join(" + ")),
+        Target::Ports => format!("{} on ports: {tags}", f.flags.join(" + ")),
+        Target::SpawnMeta => format!("meta tracing of the spawn BIFs: {tags}"),
+    }
+}
+
+/// The VM feed table (Markdown): one row per feed: what it is about, its
+/// trace flags, erl_tracer's trace tags, the SDT probes and OTP's LTTng
+/// events it fires, and its formatting function.
+pub fn vm_markdown(c: &Catalogue) -> String {
+    let mut out = String::from(
+        "| on | trace flags | erl_tracer trace tags | SDT probes | LTTng events (`org_erlang_dyntrace`) | function (`src/vm/`) |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    let auto_note = " (not set by automatic mode for these)";
+    let code = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.iter().map(|x| format!("`{x}`")).collect::<Vec<_>>().join(", ") };
+    for f in &c.feeds {
+        let flags = match f.target {
+            Target::SpawnMeta => "none (meta patterns on `erlang:spawn/3`, `spawn_link/3`, `spawn_opt/4`)".to_string(),
+            _ if !f.auto => format!("{}{auto_note}", code(&f.flags)),
+            _ => code(&f.flags),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {flags} | {} | {} | {} | `{}` |",
+            f.target.name(),
+            code(&f.tags),
+            code(&f.sdt),
+            code(&f.lttng),
+            f.formatter
+        );
+    }
+    out
+}
+
+/// The efile command table (Markdown): name and number.
+pub fn efile_markdown(c: &Catalogue) -> String {
+    let mut out = String::from("| command | number |\n|---|---|\n");
+    for e in &c.efile_commands {
+        let _ = writeln!(out, "| `{}` | {} |", e.name, e.number);
     }
     out
 }
@@ -144,8 +253,12 @@ fn erl_str(s: &str) -> String {
 
 /// The catalogue as Erlang terms for `file:consult/1`, every probe
 /// expanded: `{probe, Name, [{ArgName, Type, Register, Note}]}.`, one per
-/// line, after `{provider, Name}.` and `{registers, [...]}.`.
-pub fn erlang(p: &Provider, arch: Arch) -> String {
+/// line, after `{provider, Name}.` and `{registers, [...]}.`; then
+/// `{event, "provider:event", [{Field, Type}]}.` per LTTng-only event,
+/// `{feed, On, Flags, Tags, Sdt, Lttng, Fmt, Auto}.` per feed (atoms and lists of
+/// atoms, probes as strings) and `{efile_command, Name, Number}.`.
+pub fn erlang(c: &Catalogue, arch: Arch) -> String {
+    let p = &c.provider;
     let mut out = format!("{{provider, {}}}.\n", erl_str(&p.name));
     let regs: Vec<String> = arch.registers().iter().map(|r| erl_str(r)).collect();
     let _ = writeln!(out, "{{registers, [{}]}}.", regs.join(", "));
@@ -168,6 +281,31 @@ pub fn erlang(p: &Provider, arch: Arch) -> String {
             let _ = writeln!(out, "{{probe, {}, [{}]}}.", erl_str(&name), args.join(", "));
         }
     }
+    for provider in &c.events {
+        for e in &provider.probes {
+            let fields: Vec<String> =
+                e.args.iter().map(|a| format!("{{{}, {}}}", erl_str(&a.name), erl_str(a.ty.c_name()))).collect();
+            let _ = writeln!(out, "{{event, {}, [{}]}}.", erl_str(&format!("{}:{}", provider.name, e.name)), fields.join(", "));
+        }
+    }
+    let atoms = |v: &[String]| v.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(", ");
+    let strs = |v: &[String]| v.iter().map(|x| erl_str(x)).collect::<Vec<_>>().join(", ");
+    for f in &c.feeds {
+        let _ = writeln!(
+            out,
+            "{{feed, {}, [{}], [{}], [{}], [{}], {}, {}}}.",
+            f.target.name(),
+            atoms(&f.flags),
+            atoms(&f.tags),
+            strs(&f.sdt),
+            strs(&f.lttng),
+            f.formatter,
+            f.auto
+        );
+    }
+    for e in &c.efile_commands {
+        let _ = writeln!(out, "{{efile_command, '{}', {}}}.", e.name, e.number);
+    }
     out
 }
 
@@ -185,15 +323,72 @@ pub fn notes(p: &Provider, arch: Arch) -> String {
     out
 }
 
-/// Replaces the text between `<!-- begin -->` and `<!-- end -->` markers
-/// (`<!-- {key}:begin -->`) in `doc` with `body`. `None` if the markers are
-/// missing.
-pub fn splice(doc: &str, key: &str, body: &str) -> Option<String> {
-    let begin = format!("<!-- {key}:begin -->\n");
-    let end = format!("<!-- {key}:end -->");
+/// Replaces the text between the line `{open} {key}:begin{close}` and the
+/// line `{open} {key}:end{close}` in `doc` with `body` (which ends with a
+/// newline). `None` if the markers are missing.
+pub fn splice_with(doc: &str, (open, close): (&str, &str), key: &str, body: &str) -> Option<String> {
+    let begin = format!("{open} {key}:begin{close}\n");
+    let end = format!("{open} {key}:end{close}");
     let b = doc.find(&begin)? + begin.len();
     let e = b + doc[b..].find(&end)?;
     Some(format!("{}{}{}", &doc[..b], body, &doc[e..]))
+}
+
+/// [`splice_with`] for Markdown (`<!-- key:begin -->`).
+pub fn splice(doc: &str, key: &str, body: &str) -> Option<String> {
+    splice_with(doc, ("<!--", " -->"), key, body)
+}
+
+/// The Erlang header with the efile command numbers, for dtrace_file:
+/// `-define(OPEN, 1).`, one per command.
+pub fn efile_hrl(c: &Catalogue) -> String {
+    let mut out = String::from(
+        "%% @generated from native/dtrace_nif/probes.d by `make generated`: do not edit.\n\
+         %% OTP's efile command numbers (efile_drv.c, OTP 20), the `command'\n\
+         %% argument of the efile_drv__* probes.\n",
+    );
+    for e in &c.efile_commands {
+        let _ = writeln!(out, "-define({}, {}).", e.name, e.number);
+    }
+    out
+}
+
+/// The command names as a bpftrace map or D array filled in `BEGIN`
+/// (`@command[1] = "OPEN";`), four to a line, indented four spaces.
+fn efile_assignments(c: &Catalogue, var: &str) -> String {
+    let parts: Vec<String> = c.efile_commands.iter().map(|e| format!("{var}[{}] = \"{}\";", e.number, e.name)).collect();
+    parts.chunks(4).map(|chunk| format!("    {}\n", chunk.join(" "))).collect()
+}
+
+/// Every file `make generated` writes from the catalogue, relative to the
+/// repository root, with its content: whole files, or the files with
+/// their generated regions replaced. `read` gives a file's current
+/// content; `None` when a region's markers are missing (the error names
+/// the file).
+pub fn generated(c: &Catalogue, read: impl Fn(&str) -> Option<String>) -> Result<Vec<(String, String)>, String> {
+    let region = |path: &str, markers: (&str, &str), parts: &[(&str, String)]| -> Result<(String, String), String> {
+        let mut doc = read(path).ok_or(format!("{path}: cannot be read"))?;
+        for (key, body) in parts {
+            doc = splice_with(&doc, markers, key, body).ok_or(format!("{path}: no {key}:begin/end markers"))?;
+        }
+        Ok((path.to_string(), doc))
+    };
+    Ok(vec![
+        region(
+            "docs/reference.md",
+            ("<!--", " -->"),
+            &[
+                ("probes", markdown(&c.provider)),
+                ("registers", registers_markdown()),
+                ("lttng", lttng_markdown(c)),
+                ("vm-feeds", vm_markdown(c)),
+                ("efile-commands", efile_markdown(c)),
+            ],
+        )?,
+        ("src/dtrace_efile.hrl".to_string(), efile_hrl(c)),
+        region("priv/efile.bt", ("/*", " */"), &[("efile-commands", efile_assignments(c, "@command"))])?,
+        region("priv/efile_drv.d", ("/*", " */"), &[("efile-commands", efile_assignments(c, "cmd"))])?,
+    ])
 }
 
 #[cfg(test)]
@@ -201,43 +396,65 @@ mod tests {
     use super::*;
     use crate::parse;
 
-    fn catalogue() -> Provider {
+    fn catalogue() -> Catalogue {
         parse(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dtrace_nif/probes.d")).unwrap())
             .unwrap()
     }
 
-    fn readme() -> String {
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap()
+    fn root() -> std::path::PathBuf {
+        std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
     }
 
-    /// The README's tables are the catalogue's; `make readme-probes`
-    /// rewrites them after a change to probes.d.
+    /// docs/reference.md's tables, src/dtrace_efile.hrl and the efile
+    /// command tables of the shipped scripts are the catalogue's; `make
+    /// generated` rewrites them after a change to probes.d.
     #[test]
-    fn readme_tables_match_the_catalogue() {
-        let doc = readme();
-        let p = catalogue();
-        let want = splice(&doc, "probes", &markdown(&p)).expect("README has <!-- probes:begin/end --> markers");
-        let want = splice(&want, "registers", &registers_markdown()).expect("README has registers markers");
-        let want = splice(&want, "lttng", &lttng_markdown(&p)).expect("README has lttng markers");
-        assert!(doc == want, "README.md's probe or register table is out of date: run `make readme-probes`");
+    fn generated_files_match_the_catalogue() {
+        let c = catalogue();
+        let files = generated(&c, |path| std::fs::read_to_string(root().join(path)).ok()).unwrap();
+        for (path, want) in files {
+            let have = std::fs::read_to_string(root().join(&path)).unwrap_or_default();
+            assert!(have == want, "{path} is out of date: run `make generated`");
+        }
     }
 
     #[test]
     fn json_is_well_formed_enough_and_escapes() {
-        let p = catalogue();
-        let j = json(&p, Arch::X86_64);
+        let c = catalogue();
+        let j = json(&c, Arch::X86_64);
         assert!(j.contains("\"name\": \"user_trace__n\", \"doc\": "));
         assert!(j.contains("\"labels\": [0, 950], \"lttng\": \"org_erlang_dtrace:user_trace_n\""));
         assert!(j.contains("{\"name\": \"s1\", \"type\": \"char *\", \"register\": \"r10\", \"note\": \"8@%r10\"}"));
+        assert!(j.contains("{\"provider\": \"org_erlang_dyntrace\", \"name\": \"gc_major_end\""));
+        assert!(j.contains("{\"on\": \"ports\", \"flags\": [\"running_ports\"], \"tags\": [\"in\", \"out\"], \"sdt\": [], \"lttng\": [\"port_scheduled\"], \"fmt\": \"port_scheduled\", \"auto\": true}"));
+        assert!(j.contains("{\"name\": \"FADVISE\", \"number\": 31}]}"));
         assert_eq!(j.matches('{').count(), j.matches('}').count());
+        assert_eq!(j.matches('[').count(), j.matches(']').count());
         assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
     }
 
     #[test]
     fn erlang_terms_expand_numbered_probes() {
         let e = erlang(&catalogue(), Arch::X86_64);
-        assert_eq!(e.lines().filter(|l| l.starts_with("{probe, ")).count(), 982);
+        assert_eq!(e.lines().filter(|l| l.starts_with("{probe, ")).count(), 983);
         assert!(e.contains("{probe, \"user_trace__n950\", [{\"proc\", \"char *\", \"rdi\", \"8@%rdi\"}"));
         assert!(e.contains("{\"thread_id\", \"int\", \"rdi\", \"-4@%edi\"}"));
+        assert!(e.contains("{event, \"org_erlang_dyntrace:gc_minor_start\", [{\"pid\", \"char *\"}, {\"need\", \"uint64_t\"}"));
+        assert!(e.contains("{feed, processes, ['send'], ['send', 'send_to_non_existing_process'], [\"message__send\", \"message__send__remote\"], [\"message_send\"], send, true}."));
+        assert!(e.contains("{feed, spawn_meta, [], ['call', 'return_from'], [\"process__spawn\"], [\"process_spawn\"], spawn_meta, true}."));
+        assert!(e.contains("{efile_command, 'OPEN', 1}."));
+    }
+
+    #[test]
+    fn efile_tables() {
+        let c = catalogue();
+        let hrl = efile_hrl(&c);
+        assert!(hrl.contains("-define(OPEN, 1).\n-define(READ, 2).\n"));
+        assert!(hrl.contains("-define(FADVISE, 31).\n"));
+        assert_eq!(
+            efile_assignments(&c, "@c").lines().next(),
+            Some("    @c[1] = \"OPEN\"; @c[2] = \"READ\"; @c[3] = \"LSEEK\"; @c[4] = \"WRITE\";")
+        );
+        assert!(vm_markdown(&c).contains("| processes | `procs` | `unlink`, `getting_unlinked` | `dtrace_process__unlink` | - | `unlink` |"));
     }
 }

@@ -7,7 +7,8 @@
 //!   iolist, a term that is not an iolist) is passed as NULL, never truncated;
 //! - an integer argument is any integer that fits a signed 64-bit word;
 //!   anything else (a bignum, an atom, a string) is passed as 0;
-//! - the pid is the calling process, formatted like `pid_to_list/1`.
+//! - the pid is the calling process, formatted like `pid_to_list/1`
+//!   (`text::IdText`, the one pid and port formatter).
 //!
 //! One deliberate difference, for bounded work: OTP flattens the whole
 //! iolist (`enif_inspect_iolist_as_binary`) before it checks the size, so a
@@ -17,7 +18,6 @@
 //! fixed stack of pending tails instead of recursion. Such an argument is
 //! passed as NULL, as an over-long one is. No heap memory is used.
 
-use std::cell::Cell;
 use std::sync::OnceLock;
 
 use arrayvec::ArrayVec;
@@ -265,97 +265,6 @@ pub fn int64_or_zero(term: Term<'_>) -> i64 {
         return 0;
     }
     term.decode::<i64>().unwrap_or(0)
-}
-
-/// Longest `pid_to_list/1` text of a local pid (`<0.N.S>`, 32-bit N and S)
-/// plus its NUL, rounded up.
-const PID_BYTES: usize = 40;
-
-/// A stack buffer for the calling process's pid text.
-#[derive(Clone, Copy)]
-pub struct PidBuf {
-    bytes: [u8; PID_BYTES],
-}
-
-impl Default for PidBuf {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-thread_local! {
-    /// The last pid formatted on this scheduler thread, and its text.
-    /// Formatting (`enif_snprintf("%T")`) is the costliest step of an
-    /// enabled probe, and a process usually fires many in a row. The key is
-    /// the pid term, an immediate whose value names one process, so a hit
-    /// is always the right text.
-    static LAST_PID: Cell<Option<(ErlNifTerm, PidBuf)>> = const { Cell::new(None) };
-}
-
-impl PidBuf {
-    /// An empty buffer.
-    #[inline(always)]
-    pub fn new() -> Self {
-        Self { bytes: [0; PID_BYTES] }
-    }
-
-    /// Formats the calling process of `env` like `pid_to_list/1`
-    /// (`<0.84.0>`) and returns the NUL-terminated text, borrowed from the
-    /// buffer. Returns NULL if the VM cannot format it.
-    pub fn self_pid(&mut self, env: Env<'_>) -> Str<'_> {
-        let pid = env.pid();
-        // SAFETY: `enif_make_pid` only reads the pid `enif_self` just gave us.
-        let term = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_c_arg()) };
-        if let Some((key, text)) = LAST_PID.get()
-            && key == term
-        {
-            *self = text;
-            return self.text();
-        }
-        if self.format(term) {
-            LAST_PID.set(Some((term, *self)));
-            self.text()
-        } else {
-            Str::NULL
-        }
-    }
-
-    /// Formats `term` like `pid_to_list/1` if it is a pid (local or
-    /// remote), else the calling process as [`PidBuf::self_pid`] does.
-    /// Not cached: a remote pid is a boxed term, whose value does not name
-    /// one process for ever.
-    pub fn pid_or_self(&mut self, env: Env<'_>, term: Term<'_>) -> Str<'_> {
-        if !term.is_pid() {
-            self.self_pid(env)
-        } else if self.format(term.as_c_arg()) {
-            self.text()
-        } else {
-            Str::NULL
-        }
-    }
-
-    /// The text [`PidBuf::format`] wrote, up to and with its NUL.
-    fn text(&self) -> Str<'_> {
-        let len = self.bytes.iter().position(|&b| b == 0).map_or(0, |n| n + 1);
-        Str::from_bytes_with_nul(&self.bytes[..len]).unwrap_or(Str::NULL)
-    }
-
-    /// Writes `%T` of `pid` (a pid term: its text is short) into the
-    /// buffer, NUL-terminated; `false` if it did not fit or failed.
-    fn format(&mut self, pid: ErlNifTerm) -> bool {
-        // SAFETY: `enif_snprintf` writes at most `PID_BYTES` bytes, NUL
-        // included, into our buffer of that size, and `%T` consumes exactly
-        // one term argument, which we pass.
-        let written = unsafe {
-            rustler::sys::get_enif_snprintf()(
-                self.bytes.as_mut_ptr().cast(),
-                PID_BYTES,
-                c"%T".as_ptr(),
-                pid,
-            )
-        };
-        written > 0 && (written as usize) < PID_BYTES
-    }
 }
 
 #[cfg(test)]

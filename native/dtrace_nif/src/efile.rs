@@ -1,23 +1,25 @@
 //! The NIFs behind `dtrace_file`: OTP's file-driver probes
 //! (`efile_drv__entry`, `__int_entry`, `__int_return`, `__return`).
 //!
-//! `dtrace_file` asks `efile_enabled/0` first (one NIF call, four semaphore
-//! reads) and calls `file` directly when it answers `false`. Otherwise it
+//! `dtrace_file` asks `efile_enabled/0` first (one NIF call, a load per
+//! probe and sink) and calls `file` directly when it answers `false`. Otherwise it
 //! brackets the `file` call with `efile_entry/10` and `efile_return/6`,
 //! which take the operation's id ([`EfileOp`]) and fire those of the four
 //! probes a tracer listens on. These are internal functions of module
-//! `dtrace`; their argument order is `dtrace_file`'s business.
+//! `dtrace_nif`; their argument order is `dtrace_file`'s business.
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// Names one file operation in the four `efile_drv__*` probes, as OTP's
-/// driver did: the scheduler that started it and a per-scheduler counter.
+/// driver did: the scheduler that started it and a per-scheduler counter
+/// (the probes' `tag` argument, OTP's name for it; called `op_id` here, so
+/// that "tag" means the user tag only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EfileOp {
     /// The scheduler number (1..) the operation started on.
     pub thread_id: i32,
     /// The scheduler's operation counter, 1.. (wraps to 0 after `i32::MAX`).
-    pub tag: i32,
+    pub op_id: i32,
     /// OTP's efile command number (`OPEN` = 1, `READ` = 2, ...).
     pub command: i32,
 }
@@ -32,12 +34,12 @@ impl EfileOp {
     /// A new operation started on scheduler `thread_id` (an id outside
     /// 1..=1024 counts on a shared counter), with `command`. Counters are
     /// shared by all processes on a scheduler; any process may call this,
-    /// and ids stay unique while fewer than 2^31 operations of one
+    /// and op ids stay unique while fewer than 2^31 operations of one
     /// scheduler are in flight.
     pub fn next(thread_id: i32, command: i32) -> Self {
         let slot = usize::try_from(thread_id).ok().filter(|&t| t <= MAX_SCHEDULERS).unwrap_or(0);
         let n = OP_COUNTERS[slot].fetch_add(1, Relaxed).wrapping_add(1);
-        Self { thread_id, tag: (n & 0x7fff_ffff) as i32, command }
+        Self { thread_id, op_id: (n & 0x7fff_ffff) as i32, command }
     }
 }
 
@@ -53,14 +55,24 @@ mod nifs {
     use rustler::{Atom, Encoder, Env, Term};
 
     use super::EfileOp;
-    use crate::args::{PidBuf, StrBuf, int64_or_zero};
-    use crate::nif::{LoadStep, NifCall, raw_nif};
+    use crate::args::{StrBuf, int64_or_zero};
+    use crate::nif::{LoadStep, NifArgs, NifCall, NoArgs, nif_args, raw_nif};
     use crate::probes::{efile_drv__entry, efile_drv__int_entry, efile_drv__int_return, efile_drv__return};
+    use crate::text::IdText;
 
-    raw_nif!("efile_enabled" / 0 => efile_enabled);
-    raw_nif!("efile_entry" / 10 => efile_entry);
-    raw_nif!("efile_return" / 6 => efile_return);
+    raw_nif!("efile_enabled", NoArgs => efile_enabled);
+    raw_nif!("efile_entry", EntryArgs => efile_entry);
+    raw_nif!("efile_return", ReturnArgs => efile_return);
     inventory::submit!(LoadStep(load));
+
+    nif_args!(
+        /// `efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, UserTag, Device)`.
+        EntryArgs { thread_id, command, s1, s2, i1, i2, i3, i4, user_tag, device }
+    );
+    nif_args!(
+        /// `efile_return(ThreadId, OpId, Command, UserTag, Success, Reason)`.
+        ReturnArgs { thread_id, op_id, command, user_tag, success, reason }
+    );
 
     /// The platform's errno names as atoms, with their numbers. Atoms are
     /// immediates, so a reason is looked up by comparing raw terms.
@@ -87,71 +99,73 @@ mod nifs {
         ERRNOS.get().and_then(|t| t.iter().find(|(atom, _)| *atom == raw)).map_or(0, |&(_, n)| n)
     }
 
-    /// Is a tracer listening on any of the four file probes? (A file operation
-    /// then takes an id and fires those that are.)
+    /// Is a tracer listening on any of the four file probes, in any sink?
+    /// (A file operation then takes an id and fires those that are.)
     #[inline(always)]
     fn any_enabled() -> bool {
-        efile_drv__entry::any_enabled()
-            | efile_drv__int_entry::any_enabled()
-            | efile_drv__int_return::any_enabled()
-            | efile_drv__return::any_enabled()
+        efile_drv__entry::enabled()
+            | efile_drv__int_entry::enabled()
+            | efile_drv__int_return::enabled()
+            | efile_drv__return::enabled()
     }
 
     /// `efile_enabled() -> boolean()`: is a tracer listening on any of the four
-    /// file probes? Four semaphore reads and nothing else.
+    /// file probes? A load per probe and sink, nothing else.
     fn efile_enabled(_call: NifCall) -> ErlNifTerm {
         if any_enabled() { true_() } else { false_() }.as_c_arg()
     }
 
     /// `efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, UserTag, Device)
-    /// -> Tag`: starts an operation on scheduler `ThreadId` and returns its
-    /// per-scheduler counter `Tag` (0..2^31-1), then fires `efile_drv__entry`
-    /// and `efile_drv__int_entry`, each if enabled. Strings follow the user
-    /// probes' rules (iolists up to 1024 bytes, else NULL), integers too
-    /// (64-bit, else 0). `port` is `Device` formatted if it is a pid (a file's
-    /// I/O server), else the calling process.
+    /// -> OpId`: starts an operation on scheduler `ThreadId` and returns its
+    /// per-scheduler counter `OpId` (0..2^31-1, the probes' `tag`), then fires
+    /// `efile_drv__entry` and `efile_drv__int_entry`, each if enabled. Strings
+    /// follow the user probes' rules (iolists up to 1024 bytes, else NULL),
+    /// integers too (64-bit, else 0). `port` is `Device` formatted if it is a
+    /// pid (a file's I/O server), else the calling process.
     fn efile_entry(call: NifCall) -> ErlNifTerm {
         call.run(|env, args| {
-            let op = EfileOp::next(int32_or_zero(args[0]), int32_or_zero(args[1]));
-            if efile_drv__entry::any_enabled() {
-                let (mut s1, mut s2, mut user_tag, mut port) = (StrBuf::new(), StrBuf::new(), StrBuf::new(), PidBuf::new());
-                let [i1, i2, i3, i4] = [4, 5, 6, 7].map(|i| int64_or_zero(args[i]));
-                efile_drv__entry::emit(
+            let Some(a) = EntryArgs::from_slice(args) else { return 0.encode(env) };
+            let op = EfileOp::next(int32_or_zero(a.thread_id), int32_or_zero(a.command));
+            if efile_drv__entry::enabled() {
+                let (mut s1, mut s2, mut user_tag, mut port) = (StrBuf::new(), StrBuf::new(), StrBuf::new(), IdText::new());
+                let port = if a.device.is_pid() { port.id(env, a.device) } else { port.self_pid(env) };
+                efile_drv__entry::fire(
                     op.thread_id,
-                    op.tag,
-                    user_tag.iolist_or_null(args[8]),
+                    op.op_id,
+                    user_tag.iolist_or_null(a.user_tag),
                     op.command,
-                    s1.iolist_or_null(args[2]),
-                    s2.iolist_or_null(args[3]),
-                    i1,
-                    i2,
-                    i3,
-                    i4,
-                    port.pid_or_self(env, args[9]),
+                    s1.iolist_or_null(a.s1),
+                    s2.iolist_or_null(a.s2),
+                    int64_or_zero(a.i1),
+                    int64_or_zero(a.i2),
+                    int64_or_zero(a.i3),
+                    int64_or_zero(a.i4),
+                    port,
                 );
             }
-            if efile_drv__int_entry::any_enabled() {
-                efile_drv__int_entry::emit(op.thread_id, op.tag, op.command);
+            if efile_drv__int_entry::enabled() {
+                efile_drv__int_entry::fire(op.thread_id, op.op_id, op.command);
             }
-            op.tag.encode(env)
+            op.op_id.encode(env)
         })
     }
 
-    /// `efile_return(ThreadId, Tag, Command, UserTag, Success, Reason) -> ok`:
-    /// ends the operation `{ThreadId, Tag}`: fires `efile_drv__int_return`
+    /// `efile_return(ThreadId, OpId, Command, UserTag, Success, Reason) -> ok`:
+    /// ends the operation `{ThreadId, OpId}`: fires `efile_drv__int_return`
     /// and `efile_drv__return`, each if enabled. `Success` is `true` or
     /// `false`; `errno` is the number of the POSIX atom `Reason`, else 0.
     fn efile_return(call: NifCall) -> ErlNifTerm {
         call.run(|env, args| {
-            let op = EfileOp { thread_id: int32_or_zero(args[0]), tag: int32_or_zero(args[1]), command: int32_or_zero(args[2]) };
-            if efile_drv__int_return::any_enabled() {
-                efile_drv__int_return::emit(op.thread_id, op.tag, op.command);
+            let Some(a) = ReturnArgs::from_slice(args) else { return ok().to_term(env) };
+            let op = EfileOp { thread_id: int32_or_zero(a.thread_id), op_id: int32_or_zero(a.op_id), command: int32_or_zero(a.command) };
+            if efile_drv__int_return::enabled() {
+                efile_drv__int_return::fire(op.thread_id, op.op_id, op.command);
             }
-            if efile_drv__return::any_enabled() {
-                let success = args[4].decode::<bool>().unwrap_or(false);
-                let errno = if success { 0 } else { errno_of(args[5]) };
+            if efile_drv__return::enabled() {
+                let success = a.success.decode::<bool>().unwrap_or(false);
+                let errno = if success { 0 } else { errno_of(a.reason) };
                 let mut user_tag = StrBuf::new();
-                efile_drv__return::emit(op.thread_id, op.tag, user_tag.iolist_or_null(args[3]), op.command, success.into(), errno);
+                efile_drv__return::fire(op.thread_id, op.op_id, user_tag.iolist_or_null(a.user_tag), op.command, success.into(), errno);
             }
             ok().to_term(env)
         })
@@ -174,21 +188,21 @@ mod tests {
         let b = EfileOp::next(7, 1);
         let c = EfileOp::next(8, 1);
         assert_eq!((a.thread_id, a.command), (7, 12));
-        assert_eq!(b.tag, a.tag + 1);
-        assert_eq!(c.tag, 1);
-        assert!(a.tag >= 1);
+        assert_eq!(b.op_id, a.op_id + 1);
+        assert_eq!(c.op_id, 1);
+        assert!(a.op_id >= 1);
     }
 
     #[test]
-    fn out_of_range_schedulers_share_a_counter_and_tags_stay_positive() {
+    fn out_of_range_schedulers_share_a_counter_and_op_ids_stay_positive() {
         for t in [-1, 0, 1025, i32::MAX] {
             let op = EfileOp::next(t, 2);
             assert_eq!(op.thread_id, t);
-            assert!(op.tag >= 0);
+            assert!(op.op_id >= 0);
         }
         OP_COUNTERS[9].store(u32::MAX - 1, Relaxed);
-        assert_eq!(EfileOp::next(9, 2).tag, 0x7fff_ffff);
-        assert_eq!(EfileOp::next(9, 2).tag, 0);
-        assert_eq!(EfileOp::next(9, 2).tag, 1);
+        assert_eq!(EfileOp::next(9, 2).op_id, 0x7fff_ffff);
+        assert_eq!(EfileOp::next(9, 2).op_id, 0);
+        assert_eq!(EfileOp::next(9, 2).op_id, 1);
     }
 }

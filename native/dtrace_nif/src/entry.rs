@@ -1,13 +1,14 @@
 //! The NIF library entry the VM looks up, `nif_init`.
 //!
-//! It is what `rustler::init!("dtrace", load = ...)` builds (the functions
-//! in rustler's registry, rustler's symbol set-up and resource
-//! registration, our `load`) plus an `upgrade` callback, which
+//! It is what `rustler::init!("dtrace_nif", load = ...)` builds (the
+//! functions in rustler's registry but the erl_tracer callbacks, rustler's
+//! symbol set-up and resource registration, our `load`) plus an `upgrade`
+//! callback, which
 //! `rustler::init!` 0.39 cannot register. It uses rustler's
 //! `#[doc(hidden)]` `codegen_runtime`, as `init!`'s own expansion does; see
 //! nif.rs for why rustler is pinned and how an upgrade is checked. Without one, the VM refuses the
-//! library to a new version of the `dtrace` module while the old version is
-//! still loaded (`l(dtrace)`, a relup, `code:load_file/1`): the new code's
+//! library to a new version of the `dtrace_nif` module while the old version is
+//! still loaded (`l(dtrace_nif)`, a relup, `code:load_file/1`): the new code's
 //! probes would return `false` for good. With it, the new code binds to the
 //! same loaded library: same semaphores, so attached tracers keep working.
 
@@ -44,8 +45,9 @@ pub extern "C" fn nif_init() -> *const ErlNifEntry {
     catch_unwind(|| {
         &ENTRY
             .get_or_init(|| {
-                let funcs: &'static [ErlNifFunc] = Box::leak(inventory::iter::<Nif>().map(Nif::get_def).collect());
-                let mut entry = ErlNifEntry::new(c"dtrace", funcs, load);
+                let funcs: &'static [ErlNifFunc] =
+                    Box::leak(inventory::iter::<Nif>().map(Nif::get_def).filter(|f| !is_tracer_callback(f)).collect());
+                let mut entry = ErlNifEntry::new(c"dtrace_nif", funcs, load);
                 entry.upgrade = Some(upgrade);
                 Entry(entry)
             })
@@ -69,7 +71,7 @@ unsafe extern "C" fn load(env: *mut ErlNifEnv, _priv: *mut *mut c_void, info: Er
     if matches!(loaded, Ok(true)) { 0 } else { 1 }
 }
 
-/// A new version of module `dtrace` loads the library the old version
+/// A new version of module `dtrace_nif` loads the library the old version
 /// holds. Atoms, immediates and semaphores are in statics that stay as they
 /// are; the families' load steps run again (each is idempotent) so that
 /// the run-time providers' resource type passes to the new version
@@ -91,21 +93,18 @@ unsafe extern "C" fn upgrade(
 }
 
 /// The erl_tracer callbacks (`enabled/3`, `trace/5`) as NIF functions, for
-/// `dyntrace_nif.so`, the library of the `dyntrace` compatibility module:
-/// its entry lists these, so `{tracer, dyntrace, []}` fires the same
-/// probes. Writes the number of entries to `len` and returns a table that
-/// lives as long as this library.
+/// the library of the tracer modules `dtrace` and `dyntrace`
+/// (`native/tracer_nif`): its entry lists these, so `{tracer, dtrace, []}`
+/// and `{tracer, dyntrace, []}` fire the probes of this library. Writes the
+/// number of entries to `len` and returns a table that lives as long as
+/// this library.
 #[unsafe(no_mangle)]
 pub extern "C" fn dtrace_erl_tracer_nifs(len: *mut usize) -> *const ErlNifFunc {
     static TABLE: OnceLock<Tracer> = OnceLock::new();
     let table = catch_unwind(|| {
         &TABLE
             .get_or_init(|| {
-                let funcs: Vec<ErlNifFunc> = inventory::iter::<Nif>()
-                    .map(Nif::get_def)
-                    // SAFETY: registered names are NUL-terminated literals.
-                    .filter(|f| matches!((unsafe { std::ffi::CStr::from_ptr(f.name) }.to_bytes(), f.arity), (b"enabled", 3) | (b"trace", 5)))
-                    .collect();
+                let funcs: Vec<ErlNifFunc> = inventory::iter::<Nif>().map(Nif::get_def).filter(is_tracer_callback).collect();
                 Tracer(Box::leak(funcs.into_boxed_slice()))
             })
             .0
@@ -116,6 +115,15 @@ pub extern "C" fn dtrace_erl_tracer_nifs(len: *mut usize) -> *const ErlNifFunc {
         unsafe { *len = table.len() };
     }
     table.as_ptr()
+}
+
+/// Is `f` an erl_tracer callback (`enabled/3`, `trace/5`, vm/mod.rs)? They
+/// are NIFs of the tracer modules (`dtrace`, `dyntrace`), through
+/// `dtrace_erl_tracer_nifs`, not of `dtrace_nif`.
+fn is_tracer_callback(f: &ErlNifFunc) -> bool {
+    // SAFETY: registered names are NUL-terminated literals (raw_nif!).
+    let name = unsafe { std::ffi::CStr::from_ptr(f.name) }.to_bytes();
+    matches!((name, f.arity), (b"enabled", 3) | (b"trace", 5))
 }
 
 /// The leaked callback table; only read after it is built.

@@ -3,27 +3,32 @@
 //! bounded work.
 //!
 //! Computed through the NIF API, term by term, with a fixed stack and at
-//! most [`MAX_VISITS`] terms visited. The sizes are those of OTP 25 on a
-//! 64-bit VM:
+//! most [`MAX_VISITS`] terms visited. The sizes are those of a 64-bit VM,
+//! OTP 25 to 27:
 //! - immediates (atoms, small integers, `[]`, local pids and ports): 0;
 //!   the empty tuple is a shared literal: 0;
 //! - a list cell: 2; a tuple: 1 + arity; a float: 2; an integer that needs
 //!   a bignum of one 64-bit digit: 2;
 //! - a binary of at most 64 bytes (a heap binary): 2 + ceil(bytes / 8); a
-//!   larger one (a reference-counted binary): 6;
+//!   larger one (a reference-counted binary): 6 before OTP 27 (a ProcBin),
+//!   8 from OTP 27 on (a BinRef and its ErlSubBits: erl_bits.h's
+//!   `ERL_REFC_BITS_SIZE`), read from the running VM at load ([`load`]);
 //! - a map of 1..32 keys: 4 + 2 × keys (`#{}`: 3), plus its keys and values;
 //! - a remote pid: 4; a reference: 3.
 //!
 //! Where the NIF API cannot tell the size, the answer is `None` (the probe
-//! passes -1): funs, integers past 64 bits, bitstrings that are not whole
-//! bytes, maps of more than 32 keys, and any term that takes more than
-//! [`MAX_VISITS`] terms or [`MAX_PENDING`] pending containers to walk.
+//! passes -1): funs (their layout changed in OTP 27 too), integers past 64
+//! bits, bitstrings that are not whole bytes, maps of more than 32 keys
+//! (hash maps, whose shape depends on the VM's hash), and any term that
+//! takes more than [`MAX_VISITS`] terms or [`MAX_PENDING`] pending
+//! containers to walk.
 //! Two kinds are counted at their common size, which can be short: an
 //! alias reference (the tag of a `gen_server:call/2`) has 4 words, not 3;
 //! a sub-binary of a large binary counts as the binary it refers to.
 
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use arrayvec::ArrayVec;
 use rustler::sys::{ErlNifEnv, ErlNifTerm};
@@ -40,6 +45,29 @@ pub const MAX_PENDING: usize = 512;
 enum Pending {
     Term(ErlNifTerm),
     Elements { next: *const ErlNifTerm, left: usize },
+}
+
+/// Words of a reference-counted binary on this VM: 6 (OTP 25, 26) or 8
+/// (OTP 27 and later); set by [`load`].
+static REFC_BINARY_WORDS: AtomicU64 = AtomicU64::new(6);
+
+/// Library load: the running VM's OTP release decides the size of a
+/// reference-counted binary.
+pub fn load() {
+    let mut info = MaybeUninit::<rustler::sys::ErlNifSysInfo>::zeroed();
+    // SAFETY: enif_system_info fills at most `size` bytes of the struct we
+    // pass; zeroed first, so a field it does not fill is NULL or 0.
+    unsafe { rustler::sys::enif_system_info(info.as_mut_ptr(), std::mem::size_of::<rustler::sys::ErlNifSysInfo>()) };
+    // SAFETY: initialised (zeroed, then filled) above.
+    let release = unsafe { info.assume_init() }.otp_release;
+    let major = if release.is_null() {
+        0
+    } else {
+        // SAFETY: a NUL-terminated string owned by the VM, for its life.
+        let text = unsafe { std::ffi::CStr::from_ptr(release) };
+        text.to_str().ok().and_then(|t| t.parse::<u32>().ok()).unwrap_or(0)
+    };
+    REFC_BINARY_WORDS.store(if major >= 27 { 8 } else { 6 }, Relaxed);
 }
 
 /// Small integers are 60-bit on a 64-bit VM: -2^59 .. 2^59 - 1.
@@ -89,7 +117,7 @@ pub fn flat_size(term: Term<'_>) -> Option<u64> {
             TermType::Fun | TermType::Unknown => return None,
             TermType::Binary => {
                 let bytes = Binary::from_term(t).ok()?.len() as u64;
-                if bytes <= 64 { 2 + bytes.div_ceil(8) } else { 6 }
+                if bytes <= 64 { 2 + bytes.div_ceil(8) } else { REFC_BINARY_WORDS.load(Relaxed) }
             }
             TermType::Tuple => {
                 let mut arity: c_int = 0;

@@ -1,17 +1,21 @@
 //! `dtrace_nif`: Erlang/OTP's dynamic-trace probes (provider `erlang`) as
-//! USDT/SDT probes in a NIF, so that bpftrace, perf, gdb, SystemTap and
-//! DTrace see them on any stock BEAM.
+//! USDT/SDT probes and LTTng-UST events in a NIF, so that bpftrace, perf,
+//! gdb, SystemTap and LTTng see them on any stock BEAM.
 //!
 //! The catalogue of probes is one D provider file, `probes.d`; build.rs
-//! generates the probe sites, semaphores and is-enabled checks from it
+//! generates the probes, their LTTng events and the VM feed table from it
 //! ([`probes`]). The data path, from an Erlang call to a probe:
 //! `dtrace:p/N` (argument routing, in Erlang) → one NIF per probe family
-//! (`user.rs`, `efile.rs`) → semaphore check ([`probes`]) → conversion into
-//! stack buffers ([`args`]) → the probe site ([`probes`]).
+//! (`dtrace_nif:i4s4/9`; `user.rs`, `span.rs`, `efile.rs`, `provider.rs`)
+//! → semaphore check ([`probes`]) → conversion into stack buffers
+//! ([`args`], `text.rs`) → the probe (`fire`, every sink that listens). A
+//! VM event: erl_tracer → `vm/mod.rs` (`enabled/3`, `trace/5`) → the feed
+//! table's formatting function (`vm/*.rs`) → the probes. ARCHITECTURE.md
+//! walks each path.
 //!
-//! File I/O: `dtrace_file:F` asks `dtrace:efile_enabled/0` (four semaphore
-//! reads) and calls `file:F` directly, or brackets it with the NIFs of
-//! `efile.rs`, which fire OTP's `efile_drv__*` probes.
+//! The NIFs belong to the private Erlang module `dtrace_nif`; the erl_tracer
+//! callbacks are also exported as a table (`dtrace_erl_tracer_nifs`) for
+//! the tracer modules `dtrace` and `dyntrace` (`native/tracer_nif`).
 #![deny(clippy::undocumented_unsafe_blocks)]
 // Without the NIFs, most sites have no caller.
 #![cfg_attr(feature = "sites-only", allow(dead_code))]
@@ -33,17 +37,15 @@ pub mod sdt_object;
 // tests and native programs never call into the VM.
 pub mod efile;
 #[cfg(not(any(test, feature = "sites-only")))]
+mod flat_size;
+#[cfg(not(any(test, feature = "sites-only")))]
 mod nif;
 #[cfg(not(any(test, feature = "sites-only")))]
 mod span;
 #[cfg(not(any(test, feature = "sites-only")))]
-mod user;
-// The VM's own probes, from erl_tracer callbacks; text and message sizes
-// for them.
-#[cfg(not(any(test, feature = "sites-only")))]
-mod flat_size;
-#[cfg(not(any(test, feature = "sites-only")))]
 mod text;
+#[cfg(not(any(test, feature = "sites-only")))]
+mod user;
 #[cfg(not(any(test, feature = "sites-only")))]
 mod vm;
 
@@ -51,7 +53,7 @@ mod vm;
 #[cfg(not(any(test, windows, feature = "sites-only")))]
 mod entry;
 // On Windows the VM passes its function table to `nif_init`; rustler's own
-// entry does that (without `upgrade`: reloading module dtrace there needs a
-// purge first).
+// entry does that (without `upgrade`: reloading module dtrace_nif there
+// needs a purge first).
 #[cfg(all(windows, not(any(test, feature = "sites-only"))))]
-rustler::init!("dtrace", load = nif::load);
+rustler::init!("dtrace_nif", load = nif::load);

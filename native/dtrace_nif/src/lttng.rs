@@ -1,14 +1,15 @@
 //! The LTTng-UST sink: the probes' events recorded by LTTng sessions, at a
 //! fraction of a uprobe's cost.
 //!
-//! - The user and file probes are also events of the provider
-//!   `org_erlang_dtrace` (generated from `probes.d`: `emit` in each probe's
-//!   module fires both sinks).
+//! - The user, span and file probes are also events of the provider
+//!   `org_erlang_dtrace` (`fire` in each probe's module fires every sink).
 //! - The VM's events are OTP's own `org_erlang_dyntrace` tracepoints, with
-//!   OTP's fields (`lttng/org_erlang_dyntrace.h`), fired by the erl_tracer
-//!   callbacks (vm.rs) through the functions below.
+//!   OTP's fields, declared as an LTTng-only provider in `probes.d`
+//!   (`probes::org_erlang_dyntrace::*`), fired by the feeds' formatting
+//!   functions (`src/vm/`).
 //!
-//! The call sites (`lttng/shim.c`) are compiled into the NIF; the probes
+//! build.rs generates the tracepoint headers and the call sites from
+//! `probes.d`. The call sites (`lttng/shim.c`) are compiled into the NIF; the probes
 //! are in the provider package `priv/libdtrace_lttng_tp.so`, which the
 //! library's load step opens with dlopen. Without it, or without
 //! liblttng-ust on the machine, every tracepoint stays disabled and the SDT
@@ -63,10 +64,10 @@ pub(crate) use sink::*;
 
 #[cfg(dtrace_lttng)]
 mod sink {
-    use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong, c_void};
+    use std::ffi::{CStr, CString, c_char, c_int, c_void};
     use std::path::Path;
 
-    use super::{STATUS, Tracepoint, enabled};
+    use super::STATUS;
 
     unsafe extern "C" {
         fn dtrace_lttng_load(path: *const c_char, err: *mut c_char, err_len: usize) -> c_int;
@@ -120,71 +121,6 @@ mod sink {
         let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
         let lib = Path::new(me).parent()?.join("libdtrace_lttng_tp.so");
         CString::new(lib.to_str()?).ok()
-    }
-
-    /// OTP's `org_erlang_dyntrace` events: their tracepoints and call sites
-    /// (lttng/org_erlang_dyntrace.h, lttng/shim.c).
-    macro_rules! otp_events {
-        ($($event:ident ( $($arg:ident : $ty:ty),* );)*) => {
-            unsafe extern "C" {
-                $(
-                    #[link_name = concat!("lttng_ust_tracepoint_org_erlang_dyntrace___", stringify!($event))]
-                    static $event: Tracepoint;
-                )*
-            }
-            /// One module per event: `enabled()` and `fire(...)`.
-            #[allow(non_snake_case, dead_code)]
-            pub(crate) mod otp {
-                use super::*;
-                $(
-                    pub(crate) mod $event {
-                        use super::*;
-                        unsafe extern "C" {
-                            #[link_name = concat!("dtrace_lttng_", stringify!($event))]
-                            fn shim($($arg: $ty),*);
-                        }
-                        /// Is a session recording the event? One load.
-                        #[inline(always)]
-                        pub(crate) fn enabled() -> bool {
-                            // SAFETY: defined in lttng/shim.c, linked into
-                            // this library; its state is read atomically.
-                            super::super::enabled(unsafe { &super::super::$event })
-                        }
-                        /// Records the event.
-                        #[inline(never)]
-                        pub(crate) fn fire($($arg: $ty),*) {
-                            // SAFETY: the shim reads its string arguments
-                            // (NULL or NUL-terminated buffers borrowed for
-                            // the call) during the call only.
-                            unsafe { shim($($arg),*) }
-                        }
-                    }
-                )*
-            }
-        };
-    }
-
-    type S = *const c_char;
-
-    otp_events! {
-        process_spawn(p: S, parent: S, mfa: S);
-        process_link(from: S, to: S, kind: S);
-        process_exit(p: S, reason: S);
-        process_register(p: S, name: S, kind: S);
-        process_scheduled(p: S, mfa: S, kind: S);
-        port_open(p: S, driver: S, port: S);
-        port_exit(port: S, reason: S);
-        port_link(from: S, to: S, kind: S);
-        port_scheduled(p: S, op: S, kind: S);
-        function_call(p: S, mfa: S, depth: c_uint);
-        function_return(p: S, mfa: S, depth: c_uint);
-        function_exception(p: S, mfa: S, class: S);
-        message_send(from: S, to: S, msg: S);
-        message_receive(to: S, msg: S);
-        gc_minor_start(p: S, need: c_ulong, heap: c_ulong, old_heap: c_ulong);
-        gc_minor_end(p: S, reclaimed: c_ulong, heap: c_ulong, old_heap: c_ulong);
-        gc_major_start(p: S, need: c_ulong, heap: c_ulong, old_heap: c_ulong);
-        gc_major_end(p: S, reclaimed: c_ulong, heap: c_ulong, old_heap: c_ulong);
     }
 }
 

@@ -1,10 +1,14 @@
-//! What every probe family's NIFs share: registration without rustler's
-//! argument decoding, the panic barrier, and the library's load steps.
+//! What every probe family's NIFs share: registration of the hot NIFs
+//! without rustler's argument decoding, their arguments by name, the panic
+//! barrier, and the library's load steps.
 //!
-//! NIFs are registered by hand ([`raw_nif!`]) rather than with
-//! `#[rustler::nif]`: rustler's wrapper collects the arguments into a heap
-//! `Vec` and decodes them before the body runs, while a disabled probe must
-//! return `false` after reading one semaphore and nothing else.
+//! The hot NIFs (a probe's disabled path, the erl_tracer callbacks) are
+//! registered by hand ([`raw_nif!`]) rather than with `#[rustler::nif]`:
+//! rustler's wrapper collects the arguments into a heap `Vec` and decodes
+//! them before the body runs, while a disabled probe must return `false`
+//! after reading one semaphore and nothing else. They read their arguments
+//! through one named struct each ([`nif_args!`]). The cold NIFs (set-up and
+//! status calls) are rustler's `#[rustler::nif]`, with typed arguments.
 //!
 //! Two `#[doc(hidden)]` items of rustler 0.39 are used here and in
 //! entry.rs, because this is how its own `#[rustler::nif]` and
@@ -31,19 +35,56 @@ pub(crate) type RawNif = unsafe extern "C" fn(*mut ErlNifEnv, c_int, *const ErlN
 /// The most arguments a NIF of this library takes.
 const MAX_ARITY: usize = 12;
 
-/// Registers the safe function `$body: fn(NifCall) -> ErlNifTerm` as
-/// `dtrace:$name/$arity`, in the table `rustler::init!` (and entry.rs)
-/// reads. The `extern "C"` wrapper is the only place that trusts the VM's
+/// The arguments of a raw NIF, by name: a struct declared with
+/// [`nif_args!`], whose field order is the Erlang stub's argument order and
+/// whose field count is the NIF's arity. `T` is `ErlNifTerm` (raw terms,
+/// for checks before any decoding) or `Term<'a>`.
+pub(crate) trait NifArgs<T>: Sized {
+    /// The number of arguments: the NIF's arity.
+    const ARITY: usize;
+    /// The arguments, in order; `None` unless `args` has exactly ARITY.
+    fn from_slice(args: &[T]) -> Option<Self>;
+}
+
+/// Declares a raw NIF's arguments as a struct of named fields, in the
+/// order of the Erlang stub (`dtrace_nif.erl`), generic over the term
+/// type: `nif_args!(I4s4Args { i1, i2, i3, i4, s1, s2, s3, s4, user_tag })`.
+/// [`raw_nif!`] takes the NIF's arity from it, so the two cannot disagree.
+macro_rules! nif_args {
+    ($(#[$meta:meta])* $name:ident { $($field:ident),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy)]
+        pub(crate) struct $name<T> {
+            $(pub(crate) $field: T,)*
+        }
+        impl<T: Copy> $crate::nif::NifArgs<T> for $name<T> {
+            const ARITY: usize = [$(stringify!($field)),*].len();
+            #[inline(always)]
+            fn from_slice(args: &[T]) -> Option<Self> {
+                match *args {
+                    [$($field),*] => Some(Self { $($field),* }),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+pub(crate) use nif_args;
+
+/// Registers the safe function `$body: fn(NifCall) -> ErlNifTerm` as the
+/// NIF `dtrace_nif:$name/N`, where N is the field count of the argument
+/// struct `$args` ([`nif_args!`]), in the table `nif_init` (entry.rs) reads.
+/// The `extern "C"` wrapper is the only place that trusts the VM's
 /// pointers. `, dirty_io` runs it on a dirty I/O scheduler (for NIFs that
 /// do file I/O or wait for the dynamic loader's lock).
 macro_rules! raw_nif {
-    ($name:literal / $arity:literal => $body:ident, dirty_io) => {
-        $crate::nif::raw_nif!(@ $name / $arity => $body, rustler::sys::ERL_NIF_DIRTY_JOB_IO_BOUND as _);
+    ($name:literal, $args:ident => $body:ident, dirty_io) => {
+        $crate::nif::raw_nif!(@ $name, $args => $body, rustler::sys::ERL_NIF_DIRTY_JOB_IO_BOUND as _);
     };
-    ($name:literal / $arity:literal => $body:ident) => {
-        $crate::nif::raw_nif!(@ $name / $arity => $body, 0);
+    ($name:literal, $args:ident => $body:ident) => {
+        $crate::nif::raw_nif!(@ $name, $args => $body, 0);
     };
-    (@ $name:literal / $arity:literal => $body:ident, $flags:expr) => {
+    (@ $name:literal, $args:ident => $body:ident, $flags:expr) => {
         const _: () = {
             unsafe extern "C" fn nif(
                 env: *mut rustler::sys::ErlNifEnv,
@@ -57,7 +98,7 @@ macro_rules! raw_nif {
             }
             inventory::submit!(rustler::Nif {
                 name: concat!($name, "\0").as_ptr() as *const ::std::ffi::c_char,
-                arity: $arity,
+                arity: <$args<rustler::sys::ErlNifTerm> as $crate::nif::NifArgs<rustler::sys::ErlNifTerm>>::ARITY as _,
                 flags: $flags,
                 raw_func: nif as $crate::nif::RawNif,
             });
@@ -65,6 +106,16 @@ macro_rules! raw_nif {
     };
 }
 pub(crate) use raw_nif;
+
+/// The arguments of a NIF that takes none.
+pub(crate) struct NoArgs<T>(std::marker::PhantomData<T>);
+
+impl<T> NifArgs<T> for NoArgs<T> {
+    const ARITY: usize = 0;
+    fn from_slice(args: &[T]) -> Option<Self> {
+        args.is_empty().then_some(NoArgs(std::marker::PhantomData))
+    }
+}
 
 /// One NIF call: the env and arguments the VM passed.
 pub(crate) struct NifCall {
@@ -82,50 +133,53 @@ impl NifCall {
         Self { env, argc: usize::try_from(argc).unwrap_or(0), argv }
     }
 
-    /// The raw term of argument `i`, for comparisons with immediates
-    /// before any decoding; `None` past the arity.
+    /// The raw terms, for comparisons with immediates before any decoding.
     #[inline(always)]
-    pub(crate) fn raw_arg(&self, i: usize) -> Option<ErlNifTerm> {
-        // SAFETY: `i < argc`, and `argv` holds `argc` terms (NifCall::new).
-        (i < self.argc).then(|| unsafe { *self.argv.add(i) })
+    fn raw_terms(&self) -> &[ErlNifTerm] {
+        if self.argc == 0 || self.argv.is_null() {
+            return &[];
+        }
+        // SAFETY: `argv` holds `argc` valid terms for the duration of the
+        // call (NifCall::new), and the slice does not outlive `self`.
+        unsafe { std::slice::from_raw_parts(self.argv, self.argc) }
     }
 
-    /// Runs `body` with the call's env and arguments, turning a panic into
-    /// the exception `error:nif_panicked` instead of letting it unwind into
-    /// the VM. For probe paths: `body` must not allocate on the heap (the
-    /// `test-hooks` build counts it if it does).
+    /// Is the raw term `term` (an argument of this call) a port? One call
+    /// into the VM, no decoding.
+    #[inline(always)]
+    pub(crate) fn is_port(&self, term: ErlNifTerm) -> bool {
+        // SAFETY: `env` is this call's env and `term` one of its terms
+        // (NifCall::new); the VM only reads it.
+        unsafe { rustler::sys::enif_is_port(self.env, term) != 0 }
+    }
+
+    /// The arguments as raw terms in their named struct (`None` only if
+    /// the VM passed another arity than the one registered, which it does
+    /// not).
+    #[inline(always)]
+    pub(crate) fn raw<A: NifArgs<ErlNifTerm>>(&self) -> Option<A> {
+        A::from_slice(self.raw_terms())
+    }
+
+    /// Runs `body` with the call's env and arguments (read them with
+    /// `A::from_slice`, `A` the NIF's [`nif_args!`] struct), turning a panic
+    /// into the exception `error:nif_panicked` instead of letting it unwind
+    /// into the VM. Raw NIFs are probe paths: `body` must not allocate on
+    /// the heap (the `test-hooks` build counts it if it does).
     #[inline(always)]
     pub(crate) fn run(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
-        self.run_with(true, body)
-    }
-
-    /// [`NifCall::run`] for NIFs that are not probe paths (set-up and
-    /// status calls), which may allocate.
-    #[inline(always)]
-    pub(crate) fn run_allocating(self, body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>) -> ErlNifTerm {
-        self.run_with(false, body)
-    }
-
-    #[inline(always)]
-    fn run_with(
-        self,
-        #[cfg_attr(not(feature = "test-hooks"), allow(unused_variables))] probe_path: bool,
-        body: impl for<'a> FnOnce(Env<'a>, &[Term<'a>]) -> Term<'a>,
-    ) -> ErlNifTerm {
         let scope = ();
         // SAFETY: `env` is the VM's env for this call (NifCall::new); the
         // Env does not outlive `scope`, which ends with this call.
         let env = unsafe { Env::new(&scope, self.env) };
         let result = catch_unwind(AssertUnwindSafe(|| {
             let mut terms = arrayvec::ArrayVec::<Term, MAX_ARITY>::new();
-            for i in 0..self.argc.min(MAX_ARITY) {
-                if let Some(raw) = self.raw_arg(i) {
-                    // SAFETY: a valid term of `env` (NifCall::new).
-                    terms.push(unsafe { Term::new(env, raw) });
-                }
+            for &raw in self.raw_terms().iter().take(MAX_ARITY) {
+                // SAFETY: a valid term of `env` (NifCall::new).
+                terms.push(unsafe { Term::new(env, raw) });
             }
             #[cfg(feature = "test-hooks")]
-            let _counting = probe_path.then(test_hooks::Counting::start);
+            let _counting = test_hooks::Counting::start();
             body(env, &terms).as_c_arg()
         }));
         match result {
@@ -150,14 +204,18 @@ inventory::collect!(LoadStep);
 pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);
+    crate::flat_size::load();
     crate::lttng::load();
     inventory::iter::<LoadStep>().all(|step| (step.0)(env))
 }
 
 /// Hooks that only a test build (cargo feature `test-hooks`) has, for the
-/// robustness suite: a panic on request (`dtrace:pn(-1000000)`) and a count
-/// of heap allocations made inside NIF bodies (`dtrace:pn(-2000000)`
-/// returns it). Never in the library rebar3, mix or make build.
+/// robustness suite: the NIFs `dtrace_nif:test_panic/0` (panics inside a
+/// NIF body, to show it becomes `error:nif_panicked`) and
+/// `test_allocations/0` (the heap allocations made inside NIF bodies so
+/// far, from a counting allocator). Never in the library rebar3, mix or
+/// make build, where the stubs of `dtrace_nif` answer
+/// `{error, no_test_hooks}`.
 #[cfg(feature = "test-hooks")]
 pub(crate) mod test_hooks {
     use std::alloc::{GlobalAlloc, Layout, System};
@@ -207,4 +265,23 @@ pub(crate) mod test_hooks {
 
     #[global_allocator]
     static GLOBAL: CountingAlloc = CountingAlloc;
+
+    use rustler::Encoder;
+    use rustler::sys::ErlNifTerm;
+
+    use super::{NifCall, NoArgs};
+
+    raw_nif!("test_panic", NoArgs => test_panic);
+    raw_nif!("test_allocations", NoArgs => test_allocations);
+
+    /// `test_panic() -> no_return()`: panics inside a probe-path body.
+    fn test_panic(call: NifCall) -> ErlNifTerm {
+        call.run(|_env, _args| panic!("dtrace_nif built with feature test-hooks: test_panic/0 panics"))
+    }
+
+    /// `test_allocations() -> non_neg_integer()`: heap allocations made
+    /// inside probe-path NIF bodies since the library loaded.
+    fn test_allocations(call: NifCall) -> ErlNifTerm {
+        call.run(|env, _args| IN_NIF_BODIES.load(Relaxed).encode(env))
+    }
 }

@@ -1,25 +1,158 @@
-//! The probes, generated from the catalogue `probes.d` (provider `erlang`,
-//! OTP's names and argument layouts) by build.rs: one module per probe,
-//! named like its ELF note (`probes::user_trace__i4s4`), with its
-//! semaphore, `enabled()` and `fire(...)`; numbered families take a label
-//! (`probes::user_trace__n::fire(label, ...)`).
+//! The probes, generated from the catalogue `probes.d` by build.rs: one
+//! module per probe of provider `erlang`, named like its ELF note
+//! (`probes::user_trace__i4s4`), and one per LTTng-only event under its
+//! provider (`probes::org_erlang_dyntrace::process_spawn`). Every module has
+//! the same API:
+//! - `enabled()`: is anybody listening, in any sink (the SDT semaphore, the
+//!   LTTng event's state)? One load per sink;
+//! - `fire(args...)`: fires in every sink that listens.
 //!
-//! Each probe has exactly one site and one semaphore (is-enabled flag),
+//! Numbered families take a label first (`user_trace__n::fire(label, ...)`).
+//! Under them, per sink: `sdt_enabled()` and `lttng_enabled()`.
+//!
+//! Each SDT probe has exactly one site and one semaphore (is-enabled flag),
 //! which a tracer raises while it listens; the NIFs read it before touching
 //! any argument. Argument k of every probe is in the same register (see
 //! `dtrace_catalogue`). Strings are [`Str`]: a NUL-terminated string
 //! borrowed for the call, or NULL.
 //!
-//! The backend is chosen at build time: SDT notes on Linux x86_64 and
-//! aarch64 (`cfg(dtrace_sdt)`); elsewhere sites that do nothing and
-//! semaphores that never rise, so the crate builds and every probe returns
-//! `false`.
+//! The templates the generated code is made of are the macros below
+//! ([`sdt_site!`], [`lttng_state!`], [`lttng_event!`]): they hold every
+//! `unsafe` block of the probes and its safety argument, and the generated
+//! code has none. The backend is chosen at build time: SDT notes on Linux
+//! x86_64 and aarch64 (`cfg(dtrace_sdt)`); elsewhere sites that do nothing
+//! and semaphores that never rise, so the crate builds and every probe
+//! returns `false`.
 
 use std::ffi::c_char;
 use std::marker::PhantomData;
 use std::ptr;
 #[allow(unused_imports)]
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+
+/// One SDT probe site, as `sys/sdt.h` lays it out: a `nop` (which a tracer
+/// replaces with a breakpoint), a `.note.stapsdt` note naming the provider,
+/// the probe, its semaphore's address and where each argument is, and the
+/// `.stapsdt.base` section tracers use to relocate it. Each argument is put
+/// in its fixed register (`in("rdi") value`).
+///
+/// `sdt_site!(PROVIDER, NAME, "{sem}+OFFSET", NOTE_ARGS, sem = sym STATIC, ["rdi" = v, ...])`
+#[cfg(all(dtrace_sdt, target_arch = "x86_64"))]
+macro_rules! sdt_site {
+    ($provider:literal, $name:literal, $semaphore:literal, $args:literal,
+     $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
+        // SAFETY: the block is one `nop` (a tracer may replace it with a
+        // breakpoint, which traps and returns here with every register as
+        // it was) plus an ELF note in a section that is not loaded. It
+        // reads its input registers and no memory, writes no register and
+        // no memory, and leaves the stack and flags alone (`nostack`,
+        // `preserves_flags`); `readonly` keeps the compiler from dropping
+        // the stores to the string buffers the pointers point to, which a
+        // tracer reads. Those pointers are NULL or point to NUL-terminated
+        // buffers borrowed for the call (`Str<'_>`).
+        unsafe {
+            ::core::arch::asm!(
+                "990: nop",
+                ".pushsection .note.stapsdt, \"?\", \"note\"",
+                ".balign 4",
+                ".4byte 992f-991f, 994f-993f, 3",
+                "991: .asciz \"stapsdt\"",
+                "992: .balign 4",
+                "993: .8byte 990b",
+                ".8byte _.stapsdt.base",
+                concat!(".8byte ", $semaphore),
+                concat!(".asciz \"", $provider, "\""),
+                concat!(".asciz \"", $name, "\""),
+                concat!(".asciz \"", $args, "\""),
+                "994: .balign 4",
+                ".popsection",
+                ".ifndef _.stapsdt.base",
+                ".pushsection .stapsdt.base, \"aGR\", \"progbits\", .stapsdt.base, comdat",
+                ".weak _.stapsdt.base",
+                ".hidden _.stapsdt.base",
+                "_.stapsdt.base: .space 1",
+                ".size _.stapsdt.base, 1",
+                ".popsection",
+                ".endif",
+                $sym = sym $static,
+                $(in($reg) $value,)*
+                options(readonly, nostack, preserves_flags, att_syntax),
+            );
+        }
+    };
+}
+
+/// [`sdt_site!`] for aarch64 (the same note; no AT&T syntax).
+#[cfg(all(dtrace_sdt, target_arch = "aarch64"))]
+macro_rules! sdt_site {
+    ($provider:literal, $name:literal, $semaphore:literal, $args:literal,
+     $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
+        // SAFETY: as for x86_64: one `nop` and a note in a section that is
+        // not loaded; reads its input registers only, writes nothing,
+        // leaves the stack and flags alone; the pointers are NULL or
+        // NUL-terminated buffers borrowed for the call.
+        unsafe {
+            ::core::arch::asm!(
+                "990: nop",
+                ".pushsection .note.stapsdt, \"?\", \"note\"",
+                ".balign 4",
+                ".4byte 992f-991f, 994f-993f, 3",
+                "991: .asciz \"stapsdt\"",
+                "992: .balign 4",
+                "993: .8byte 990b",
+                ".8byte _.stapsdt.base",
+                concat!(".8byte ", $semaphore),
+                concat!(".asciz \"", $provider, "\""),
+                concat!(".asciz \"", $name, "\""),
+                concat!(".asciz \"", $args, "\""),
+                "994: .balign 4",
+                ".popsection",
+                ".ifndef _.stapsdt.base",
+                ".pushsection .stapsdt.base, \"aGR\", \"progbits\", .stapsdt.base, comdat",
+                ".weak _.stapsdt.base",
+                ".hidden _.stapsdt.base",
+                "_.stapsdt.base: .space 1",
+                ".size _.stapsdt.base, 1",
+                ".popsection",
+                ".endif",
+                $sym = sym $static,
+                $(in($reg) $value,)*
+                options(readonly, nostack, preserves_flags),
+            );
+        }
+    };
+}
+#[cfg(dtrace_sdt)]
+pub(crate) use sdt_site;
+
+/// Is an LTTng session recording the event of tracepoint `$tp` (an extern
+/// static the generated code declares)? One load.
+#[cfg(dtrace_lttng)]
+macro_rules! lttng_state {
+    ($tp:ident) => {
+        // SAFETY: the tracepoint is defined in lttng/shim.c, which is
+        // linked into this library, so the static lives as long as the
+        // code reading it; liblttng-ust writes its state atomically, and
+        // it is only read here.
+        crate::lttng::enabled(unsafe { &$tp })
+    };
+}
+#[cfg(dtrace_lttng)]
+pub(crate) use lttng_state;
+
+/// Records an LTTng event: calls its call site in lttng/shim.c with the
+/// argument struct.
+#[cfg(dtrace_lttng)]
+macro_rules! lttng_event {
+    ($shim:ident, $args:expr) => {
+        // SAFETY: the call site (lttng/shim.c) reads the struct, whose
+        // strings are NULL or NUL-terminated buffers borrowed for the call,
+        // during the call only, and keeps no pointer to it.
+        unsafe { $shim($args) }
+    };
+}
+#[cfg(dtrace_lttng)]
+pub(crate) use lttng_event;
 
 include!(concat!(env!("OUT_DIR"), "/probes.rs"));
 
@@ -75,7 +208,7 @@ impl<'a> Str<'a> {
 #[doc(hidden)]
 #[inline(never)]
 pub fn bench_bare_hit(i: i64) -> bool {
-    if !user_trace__i4s4::enabled() {
+    if !user_trace__i4s4::sdt_enabled() {
         return false;
     }
     let s = Str::from_cstr(c"s");
@@ -96,12 +229,12 @@ mod tests {
     #[test]
     fn every_probe_of_the_catalogue_is_generated() {
         assert_eq!(PROVIDER, "erlang");
-        assert_eq!(PROBE_COUNT, 982);
+        assert_eq!(PROBE_COUNT, 983);
         assert_eq!((user_trace__n::FIRST, user_trace__n::LAST, user_trace__n::COUNT), (0, 950, 951));
     }
 
     /// Raising one semaphore, as a tracer does, enables that probe and no
-    /// other: for each of the 982 probes.
+    /// other: for each of the 983 probes.
     #[cfg(dtrace_sdt)]
     #[test]
     fn each_probe_reads_its_own_semaphore() {
@@ -116,6 +249,7 @@ mod tests {
             assert_eq!(on, vec![name]);
         }
         assert!(!user_trace__n::enabled(951) && !user_trace__n::enabled(usize::MAX));
+        assert!(!org_erlang_dyntrace::message_send::enabled());
     }
 
     #[test]

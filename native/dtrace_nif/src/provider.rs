@@ -647,17 +647,32 @@ mod nifs {
 
     use super::{Invalid, MAX_NAME_BYTES, MAX_PROBES, MAX_PROVIDERS, NewError, Probe, ProbeDef, Provider, Registers};
     use crate::args::{Bytes, StrBuf, int64_or_zero, read_iolist};
-    use crate::nif::{LoadStep, NifCall, raw_nif};
+    use crate::nif::{LoadStep, NifArgs, NifCall, nif_args, raw_nif};
 
-    raw_nif!("provider_new" / 2 => provider_new, dirty_io);
-    raw_nif!("provider_fire" / 3 => provider_fire);
-    raw_nif!("provider_fire" / 2 => probe_fire);
-    raw_nif!("provider_is_enabled" / 2 => provider_is_enabled);
-    raw_nif!("provider_is_enabled" / 1 => probe_is_enabled);
-    raw_nif!("provider_probe" / 2 => provider_probe);
-    raw_nif!("provider_path" / 1 => provider_path);
-    raw_nif!("provider_delete" / 1 => provider_delete);
+    // The hot NIFs (fire, is-enabled) are raw: no argument Vec, nothing
+    // decoded before the handle is found. The others are rustler's.
+    raw_nif!("provider_fire", FireArgs => provider_fire);
+    raw_nif!("provider_fire", ProbeFireArgs => probe_fire);
+    raw_nif!("provider_is_enabled", IsEnabledArgs => provider_is_enabled);
+    raw_nif!("provider_is_enabled", ProbeArgs => probe_is_enabled);
     inventory::submit!(LoadStep(load));
+
+    nif_args!(
+        /// `provider_fire(Handle, ProbeName, Args)`.
+        FireArgs { handle, probe_name, args }
+    );
+    nif_args!(
+        /// `provider_fire(ProbeHandle, Args)`.
+        ProbeFireArgs { probe, args }
+    );
+    nif_args!(
+        /// `provider_is_enabled(Handle, ProbeName)`.
+        IsEnabledArgs { handle, probe_name }
+    );
+    nif_args!(
+        /// `provider_is_enabled(ProbeHandle)`.
+        ProbeArgs { probe }
+    );
 
     rustler::atoms! {
         int,
@@ -920,13 +935,19 @@ mod nifs {
     /// one of its probes, or a wrong number of arguments. `false` on a
     /// deleted provider.
     fn provider_fire(call: NifCall) -> ErlNifTerm {
-        call.run(|env, args| fire(env, provider_probe_of(args[0], args[1]), args[2]))
+        call.run(|env, args| match FireArgs::from_slice(args) {
+            Some(a) => fire(env, provider_probe_of(a.handle, a.probe_name), a.args),
+            None => badarg(env),
+        })
     }
 
     /// `provider_fire(ProbeHandle, Args) -> boolean()`: the same through a
     /// probe handle.
     fn probe_fire(call: NifCall) -> ErlNifTerm {
-        call.run(|env, args| fire(env, probe_handle_of(args[0]), args[1]))
+        call.run(|env, args| match ProbeFireArgs::from_slice(args) {
+            Some(a) => fire(env, probe_handle_of(a.probe), a.args),
+            None => badarg(env),
+        })
     }
 
     fn is_enabled<'a>(env: Env<'a>, found: Found<'_>) -> Term<'a> {
@@ -939,60 +960,66 @@ mod nifs {
     /// `provider_is_enabled(Handle, ProbeName) -> boolean()`: badarg as
     /// for `provider_fire/3`.
     fn provider_is_enabled(call: NifCall) -> ErlNifTerm {
-        call.run(|env, args| is_enabled(env, provider_probe_of(args[0], args[1])))
+        call.run(|env, args| match IsEnabledArgs::from_slice(args) {
+            Some(a) => is_enabled(env, provider_probe_of(a.handle, a.probe_name)),
+            None => badarg(env),
+        })
     }
 
     /// `provider_is_enabled(ProbeHandle) -> boolean()`.
     fn probe_is_enabled(call: NifCall) -> ErlNifTerm {
-        call.run(|env, args| is_enabled(env, probe_handle_of(args[0])))
+        call.run(|env, args| match ProbeArgs::from_slice(args) {
+            Some(a) => is_enabled(env, probe_handle_of(a.probe)),
+            None => badarg(env),
+        })
     }
 
     /// `provider_probe(Handle, ProbeName) -> ProbeHandle`: badarg as for
     /// `provider_fire/3`. Also on a deleted provider (its fires return
     /// `false`).
-    fn provider_probe(call: NifCall) -> ErlNifTerm {
-        call.run_allocating(|env, args| {
-            let Some(h) = handle_of(args[0]).filter(|h| h.probe.is_none()) else { return badarg(env) };
-            let raw = args[1].as_c_arg();
-            match h.shared.by_atom.iter().find(|&&(atom, _)| atom == raw) {
-                Some(&(_, i)) => make_handle(env, Handle { shared: h.shared.clone(), probe: Some(i) }),
-                None => badarg(env),
-            }
-        })
+    #[rustler::nif]
+    fn provider_probe<'a>(env: Env<'a>, handle: Term<'a>, probe_name: Term<'a>) -> Term<'a> {
+        let Some(h) = handle_of(handle).filter(|h| h.probe.is_none()) else { return badarg(env) };
+        let raw = probe_name.as_c_arg();
+        match h.shared.by_atom.iter().find(|&&(atom, _)| atom == raw) {
+            Some(&(_, i)) => make_handle(env, Handle { shared: h.shared.clone(), probe: Some(i) }),
+            None => badarg(env),
+        }
     }
 
     /// `provider_path(Handle | ProbeHandle) -> binary()`: the object's path.
-    fn provider_path(call: NifCall) -> ErlNifTerm {
-        call.run_allocating(|env, args| {
-            let Some(h) = handle_of(args[0]) else { return badarg(env) };
-            use std::os::unix::ffi::OsStrExt;
-            let path = h.shared.provider.path().as_os_str().as_bytes();
-            let mut bin = NewBinary::new(env, path.len());
-            bin.as_mut_slice().copy_from_slice(path);
-            bin.into()
-        })
+    #[rustler::nif]
+    fn provider_path<'a>(env: Env<'a>, handle: Term<'a>) -> Term<'a> {
+        let Some(h) = handle_of(handle) else { return badarg(env) };
+        use std::os::unix::ffi::OsStrExt;
+        let path = h.shared.provider.path().as_os_str().as_bytes();
+        let mut bin = NewBinary::new(env, path.len());
+        bin.as_mut_slice().copy_from_slice(path);
+        bin.into()
     }
 
     /// `provider_delete(Handle | ProbeHandle) -> ok`.
-    fn provider_delete(call: NifCall) -> ErlNifTerm {
-        call.run_allocating(|env, args| match handle_of(args[0]) {
+    #[rustler::nif]
+    fn provider_delete<'a>(env: Env<'a>, handle: Term<'a>) -> Term<'a> {
+        match handle_of(handle) {
             Some(h) => {
                 h.shared.provider.delete();
                 ok().to_term(env)
             }
             None => badarg(env),
-        })
+        }
     }
 
     /// `provider_new(Provider, Probes) -> {ok, Handle} | {error, Reason}`:
     /// see `dtrace_provider:new/2` for the reasons, checked in order:
     /// provider name, the list, each probe (shape, name, types, count,
     /// duplicate), the number of probes, then the node's providers.
-    fn provider_new(call: NifCall) -> ErlNifTerm {
-        call.run_allocating(|env, args| match define(env, args[0], args[1]) {
+    #[rustler::nif(schedule = "DirtyIo")]
+    fn provider_new<'a>(env: Env<'a>, provider: Term<'a>, probes: Term<'a>) -> Term<'a> {
+        match define(env, provider, probes) {
             Ok(handle) => (ok(), handle).encode(env),
             Err(reason) => (rustler::types::atom::error(), reason).encode(env),
-        })
+        }
     }
 
     fn define<'a>(env: Env<'a>, provider: Term<'a>, probes: Term<'a>) -> Result<Term<'a>, Term<'a>> {

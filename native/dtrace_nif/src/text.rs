@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_int, c_uint};
 use std::mem::MaybeUninit;
 
 use rustler::sys::ErlNifTerm;
-use rustler::{Env, Term};
+use rustler::{Env, Term, TermType};
 
 use crate::probes::Str;
 
@@ -173,10 +173,12 @@ impl TextBuf {
     }
 }
 
-/// Pid and port texts, with a small per-scheduler cache: a process or port
-/// is usually named by many events in a row (a ping-pong names the same
-/// two pids on every message), and formatting is the costliest step.
-pub struct IdBuf {
+/// Pid and port texts, the one formatter of them (the calling process of
+/// a user probe, the pids and ports of the VM probes), with a small
+/// per-scheduler cache: a process or port is usually named by many events
+/// in a row (a ping-pong names the same two pids on every message), and
+/// formatting is the costliest step.
+pub struct IdText {
     buf: TextBuf,
 }
 
@@ -192,37 +194,62 @@ type IdCache = ([(Option<ErlNifTerm>, [u8; ID_BYTES], usize); CACHED_IDS], usize
 
 thread_local! {
     /// Recently formatted local pids and ports. Local pids and ports are
-    /// immediates, whose value names one process or port; the slot written
-    /// next rotates.
+    /// immediates, whose value names one process or port for the life of
+    /// the node; the slot written next rotates.
     static IDS: Cell<IdCache> = const { Cell::new(([(None, [0; ID_BYTES], 0); CACHED_IDS], 0)) };
 }
 
-impl Default for IdBuf {
+impl Default for IdText {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl IdBuf {
+impl IdText {
     /// An empty buffer.
     #[inline(always)]
     pub fn new() -> Self {
         Self { buf: TextBuf::new() }
     }
 
-    /// A local pid or port as `%T` writes it (`<0.84.0>`, `#Port<0.5>`),
-    /// from the cache when it holds it. `cacheable` says the term is an
-    /// immediate (a local pid or port): anything else is formatted every
-    /// time.
-    pub fn id(&mut self, term: Term<'_>, cacheable: bool) -> Str<'_> {
-        let raw = term.as_c_arg();
+    /// A pid or port as `%T` writes it (`<0.84.0>`, `#Port<0.5>`,
+    /// `<5.84.0>` for another node's), any other term as `~p` text.
+    /// Local pids and ports come from the cache when it holds them.
+    pub fn id(&mut self, env: Env<'_>, term: Term<'_>) -> Str<'_> {
+        let cacheable = match term.get_type() {
+            TermType::Pid => is_local_pid(env, term),
+            TermType::Port => is_local_port(env, term),
+            _ => false,
+        };
+        self.format(term.as_c_arg(), cacheable, |buf| buf.term(term))
+    }
+
+    /// The calling process of `env`, like `pid_to_list/1` (`<0.84.0>`);
+    /// NULL if the VM cannot say (no calling process).
+    pub fn self_pid(&mut self, env: Env<'_>) -> Str<'_> {
+        let mut pid = MaybeUninit::uninit();
+        // SAFETY: enif_self writes the pid of the calling process, if there
+        // is one, into our struct, and returns NULL otherwise.
+        if unsafe { rustler::sys::enif_self(env.as_c_arg(), pid.as_mut_ptr()) }.is_null() {
+            return Str::NULL;
+        }
+        // SAFETY: enif_self initialised it; enif_make_pid only reads it.
+        let raw = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_ptr()) };
+        // SAFETY: a pid term of this env, made just above.
+        let term = unsafe { Term::new(env, raw) };
+        self.format(raw, true, |buf| buf.term(term))
+    }
+
+    /// The text of `raw`: from the cache, or written by `write` (and cached
+    /// when `cacheable`, an immediate).
+    fn format(&mut self, raw: ErlNifTerm, cacheable: bool, write: impl FnOnce(&mut TextBuf) -> Str<'_>) -> Str<'_> {
         if cacheable {
             let (entries, _) = IDS.get();
             if let Some((_, text, len)) = entries.iter().find(|(key, _, _)| *key == Some(raw)) {
                 return self.buf.copy(&text[..len - 1]);
             }
         }
-        if self.buf.term(term).is_null() {
+        if write(&mut self.buf).is_null() {
             return Str::NULL;
         }
         let len = self.buf.len;
@@ -235,4 +262,18 @@ impl IdBuf {
         }
         self.buf.str()
     }
+}
+
+/// Is `t` (a pid) a pid of this node (an immediate)?
+pub fn is_local_pid(env: Env<'_>, t: Term<'_>) -> bool {
+    let mut pid = MaybeUninit::uninit();
+    // SAFETY: enif_get_local_pid reads the term and writes the pid struct.
+    unsafe { rustler::sys::enif_get_local_pid(env.as_c_arg(), t.as_c_arg(), pid.as_mut_ptr()) != 0 }
+}
+
+/// Is `t` (a port) a port of this node (an immediate)?
+fn is_local_port(env: Env<'_>, t: Term<'_>) -> bool {
+    let mut port = MaybeUninit::uninit();
+    // SAFETY: enif_get_local_port reads the term and writes the port struct.
+    unsafe { rustler::sys::enif_get_local_port(env.as_c_arg(), t.as_c_arg(), port.as_mut_ptr()) != 0 }
 }

@@ -1,5 +1,6 @@
-//! The user probes' NIFs (module `dtrace`): `user_trace__s1`,
-//! `user_trace__i4s4` and the numbered `user_trace__n<label>`.
+//! The user probes' NIFs (module `dtrace_nif`, behind `dtrace`):
+//! `user_trace__s1`, `user_trace__i4s4` and the numbered
+//! `user_trace__n<label>`.
 //!
 //! Return values follow OTP's `dyntrace` NIF: `false` (not enabled, checked
 //! first), `true` (fired), `badarg` / `error` (returned, not raised). The
@@ -12,19 +13,42 @@ use rustler::sys::ErlNifTerm;
 use rustler::types::atom::{false_, true_};
 use rustler::{Env, Term};
 
-use crate::args::{PidBuf, StrBuf, int64_or_zero, is_undefined, is_undefined_raw};
+use crate::args::{StrBuf, int64_or_zero, is_undefined_raw};
 use crate::atoms;
-use crate::nif::{NifCall, raw_nif};
+use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
 use crate::probes::{self, Str, user_trace__i4s4, user_trace__n, user_trace__s1};
+use crate::text::IdText;
 
-raw_nif!("available" / 0 => available);
-raw_nif!("sinks" / 0 => sinks);
-raw_nif!("is_enabled" / 0 => is_enabled_i4s4);
-raw_nif!("is_enabled" / 1 => is_enabled_n);
-raw_nif!("user_trace_s1" / 1 => user_trace_s1);
-raw_nif!("user_trace_i4s4" / 9 => user_trace_i4s4);
-raw_nif!("i4s4" / 9 => i4s4);
-raw_nif!("user_trace_n" / 10 => user_trace_n);
+raw_nif!("available", NoArgs => available);
+raw_nif!("is_enabled", NoArgs => is_enabled_i4s4);
+raw_nif!("is_enabled", LabelArgs => is_enabled_n);
+raw_nif!("user_trace_s1", S1Args => user_trace_s1);
+raw_nif!("user_trace_i4s4", TagFirstArgs => user_trace_i4s4);
+raw_nif!("i4s4", TagLastArgs => i4s4);
+raw_nif!("user_trace_n", NumberedArgs => user_trace_n);
+
+nif_args!(
+    /// `is_enabled(Label)`.
+    LabelArgs { label }
+);
+nif_args!(
+    /// `user_trace_s1(Message)`.
+    S1Args { message }
+);
+nif_args!(
+    /// `user_trace_i4s4(UserTag, I1..I4, S1..S4)`: OTP's order.
+    TagFirstArgs { user_tag, i1, i2, i3, i4, s1, s2, s3, s4 }
+);
+nif_args!(
+    /// `i4s4(I1..I4, S1..S4, UserTag)`: the tag last, as `p/N` calls it
+    /// (the routing clauses then pass their arguments in the registers they
+    /// arrived in; a leading tag would make every call rotate them).
+    TagLastArgs { i1, i2, i3, i4, s1, s2, s3, s4, user_tag }
+);
+nif_args!(
+    /// `user_trace_n(Label, I1..I4, S1..S4, UserTag)`, as `pn/N` calls it.
+    NumberedArgs { label, i1, i2, i3, i4, s1, s2, s3, s4, user_tag }
+);
 
 /// Labels `pn` accepts without `badarg` (OTP reserves 0..1023, declares 951).
 const MAX_LABEL: i32 = 1023;
@@ -45,36 +69,32 @@ fn available(_call: NifCall) -> ErlNifTerm {
 /// sinks this library can fire in: SDT notes (this build has them), and
 /// LTTng-UST (the provider package and liblttng-ust loaded; otherwise why
 /// not, as a binary).
-fn sinks(call: NifCall) -> ErlNifTerm {
-    call.run_allocating(|env, _args| {
-        use rustler::Encoder;
-        let lttng = match crate::lttng::status() {
-            Ok(()) => true_().encode(env),
-            Err(why) => (false_(), why).encode(env),
-        };
-        rustler::types::map::map_new(env)
-            .map_put(atoms::sdt().encode(env), boolean_term(env, probes::AVAILABLE))
-            .and_then(|m| m.map_put(atoms::lttng().encode(env), lttng))
-            .unwrap_or_else(|_| atoms::error().encode(env))
-    })
-}
-
-fn boolean_term(env: Env<'_>, b: bool) -> Term<'_> {
-    if b { true_() } else { false_() }.to_term(env)
+#[rustler::nif]
+fn sinks(env: Env<'_>) -> Term<'_> {
+    use rustler::Encoder;
+    let lttng = match crate::lttng::status() {
+        Ok(()) => true_().encode(env),
+        Err(why) => (false_(), why).encode(env),
+    };
+    rustler::types::map::map_new(env)
+        .map_put(atoms::sdt().encode(env), probes::AVAILABLE.encode(env))
+        .and_then(|m| m.map_put(atoms::lttng().encode(env), lttng))
+        .unwrap_or_else(|_| atoms::error().encode(env))
 }
 
 /// `is_enabled() -> boolean()`: is a tracer listening on `user_trace__i4s4`
-/// (the probe of `p/N`)? One semaphore read.
+/// (the probe of `p/N`), in any sink? One load per sink.
 fn is_enabled_i4s4(_call: NifCall) -> ErlNifTerm {
-    boolean(user_trace__i4s4::any_enabled())
+    boolean(user_trace__i4s4::enabled())
 }
 
 /// `is_enabled(Label) -> boolean()`: is a tracer listening on
 /// `user_trace__n<Label>`? `false` for anything that names no probe.
 fn is_enabled_n(call: NifCall) -> ErlNifTerm {
     call.run(|env, args| {
-        let enabled = match args[0].decode::<i32>() {
-            Ok(label @ 0..) if label as usize <= user_trace__n::LAST => user_trace__n::any_enabled(label as usize),
+        let Some(a) = LabelArgs::from_slice(args) else { return false_().to_term(env) };
+        let enabled = match a.label.decode::<i32>() {
+            Ok(label @ 0..) if label as usize <= user_trace__n::LAST => user_trace__n::enabled(label as usize),
             _ => false,
         };
         if enabled { true_() } else { false_() }.to_term(env)
@@ -85,16 +105,17 @@ fn is_enabled_n(call: NifCall) -> ErlNifTerm {
 /// argument that is not an iolist of at most 1024 bytes returns `badarg`
 /// and does not fire.
 fn user_trace_s1(call: NifCall) -> ErlNifTerm {
-    if !user_trace__s1::any_enabled() {
+    if !user_trace__s1::enabled() {
         return false_().as_c_arg();
     }
     call.run(|env, args| {
+        let Some(a) = S1Args::from_slice(args) else { return atoms::badarg().to_term(env) };
         let mut message = StrBuf::new();
-        let message = message.iolist_or_null(args[0]);
+        let message = message.iolist_or_null(a.message);
         if message.is_null() {
             return atoms::badarg().to_term(env);
         }
-        user_trace__s1::emit(message);
+        user_trace__s1::fire(message);
         true_().to_term(env)
     })
 }
@@ -113,28 +134,35 @@ struct I4s4<'a> {
     strs: [Str<'a>; 4],
 }
 
+/// The arguments of `user_trace__i4s4` and `user_trace__n<label>` as
+/// terms, whatever NIF carried them.
+struct I4s4Terms<'a> {
+    user_tag: Term<'a>,
+    ints: [Term<'a>; 4],
+    strs: [Term<'a>; 4],
+}
+
 /// Stack buffers for the ten i4s4 arguments, filled only when enabled.
 #[derive(Default)]
 struct I4s4Bufs {
-    pid: PidBuf,
+    pid: IdText,
     user_tag: StrBuf,
     strs: [StrBuf; 4],
 }
 
 impl I4s4Bufs {
-    /// Converts the user tag, `I1..I4` (`args[0..4]`) and `S1..S4`
-    /// (`args[4..8]`) as OTP does, into the buffers.
-    fn convert(&mut self, env: Env<'_>, user_tag: Term<'_>, args: &[Term<'_>]) -> I4s4<'_> {
+    /// Converts the arguments as OTP does, into the buffers.
+    fn convert(&mut self, env: Env<'_>, t: &I4s4Terms<'_>) -> I4s4<'_> {
         let [s1, s2, s3, s4] = &mut self.strs;
         I4s4 {
             pid: self.pid.self_pid(env),
-            user_tag: self.user_tag.iolist_or_null(user_tag),
-            ints: [0, 1, 2, 3].map(|i| int64_or_zero(args[i])),
+            user_tag: self.user_tag.iolist_or_null(t.user_tag),
+            ints: t.ints.map(int64_or_zero),
             strs: [
-                s1.iolist_or_null(args[4]),
-                s2.iolist_or_null(args[5]),
-                s3.iolist_or_null(args[6]),
-                s4.iolist_or_null(args[7]),
+                s1.iolist_or_null(t.strs[0]),
+                s2.iolist_or_null(t.strs[1]),
+                s3.iolist_or_null(t.strs[2]),
+                s4.iolist_or_null(t.strs[3]),
             ],
         }
     }
@@ -143,39 +171,43 @@ impl I4s4Bufs {
 /// `user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) -> true | false`:
 /// OTP's raw form, tag first.
 fn user_trace_i4s4(call: NifCall) -> ErlNifTerm {
-    i4s4_with_tag_at(call, 0, 1, false)
+    if !user_trace__i4s4::enabled() {
+        return false_().as_c_arg();
+    }
+    call.run(|env, args| match TagFirstArgs::from_slice(args) {
+        Some(a) => fire_i4s4(env, I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] }),
+        None => false_().to_term(env),
+    })
 }
 
 /// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false | adopt`:
-/// the same with the tag last, as `p/N` calls it (no argument rotation).
-/// `UserTag` = `undefined` means the caller has no tag of its own: when the
-/// probe is enabled this returns `adopt` without firing, and `p/N` calls
-/// again with the tag the caller adopted, if any (tag spreading).
+/// the same with the tag last, as `p/N` calls it. `UserTag` = `undefined`
+/// means the caller has no tag of its own: when the probe is enabled this
+/// returns `adopt` without firing, and `p/N` calls again with the tag the
+/// caller adopted, if any (tag spreading).
 fn i4s4(call: NifCall) -> ErlNifTerm {
-    i4s4_with_tag_at(call, 8, 0, true)
-}
-
-/// Fires `user_trace__i4s4` with the user tag at argument `tag` and I1..I4,
-/// S1..S4 at `first..first + 8`; with `adopt`, answers `adopt` for an
-/// `undefined` tag instead (see [`i4s4`]).
-#[inline(always)]
-fn i4s4_with_tag_at(call: NifCall, tag: usize, first: usize, adopt: bool) -> ErlNifTerm {
-    if !user_trace__i4s4::any_enabled() {
+    if !user_trace__i4s4::enabled() {
         return false_().as_c_arg();
     }
-    if adopt && call.raw_arg(tag).is_some_and(is_undefined_raw) {
+    if call.raw::<TagLastArgs<ErlNifTerm>>().is_some_and(|a| is_undefined_raw(a.user_tag)) {
         // The caller has no tag of its own: it asks again with the tag it
         // adopted, if any.
         return atoms::adopt().as_c_arg();
     }
-    call.run(|env, args| {
-        let mut bufs = I4s4Bufs::default();
-        let a = bufs.convert(env, args[tag], &args[first..]);
-        let [i1, i2, i3, i4] = a.ints;
-        let [s1, s2, s3, s4] = a.strs;
-        user_trace__i4s4::emit(a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
-        true_().to_term(env)
+    call.run(|env, args| match TagLastArgs::from_slice(args) {
+        Some(a) => fire_i4s4(env, I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] }),
+        None => false_().to_term(env),
     })
+}
+
+/// Converts and fires `user_trace__i4s4`; `true`.
+fn fire_i4s4<'a>(env: Env<'a>, terms: I4s4Terms<'a>) -> Term<'a> {
+    let mut bufs = I4s4Bufs::default();
+    let a = bufs.convert(env, &terms);
+    let [i1, i2, i3, i4] = a.ints;
+    let [s1, s2, s3, s4] = a.strs;
+    user_trace__i4s4::fire(a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
+    true_().to_term(env)
 }
 
 /// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg | adopt`
@@ -184,42 +216,26 @@ fn i4s4_with_tag_at(call: NifCall, tag: usize, first: usize, adopt: bool) -> Erl
 /// 951..1023 returns `error`, both before the enabled check (OTP's order).
 fn user_trace_n(call: NifCall) -> ErlNifTerm {
     call.run(|env, args| {
-        #[cfg(feature = "test-hooks")]
-        if let Some(answer) = test_hook(env, args[0]) {
-            return answer;
-        }
-        let label = match args[0].decode::<i32>() {
+        let Some(a) = NumberedArgs::from_slice(args) else { return atoms::badarg().to_term(env) };
+        let label = match a.label.decode::<i32>() {
             Ok(label @ 0..=MAX_LABEL) => label as usize,
             _ => return atoms::badarg().to_term(env),
         };
         if label > user_trace__n::LAST {
             return atoms::error().to_term(env);
         }
-        if !user_trace__n::any_enabled(label) {
+        if !user_trace__n::enabled(label) {
             return false_().to_term(env);
         }
-        if is_undefined(args[9]) {
+        if is_undefined_raw(a.user_tag.as_c_arg()) {
             return atoms::adopt().to_term(env);
         }
         let mut bufs = I4s4Bufs::default();
-        let a = bufs.convert(env, args[9], &args[1..]);
-        let [i1, i2, i3, i4] = a.ints;
-        let [s1, s2, s3, s4] = a.strs;
-        user_trace__n::emit(label, a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
+        let terms = I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] };
+        let c = bufs.convert(env, &terms);
+        let [i1, i2, i3, i4] = c.ints;
+        let [s1, s2, s3, s4] = c.strs;
+        user_trace__n::fire(label, c.pid, c.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
         true_().to_term(env)
     })
-}
-
-/// The test build's hooks (see `nif::test_hooks`): `pn(-1000000)` panics,
-/// `pn(-2000000)` returns the heap allocations made inside NIF bodies.
-#[cfg(feature = "test-hooks")]
-fn test_hook<'a>(env: Env<'a>, label: Term<'a>) -> Option<Term<'a>> {
-    use rustler::Encoder;
-    match label.decode::<i32>() {
-        Ok(-1_000_000) => panic!("dtrace_nif built with feature test-hooks: pn(-1000000) panics"),
-        Ok(-2_000_000) => {
-            Some(crate::nif::test_hooks::IN_NIF_BODIES.load(std::sync::atomic::Ordering::Relaxed).encode(env))
-        }
-        _ => None,
-    }
 }

@@ -1,17 +1,22 @@
-//! `dtrace-catalogue`: prints the probe catalogue.
+//! `dtrace-catalogue`: prints the probe catalogue, or writes the files
+//! generated from it.
 //!
 //! ```text
-//! dtrace-catalogue [--arch x86_64|aarch64] json|erlang|notes|markdown|registers|lttng [PROVIDER_FILE]
-//! dtrace-catalogue readme README.md [PROVIDER_FILE]    rewrite the README's tables in place
+//! dtrace-catalogue [--arch x86_64|aarch64] json|erlang|notes|markdown|registers|lttng|vm|efile [PROVIDER_FILE]
+//! dtrace-catalogue generate ROOT [PROVIDER_FILE]    rewrite the generated files under ROOT
 //! ```
 //! The provider file defaults to `native/dtrace_nif/probes.d`; the
-//! architecture to the one this command was built for.
+//! architecture to the one this command was built for. `generate` writes
+//! docs/reference.md's tables, src/dtrace_efile.hrl and the efile command
+//! tables of priv/efile.bt and priv/efile_drv.d (`make generated`).
 
 use std::process::ExitCode;
 
 use dtrace_catalogue::{Arch, parse, render};
 
 const DEFAULT_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../dtrace_nif/probes.d");
+const USAGE: &str = "usage: dtrace-catalogue [--arch A] json|erlang|notes|markdown|registers|lttng|vm|efile [FILE] \
+                     | generate ROOT [FILE]";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -33,33 +38,33 @@ fn run(mut args: Vec<String>) -> Result<String, String> {
         arch = Arch::from_target_arch(name).ok_or(format!("no fixed registers for {name}"))?;
         args.drain(..2);
     }
-    let (command, rest) = args.split_first().ok_or("usage: dtrace-catalogue [--arch A] json|erlang|notes|markdown|registers|lttng|readme")?;
-    let (readme, rest) = if command == "readme" {
-        let (r, rest) = rest.split_first().ok_or("usage: dtrace-catalogue readme README.md [PROVIDER_FILE]")?;
-        (Some(r.clone()), rest)
+    let (command, rest) = args.split_first().ok_or(USAGE)?;
+    let (root, rest) = if command == "generate" {
+        let (r, rest) = rest.split_first().ok_or(USAGE)?;
+        (Some(std::path::PathBuf::from(r)), rest)
     } else {
         (None, rest)
     };
     let file = rest.first().map_or(DEFAULT_FILE, String::as_str);
     let src = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
-    let provider = parse(&src).map_err(|e| format!("{file}: {e}"))?;
+    let c = parse(&src).map_err(|e| format!("{file}: {e}"))?;
     Ok(match command.as_str() {
-        "json" => render::json(&provider, arch),
-        "erlang" => render::erlang(&provider, arch),
-        "notes" => render::notes(&provider, arch),
-        "markdown" => render::markdown(&provider),
+        "json" => render::json(&c, arch),
+        "erlang" => render::erlang(&c, arch),
+        "notes" => render::notes(&c.provider, arch),
+        "markdown" => render::markdown(&c.provider),
         "registers" => render::registers_markdown(),
-        "lttng" => render::lttng_markdown(&provider),
-        "readme" => {
-            let path = readme.unwrap_or_default();
-            let doc = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-            let doc = render::splice(&doc, "probes", &render::markdown(&provider))
-                .and_then(|d| render::splice(&d, "registers", &render::registers_markdown()))
-                .and_then(|d| render::splice(&d, "lttng", &render::lttng_markdown(&provider)))
-                .ok_or(format!("{path}: no <!-- probes:begin -->, <!-- registers:begin --> or <!-- lttng:begin --> markers"))?;
-            std::fs::write(&path, doc).map_err(|e| format!("{path}: {e}"))?;
+        "lttng" => render::lttng_markdown(&c),
+        "vm" => render::vm_markdown(&c),
+        "efile" => render::efile_markdown(&c),
+        "generate" => {
+            let root = root.unwrap_or_default();
+            let files = render::generated(&c, |path| std::fs::read_to_string(root.join(path)).ok())?;
+            for (path, content) in files {
+                std::fs::write(root.join(&path), content).map_err(|e| format!("{path}: {e}"))?;
+            }
             String::new()
         }
-        other => return Err(format!("unknown command {other}")),
+        other => return Err(format!("unknown command {other}; {USAGE}")),
     })
 }

@@ -1,0 +1,76 @@
+//! Garbage collections (the `garbage_collection` flag).
+
+use rustler::{Atom, Term};
+
+use super::{Event, TraceTag, UNAVAILABLE};
+use crate::probes::org_erlang_dyntrace::{gc_major_end, gc_major_start, gc_minor_end, gc_minor_start};
+use crate::probes::{gc_major__end, gc_major__start, gc_minor__end, gc_minor__start};
+use crate::text::IdText;
+
+mod atoms {
+    rustler::atoms! { wordsize, heap_block_size, old_heap_block_size }
+}
+
+/// `gc_minor_start`, `gc_major_start`, `gc_minor_end`, `gc_major_end`:
+/// TraceTerm is the collection's list of `{Key, Value}` figures; `wordsize`
+/// is the words needed (start) or reclaimed (end). OTP's LTTng events also
+/// carry the heap and old heap block sizes.
+pub(crate) fn gc(e: &Event<'_>, tag: TraceTag) {
+    let mut pid = IdText::new();
+    let pid = e.tracee(&mut pid);
+    let figures = GcFigures::of(e.term);
+    let words = figures.wordsize.map_or(UNAVAILABLE, |w| w as i64);
+    let (heap, old_heap) = (figures.heap_block_size.unwrap_or(0), figures.old_heap_block_size.unwrap_or(0));
+    let otp_words = figures.wordsize.unwrap_or(0);
+    match tag {
+        TraceTag::GcMinorStart => {
+            gc_minor__start::fire(pid, words);
+            gc_minor_start::fire(pid, otp_words, heap, old_heap);
+        }
+        TraceTag::GcMinorEnd => {
+            gc_minor__end::fire(pid, words);
+            gc_minor_end::fire(pid, otp_words, heap, old_heap);
+        }
+        TraceTag::GcMajorStart => {
+            gc_major__start::fire(pid, words);
+            gc_major_start::fire(pid, otp_words, heap, old_heap);
+        }
+        TraceTag::GcMajorEnd => {
+            gc_major__end::fire(pid, words);
+            gc_major_end::fire(pid, otp_words, heap, old_heap);
+        }
+        _ => {}
+    }
+}
+
+/// The figures of a GC event's list the probes carry (the one parser of
+/// that list): each `None` when absent.
+#[derive(Default)]
+struct GcFigures {
+    wordsize: Option<u64>,
+    heap_block_size: Option<u64>,
+    old_heap_block_size: Option<u64>,
+}
+
+impl GcFigures {
+    /// Reads the first 32 pairs of the list (OTP 25 and 27 give 12, with
+    /// `wordsize` first).
+    fn of(list: Term<'_>) -> Self {
+        let mut figures = GcFigures::default();
+        let mut cell = list;
+        for _ in 0..32 {
+            let Ok((head, tail)) = cell.list_get_cell() else { break };
+            if let Ok((k, v)) = head.decode::<(Atom, u64)>() {
+                if k == atoms::wordsize() {
+                    figures.wordsize = Some(v);
+                } else if k == atoms::heap_block_size() {
+                    figures.heap_block_size = Some(v);
+                } else if k == atoms::old_heap_block_size() {
+                    figures.old_heap_block_size = Some(v);
+                }
+            }
+            cell = tail;
+        }
+        figures
+    }
+}

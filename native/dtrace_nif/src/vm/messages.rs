@@ -1,0 +1,193 @@
+//! Messages (the `send` and `'receive'` flags): sends with their flat size,
+//! messages queued to a process, commands to a port.
+
+use rustler::{Atom, Env, Term, TermType};
+
+use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED};
+use crate::flat_size::flat_size;
+use crate::probes::org_erlang_dyntrace::{message_receive, message_send};
+use crate::probes::{Str, message__queued, message__send, message__send__remote, port__command};
+use crate::text::{IdText, TextBuf, is_local_pid};
+
+mod atoms {
+    rustler::atoms! { command, close, connect }
+}
+
+/// `send`, `send_to_non_existing_process`: the tracee sent message
+/// TraceTerm to extra (a pid, a registered name, `{Name, Node}`, a port).
+pub(crate) fn send(e: &Event<'_>, _tag: TraceTag) {
+    let extra = e.extra();
+    let mut sender = IdText::new();
+    let sender = e.tracee(&mut sender);
+    let (local, remote) = (message__send::enabled(), message__send__remote::enabled());
+    if let Some(to) = extra.filter(|_| local || remote) {
+        let mut receiver = IdText::new();
+        match destination(e.env, to) {
+            Destination::Local(to) if local => {
+                let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
+                message__send::fire(sender, e.id(to, &mut receiver), size, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE);
+            }
+            Destination::Remote { node, receiver: r } if remote => {
+                let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
+                let mut node_text = TextBuf::new();
+                let node_text = match node {
+                    Some(n) => node_text.atom(e.env, n),
+                    None => node_of_pid(e.env, to, &mut node_text),
+                };
+                message__send__remote::fire(
+                    sender,
+                    node_text,
+                    e.id(r, &mut receiver),
+                    size,
+                    UNAVAILABLE,
+                    UNAVAILABLE,
+                    UNAVAILABLE,
+                );
+            }
+            _ => {}
+        }
+    }
+    if message_send::enabled() {
+        let (mut receiver, mut message) = (TextBuf::new(), TextBuf::new());
+        let receiver = match extra {
+            Some(to) => receiver.term(to),
+            None => receiver.literal(UNDEFINED),
+        };
+        message_send::fire(sender, receiver, message.term(e.term));
+    }
+}
+
+/// `'receive'` on a process: a message TraceTerm was queued to the tracee
+/// (OTP's `message__queued`; the queue length and token fields are not in
+/// the event). Also OTP's `message_receive`, for a port too.
+pub(crate) fn queued(e: &Event<'_>, _tag: TraceTag) {
+    let mut receiver = IdText::new();
+    let receiver = e.tracee(&mut receiver);
+    if message__queued::enabled() && e.tracee.get_type() != TermType::Port {
+        let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
+        message__queued::fire(receiver, size, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE);
+    }
+    if message_receive::enabled() {
+        let mut message = TextBuf::new();
+        message_receive::fire(receiver, message.term(e.term));
+    }
+}
+
+/// `'receive'` on a port: it received `{Pid, {command, Data}}`,
+/// `{Pid, close}` or `{Pid, {connect, NewOwner}}`.
+pub(crate) fn port_command(e: &Event<'_>, _tag: TraceTag) {
+    let Ok((from, what)) = e.term.decode::<(Term, Term)>() else { return };
+    let kind = if what.decode::<Atom>().is_ok_and(|a| a == atoms::close()) {
+        "close"
+    } else if let Ok((k, _)) = what.decode::<(Atom, Term)>() {
+        if k == atoms::command() {
+            "command"
+        } else if k == atoms::connect() {
+            "connect"
+        } else {
+            return;
+        }
+    } else {
+        return;
+    };
+    let (mut pid, mut port, mut k) = (IdText::new(), IdText::new(), TextBuf::new());
+    port__command::fire(e.id(from, &mut pid), e.tracee(&mut port), Str::NULL, k.literal(kind));
+}
+
+/// Where a message goes.
+enum Destination<'a> {
+    /// A process or port on this node (a registered name resolved to its
+    /// pid where it can be).
+    Local(Term<'a>),
+    /// Another node: its name when the destination says it, and the
+    /// receiver (a pid or a registered name).
+    Remote { node: Option<Term<'a>>, receiver: Term<'a> },
+}
+
+fn destination<'a>(env: Env<'a>, to: Term<'a>) -> Destination<'a> {
+    match to.get_type() {
+        TermType::Pid if is_local_pid(env, to) => Destination::Local(to),
+        TermType::Pid => Destination::Remote { node: None, receiver: to },
+        TermType::Atom => Destination::Local(whereis(env, to).unwrap_or(to)),
+        TermType::Tuple => match to.decode::<(Term, Atom)>() {
+            Ok((name, node)) if Some(node) == this_node(env) => Destination::Local(whereis(env, name).unwrap_or(name)),
+            Ok((name, node)) => Destination::Remote { node: Some(rustler::Encoder::encode(&node, env)), receiver: name },
+            Err(_) => Destination::Local(to),
+        },
+        _ => Destination::Local(to),
+    }
+}
+
+/// This node's name, read from the external format of the calling
+/// process's pid (the NIF API has no `node()`); only `{Name, Node}` sends
+/// need it.
+fn this_node(env: Env<'_>) -> Option<Atom> {
+    let mut pid = std::mem::MaybeUninit::uninit();
+    // SAFETY: enif_self writes the pid of the calling process, if there
+    // is one, into our struct.
+    let me = unsafe { rustler::sys::enif_self(env.as_c_arg(), pid.as_mut_ptr()) };
+    if me.is_null() {
+        return None;
+    }
+    // SAFETY: enif_self initialised it.
+    let term = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_ptr()) };
+    // SAFETY: a pid term of this env.
+    pid_node(env, unsafe { Term::new(env, term) })
+}
+
+/// Resolves a registered name to its pid.
+fn whereis<'a>(env: Env<'a>, name: Term<'a>) -> Option<Term<'a>> {
+    let mut pid = std::mem::MaybeUninit::uninit();
+    // SAFETY: enif_whereis_pid reads the name and writes the pid struct we
+    // pass; it returns 0 when nothing is registered under the name.
+    if unsafe { rustler::sys::enif_whereis_pid(env.as_c_arg(), name.as_c_arg(), pid.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: initialised by enif_whereis_pid.
+    let term = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_ptr()) };
+    // SAFETY: a pid term of this env.
+    Some(unsafe { Term::new(env, term) })
+}
+
+/// The node of a pid, from its external format (`NEW_PID_EXT` or
+/// `PID_EXT`, whose first field is the node atom).
+fn pid_node(env: Env<'_>, pid: Term<'_>) -> Option<Atom> {
+    let mut bin = std::mem::MaybeUninit::<rustler::sys::ErlNifBinary>::uninit();
+    // SAFETY: enif_term_to_binary fills the binary struct we pass; we
+    // release it below.
+    if unsafe { rustler::sys::enif_term_to_binary(env.as_c_arg(), pid.as_c_arg(), bin.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: initialised by enif_term_to_binary; its data is `size` bytes.
+    let (data, size) = unsafe { ((*bin.as_ptr()).data, (*bin.as_ptr()).size) };
+    // SAFETY: as above, valid until released.
+    let bytes = unsafe { std::slice::from_raw_parts(data, size) };
+    let name = external_atom(bytes);
+    let atom = name.and_then(|n| std::str::from_utf8(n).ok()).and_then(|n| Atom::from_str(env, n).ok());
+    // SAFETY: released once, after the last use of `bytes`.
+    unsafe { rustler::sys::enif_release_binary(bin.as_mut_ptr()) };
+    atom
+}
+
+/// The node atom's text in the external format of a pid: 131, then
+/// `X`/`g`, then the atom (`w` small UTF-8, `v` UTF-8, `d` latin-1, `s`
+/// small latin-1).
+fn external_atom(bytes: &[u8]) -> Option<&[u8]> {
+    if bytes.first() != Some(&131) || !matches!(bytes.get(1), Some(b'X') | Some(b'g')) {
+        return None;
+    }
+    let (len, start) = match bytes.get(2)? {
+        b'w' | b's' => (*bytes.get(3)? as usize, 4),
+        b'v' | b'd' => (u16::from_be_bytes([*bytes.get(3)?, *bytes.get(4)?]) as usize, 5),
+        _ => return None,
+    };
+    bytes.get(start..start + len)
+}
+
+/// A remote pid's node name into `buf`; NULL if it cannot be read.
+fn node_of_pid<'b>(env: Env<'_>, pid: Term<'_>, buf: &'b mut TextBuf) -> Str<'b> {
+    match pid_node(env, pid) {
+        Some(node) => buf.atom(env, rustler::Encoder::encode(&node, env)),
+        None => Str::NULL,
+    }
+}

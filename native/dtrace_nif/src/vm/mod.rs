@@ -1,0 +1,227 @@
+//! The VM's own probes (`process__spawn`, `message__send`, `gc_minor__start`,
+//! ...) and OTP's LTTng events for them (`org_erlang_dyntrace:*`), fed from
+//! erl_tracer events: the NIF callbacks a stock VM calls for a process or
+//! port traced with `{tracer, dtrace, State}` (module `dtrace` forwards
+//! them here, see `native/tracer_nif`).
+//!
+//! The feed table of `probes.d` (`#pragma dtrace_nif feed`) says which
+//! trace flags and trace tags feed which probes and events, through which
+//! formatting function; build.rs turns it into `feeds.rs` (included below):
+//! - `enabled/3` answers `trace` only when a probe or event the event would
+//!   fire has a listener (`listens`), else `discard`, so an event nobody
+//!   listens to costs the VM one callback;
+//! - `trace/5` runs the formatting function of each row the event is in
+//!   (`dispatch`), which fires those of the row's probes and events that
+//!   listen, each checking its own state again;
+//! - `vm_listening/0` tells `dtrace_vm` (automatic mode) the flags to set
+//!   now (`wanted_flags`), and `vm_flags/0` every flag it may ever set.
+//!
+//! Only the generic pair is exported: OTP 25 calls an exported
+//! `trace_call/5` or `trace_send/5` with the wrong arguments in some cases
+//! (meta and port-send tracing), and the generic callbacks get the real
+//! trace tag anyway. Adding a VM probe: a row in `probes.d` and its
+//! formatting function in one of the files below.
+
+use std::sync::OnceLock;
+
+use rustler::sys::ErlNifTerm;
+use rustler::types::atom::ok;
+use rustler::{Atom, Encoder, Env, Term, TermType};
+
+use crate::nif::{LoadStep, NifArgs, NifCall, nif_args, raw_nif};
+use crate::probes::Str;
+use crate::text::{IdText, TextBuf};
+
+mod calls;
+mod gc;
+mod messages;
+mod ports;
+mod procs;
+mod running;
+
+/// The formatting functions the feed table names, for `feeds.rs`.
+mod fmt {
+    pub(super) use super::calls::{call, call_return};
+    pub(super) use super::gc::gc;
+    pub(super) use super::messages::{port_command, queued, send};
+    pub(super) use super::ports::{port_exit, port_link, port_open, port_scheduled};
+    pub(super) use super::procs::{exit, link, register, spawn, spawn_meta, unlink};
+    pub(super) use super::running::{scheduled, unscheduled};
+}
+
+include!(concat!(env!("OUT_DIR"), "/feeds.rs"));
+
+raw_nif!("enabled", EnabledArgs => enabled);
+raw_nif!("trace", TraceArgs => trace);
+inventory::submit!(LoadStep(load));
+
+nif_args!(
+    /// erl_tracer's `enabled(TraceTag, TracerState, Tracee)`.
+    EnabledArgs { trace_tag, tracer_state, tracee }
+);
+nif_args!(
+    /// erl_tracer's `trace(TraceTag, TracerState, Tracee, TraceTerm, Opts)`.
+    TraceArgs { trace_tag, tracer_state, tracee, trace_term, opts }
+);
+
+mod atoms {
+    rustler::atoms! {
+        trace, discard, trace_status, extra, spawn_meta, undefined,
+    }
+}
+
+/// The trace tags of the feed table by their atom (atoms are immediates:
+/// compared as raw terms), most frequent first.
+static TAGS: OnceLock<Vec<(ErlNifTerm, TraceTag)>> = OnceLock::new();
+
+fn load(env: Env<'_>) -> bool {
+    let _ = TAGS.get_or_init(|| {
+        TRACE_TAGS.iter().filter_map(|&(name, tag)| Atom::from_str(env, name).ok().map(|a| (a.as_c_arg(), tag))).collect()
+    });
+    true
+}
+
+fn trace_tag_of(term: ErlNifTerm) -> Option<TraceTag> {
+    TAGS.get().and_then(|t| t.iter().find(|(a, _)| *a == term)).map(|&(_, t)| t)
+}
+
+/// What an event is about: meta tracing of the spawn BIFs (the tracer
+/// state `spawn_meta`), a port, or a process.
+fn target_of(tracer_state: ErlNifTerm, tracee_is_port: bool) -> Target {
+    if tracer_state == atoms::spawn_meta().as_c_arg() {
+        Target::SpawnMeta
+    } else if tracee_is_port {
+        Target::Ports
+    } else {
+        Target::Processes
+    }
+}
+
+/// `enabled(TraceTag, TracerState, Tracee) -> trace | discard`: `trace`
+/// when a probe or event this event would fire has a listener.
+/// `trace_status` (is the tracer still there?) is always `trace`.
+fn enabled(call: NifCall) -> ErlNifTerm {
+    let Some(a) = call.raw::<EnabledArgs<ErlNifTerm>>() else { return atoms::discard().as_c_arg() };
+    if a.trace_tag == atoms::trace_status().as_c_arg() {
+        return atoms::trace().as_c_arg();
+    }
+    let listened =
+        trace_tag_of(a.trace_tag).is_some_and(|tag| listens(target_of(a.tracer_state, call.is_port(a.tracee)), tag));
+    if listened { atoms::trace() } else { atoms::discard() }.as_c_arg()
+}
+
+/// `trace(TraceTag, TracerState, Tracee, TraceTerm, Opts) -> ok`: runs the
+/// formatting functions of the rows this event is in.
+fn trace(call: NifCall) -> ErlNifTerm {
+    call.run(|env, args| {
+        let Some(a) = TraceArgs::from_slice(args) else { return ok().encode(env) };
+        if let Some(tag) = trace_tag_of(a.trace_tag.as_c_arg()) {
+            let target = target_of(a.tracer_state.as_c_arg(), a.tracee.get_type() == TermType::Port);
+            let event = Event { env, trace_tag: a.trace_tag, tracee: a.tracee, term: a.trace_term, opts: a.opts };
+            dispatch(target, tag, &event);
+        }
+        ok().encode(env)
+    })
+}
+
+/// `vm_listening() -> {ProcessFlags, PortFlags, Listened, Meta}`: the trace
+/// flags automatic mode sets now, the names (binaries) of all the library's
+/// probes and events that have a listener (SDT note names, and LTTng events
+/// as `provider:event`), and `[spawn]` when a `spawn_meta` row has one (its
+/// meta-trace patterns are wanted), else `[]`.
+#[rustler::nif]
+fn vm_listening(env: Env<'_>) -> Term<'_> {
+    let atoms = |flags: Vec<&str>| -> Vec<Atom> { flags.iter().filter_map(|f| Atom::from_str(env, f).ok()).collect() };
+    let meta: Vec<Atom> = if spawn_meta_listens() { atoms(vec!["spawn"]) } else { vec![] };
+    (atoms(wanted_flags(Target::Processes)), atoms(wanted_flags(Target::Ports)), crate::probes::listened(), meta).encode(env)
+}
+
+/// `vm_flags() -> {ProcessFlags, PortFlags}`: every trace flag automatic
+/// mode may set, from the feed table (what `dtrace_vm` clears after a
+/// crash of its predecessor).
+#[rustler::nif]
+fn vm_flags(env: Env<'_>) -> Term<'_> {
+    let atoms = |flags: &[&str]| -> Vec<Atom> { flags.iter().filter_map(|f| Atom::from_str(env, f).ok()).collect() };
+    (atoms(ALL_PROCESS_FLAGS), atoms(ALL_PORT_FLAGS)).encode(env)
+}
+
+/// What erl_tracer passes to `trace/5`.
+pub(crate) struct Event<'a> {
+    env: Env<'a>,
+    /// The trace tag (`send`, `in_exiting`, ...).
+    trace_tag: Term<'a>,
+    /// The traced process or port.
+    tracee: Term<'a>,
+    /// What the event carries (the message, the new pid, the mfa, ...).
+    term: Term<'a>,
+    /// The options map (`extra`, ...).
+    opts: Term<'a>,
+}
+
+/// The mfa text OTP's SDT probes give when the VM does not know the function.
+const UNKNOWN_MFA: &str = "<unknown>";
+
+/// The mfa text OTP's LTTng events give when the VM does not know it.
+const UNDEFINED: &str = "undefined";
+
+/// The sentinel for an integer erl_tracer does not carry.
+const UNAVAILABLE: i64 = -1;
+
+impl<'a> Event<'a> {
+    /// `extra` in the options map, if any.
+    fn extra(&self) -> Option<Term<'a>> {
+        self.opts.map_get(atoms::extra().to_term(self.env)).ok()
+    }
+
+    /// The tracee's text (a local pid or port: cached).
+    fn tracee<'b>(&self, buf: &'b mut IdText) -> Str<'b> {
+        buf.id(self.env, self.tracee)
+    }
+
+    /// A pid or port (or any term) of this event as text.
+    fn id<'b>(&self, term: Term<'_>, buf: &'b mut IdText) -> Str<'b> {
+        buf.id(self.env, term)
+    }
+
+    /// The trace tag's name (`in`, `out_exited`, `link`, ...).
+    fn tag_name<'b>(&self, buf: &'b mut TextBuf) -> Str<'b> {
+        buf.atom(self.env, self.trace_tag)
+    }
+}
+
+/// `{M, F, Arity}` or `{M, F, Args}` (a list of at most 255 elements).
+fn mfa_parts(mfa: Term<'_>) -> Option<(Term<'_>, Term<'_>, u32)> {
+    let (m, f, a) = mfa.decode::<(Term, Term, Term)>().ok()?;
+    if !matches!(m.get_type(), TermType::Atom) || !matches!(f.get_type(), TermType::Atom) {
+        return None;
+    }
+    let arity = match a.decode::<u32>() {
+        Ok(n) => n,
+        Err(_) => list_length(a, 255)?,
+    };
+    Some((m, f, arity))
+}
+
+/// `{M, F, Arity | Args}` as `m:f/arity` text, `unknown` for anything
+/// else (the VM passes 0 when it does not know): `UNKNOWN_MFA` for the SDT
+/// probes, `UNDEFINED` for OTP's LTTng events.
+fn mfa_text<'b>(mfa: Term<'_>, unknown: &str, buf: &'b mut TextBuf) -> Str<'b> {
+    match mfa_parts(mfa) {
+        Some((m, f, a)) => buf.mfa(m, f, a),
+        None => buf.literal(unknown),
+    }
+}
+
+/// The length of a proper list, if at most `max`.
+fn list_length(list: Term<'_>, max: u32) -> Option<u32> {
+    let mut n = 0;
+    let mut cell = list;
+    while !cell.is_empty_list() {
+        cell = cell.list_get_cell().ok()?.1;
+        n += 1;
+        if n > max {
+            return None;
+        }
+    }
+    Some(n)
+}
