@@ -21,12 +21,13 @@
 -on_load(on_load/0).
 -nifs([enabled/3, trace/5]).
 
-%% Loads priv/compat/dyntrace_nif.so, whose NIFs are dtrace_nif.so's
-%% erl_tracer callbacks. Without it (module dtrace not loaded), the stubs
-%% answer `remove', as OTP's dyntrace does on a VM without LTTng.
+%% Loads priv/compat/dyntrace.so (native/tracer_nif), whose NIFs are
+%% dtrace_nif.so's erl_tracer callbacks. Without it (module dtrace_nif not
+%% loaded), the stubs answer `remove', as OTP's dyntrace does on a VM
+%% without LTTng.
 on_load() ->
-    Path = filename:join([code:priv_dir(dtrace), "compat", "dyntrace_nif"]),
-    _ = code:ensure_loaded(dtrace),
+    Path = filename:join([code:priv_dir(dtrace), "compat", "dyntrace"]),
+    _ = code:ensure_loaded(dtrace_nif),
     case erlang:load_nif(Path, 0) of
         ok -> ok;
         {error, {reload, _}} -> ok;

@@ -1,10 +1,12 @@
 #!/bin/sh
-# Builds the NIF with cargo and installs it as priv/dtrace_nif.so, with the
-# probe catalogue build.rs generated as priv/dtrace_probes.json and the
-# LTTng-UST provider package priv/libdtrace_lttng_tp.so (when built), and
-# compiles the dyntrace compatibility module to priv/compat/dyntrace.beam
-# with its NIF library priv/compat/dyntrace_nif.so (kept out of ebin: see
-# src/dtrace_compat.erl).
+# Builds the NIF with cargo and installs it as priv/dtrace_nif.so (the
+# library of the private module dtrace_nif), with the probe catalogue
+# build.rs generated as priv/dtrace_probes.json and the LTTng-UST provider
+# package priv/libdtrace_lttng_tp.so (when built); installs the tracer
+# modules' library (native/tracer_nif) once per module, named after it:
+# priv/tracer/dtrace.so and priv/compat/dyntrace.so; and compiles the
+# dyntrace compatibility module to priv/compat/dyntrace.beam (kept out of
+# ebin: see src/dtrace_compat.erl).
 # Used by rebar3 (pre_hooks), mix (the compiler in mix.exs) and make, so a
 # project that depends on dtrace needs only cargo, not rustler's hex package.
 #   native/build-nif.sh [release|debug]     (default: release)
@@ -18,18 +20,20 @@ command -v cargo >/dev/null 2>&1 || {
 flag=; [ "$profile" = release ] && flag=--release
 # The JSON messages name build.rs's output directory, where the catalogue is.
 messages=$(cargo build $flag --quiet --message-format=json-render-diagnostics \
-    --manifest-path "$here/Cargo.toml" -p dtrace_nif -p dyntrace_nif)
+    --manifest-path "$here/Cargo.toml" -p dtrace_nif -p tracer_nif)
 out_dir=$(printf '%s\n' "$messages" | grep '"reason":"build-script-executed"' | grep 'dtrace_nif' |
     sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -1)
 target=${CARGO_TARGET_DIR:-$here/target}
 case "$target" in /*) ;; *) target=$here/$target ;; esac
-mkdir -p "$here/priv/compat"
+mkdir -p "$here/priv/compat" "$here/priv/tracer"
+rm -f "$here/priv/compat/dyntrace_nif.so"
 erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
 if [ -z "$out_dir" ] || [ ! -f "$out_dir/dtrace_probes.json" ]; then
     echo "dtrace: cargo reported no catalogue (dtrace_probes.json) for dtrace_nif" >&2
     exit 1
 fi
 cp "$out_dir/dtrace_probes.json" "$here/priv/dtrace_probes.json"
+cp "$out_dir/dtrace_probes.eterm" "$here/priv/dtrace_probes.eterm"
 # The LTTng-UST provider package, when build.rs could build it (the NIF
 # loads it from next to itself; without it the LTTng sink is off).
 if [ -f "$out_dir/libdtrace_lttng_tp.so" ]; then
@@ -42,11 +46,14 @@ for lib in libdtrace_nif.so libdtrace_nif.dylib; do
     if [ -f "$target/$profile/$lib" ]; then
         # Copy to a temporary name and rename, so a running VM that has the old
         # library mapped keeps a consistent file.
-        cp "$target/$profile/$lib" "$here/priv/.dtrace_nif.so.tmp"
-        mv -f "$here/priv/.dtrace_nif.so.tmp" "$here/priv/dtrace_nif.so"
-        compat=$target/$profile/$(echo "$lib" | sed 's/dtrace_nif/dyntrace_nif/')
-        cp "$compat" "$here/priv/compat/.dyntrace_nif.so.tmp"
-        mv -f "$here/priv/compat/.dyntrace_nif.so.tmp" "$here/priv/compat/dyntrace_nif.so"
+        install_as() {
+            cp "$1" "$2.tmp"
+            mv -f "$2.tmp" "$2"
+        }
+        install_as "$target/$profile/$lib" "$here/priv/dtrace_nif.so"
+        tracer=$target/$profile/$(echo "$lib" | sed 's/dtrace_nif/tracer_nif/')
+        install_as "$tracer" "$here/priv/tracer/dtrace.so"
+        install_as "$tracer" "$here/priv/compat/dyntrace.so"
         exit 0
     fi
 done

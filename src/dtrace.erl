@@ -61,22 +61,14 @@
 -export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1]).
 -export([user_trace_i4s4/9]).
 -export([span/2, span_begin/1, span_end/1]).
-%% For dtrace_file: the file I/O probes.
--export([efile_enabled/0, efile_entry/10, efile_return/6]).
 %% The VM's own probes.
 -export([vm_probes/0, vm_probes/1, function_probes/1]).
-%% The erl_tracer callbacks ({tracer, dtrace, State}), and for dtrace_vm.
--export([enabled/3, trace/5, vm_listening/0, vm_call_probes/2]).
-%% For dtrace_provider: run-time providers.
--export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
-         provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1]).
+%% The erl_tracer callbacks (OTP's erl_tracer behaviour, NIFs): {tracer, dtrace,
+%% State} fires the VM probes.
+-export([enabled/3, trace/5]).
 
 -on_load(on_load/0).
--nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
-       user_trace_n/10, span_enabled/0, span_begin/4, span_end/5, efile_enabled/0, efile_entry/10, efile_return/6,
-       enabled/3, trace/5, vm_listening/0, vm_call_probes/2,
-       provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
-       provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1]).
+-nifs([enabled/3, trace/5]).
 
 -define(TAG_KEY, '$dtrace_tag').
 
@@ -86,15 +78,15 @@
 %% spreading, if any. A macro rather than a function: expanded in each
 %% p/N and pn/N clause, only that clause's variables are kept across the
 %% first call (a function would keep all eight arguments, which cost the
-%% disabled path ~4 ns); and the compiler must not inline NIF stubs.
+%% disabled path ~4 ns).
 -define(FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4),
-        case i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-            adopt -> i4s4(I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+        case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
+            adopt -> dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
             Fired__ -> Fired__
         end).
 -define(FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4),
-        case user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-            adopt -> user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+        case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
+            adopt -> dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
             Fired__ -> Fired__
         end).
 -define(SPREAD_KEY, '$dtrace_spread').
@@ -111,10 +103,14 @@
 %% Any atom means "absent" (0).
 -type iolist_maybe() :: iodata() | atom().
 %% Any atom means "absent" (NULL).
--type probe_result() :: true | false | error | badarg.
+-type probe_result() :: boolean().
 %% `false': not enabled (no tracer), or the NIF is not loaded.
-%% `true': fired. `badarg' / `error': see the function.
--type tag_state() :: {non_neg_integer(), binary() | []}.
+%% `true': fired.
+-type pn_result() :: boolean() | error | badarg.
+%% As {@link probe_result()}, and for a bad label (checked before anything
+%% else): `badarg' when it is not an integer in 0..1023, `error' for
+%% 951..1023.
+-type tag_state() :: {Flags :: 0 | 1, Tag :: binary() | []}.
 %% What {@link spread_tag/1} returns and {@link restore_tag/1} takes.
 
 -type span_kind() :: atom() | iodata().
@@ -124,49 +120,56 @@
                    Kind :: iodata(), Start :: integer(), UserTag :: binary() | undef}.
 %% What {@link span_begin/1} returns and {@link span_end/1} takes.
 
--export_type([probe_arg/0, n_probe_label/0, probe_result/0, tag_state/0, span_kind/0, span/0]).
+-type vm_status() ::
+        #{mode := auto | manual,
+          poll_ms := pos_integer(),
+          tracing := session | legacy,
+          listening := [binary()],
+          wanted_flags := #{processes := [atom()], ports := [atom()]},
+          flags := #{processes := [atom()], ports := [atom()]},
+          new_processes := ours | free | {taken, term()},
+          spawn_meta := on | off | {taken, term()},
+          traced := non_neg_integer(),
+          skipped := non_neg_integer(),
+          function_patterns := [function_pattern()],
+          function_patterns_set := boolean()}.
+%% What {@link vm_probes/0} returns; see there.
+-type function_pattern() :: {module(), atom() | '_', arity() | '_'}
+                          | {module(), atom() | '_', arity() | '_', global | local}.
+%% A pattern of {@link function_probes/1}.
+-type function_probes_error() :: {bad_pattern, term()} | {all_modules, term()}
+                               | {not_a_list, term()} | not_started.
+%% Why {@link function_probes/1} refused its patterns.
+
+-export_type([probe_arg/0, n_probe_label/0, probe_result/0, pn_result/0, tag_state/0, span_kind/0,
+              span/0, vm_status/0, function_pattern/0]).
 
 %%%===================================================================
-%%% NIF loading
+%%% Loading: the probes' NIFs belong to dtrace_nif; this module, the
+%%% tracer module of {tracer, dtrace, State}, loads priv/tracer/dtrace.so,
+%%% whose NIFs are dtrace_nif.so's erl_tracer callbacks.
 %%%===================================================================
 
-%% Loads priv/dtrace_nif.so. If it cannot be loaded the module still loads,
-%% with a warning, and every probe function returns `false' (as OTP's
-%% dyntrace does on a VM without dynamic trace).
 on_load() ->
-    case nif_path() of
-        {ok, Path} ->
-            case erlang:load_nif(Path, 0) of
-                ok -> ok;
-                {error, {reload, _}} -> ok;
-                {error, {Reason, Text}} ->
-                    logger:warning("dtrace: NIF ~ts not loaded (~p: ~ts); "
-                                   "probes are disabled", [Path, Reason, Text]),
-                    ok
-            end;
-        {error, Why} ->
-            logger:warning("dtrace: NIF not found (~p); probes are disabled", [Why]),
+    _ = code:ensure_loaded(dtrace_nif),
+    Path = case code:priv_dir(dtrace) of
+               {error, bad_name} ->
+                   filename:join([filename:dirname(filename:dirname(code:which(?MODULE))),
+                                  "priv", "tracer", "dtrace"]);
+               Priv ->
+                   filename:join([Priv, "tracer", "dtrace"])
+           end,
+    case erlang:load_nif(Path, 0) of
+        ok -> ok;
+        {error, {reload, _}} -> ok;
+        {error, {Reason, Text}} ->
+            logger:info("dtrace: {tracer, dtrace, []} fires nothing: ~ts: ~p: ~ts",
+                        [Path, Reason, Text]),
             ok
     end.
 
-nif_path() ->
-    case code:priv_dir(dtrace) of
-        {error, bad_name} ->
-            %% Not loaded as an application (e.g. the beam file on the code
-            %% path by hand): look next to ebin/.
-            case code:which(?MODULE) of
-                Beam when is_list(Beam) ->
-                    {ok, filename:join([filename:dirname(filename:dirname(Beam)),
-                                        "priv", "dtrace_nif"])};
-                Other ->
-                    {error, Other}
-            end;
-        Priv ->
-            {ok, filename:join(Priv, "dtrace_nif")}
-    end.
-
 %%%===================================================================
-%%% NIFs. The bodies run only when the NIF is not loaded.
+%%% Status and the raw probes
 %%%===================================================================
 
 %% @doc `true' when probes can fire: the NIF is loaded on a platform with
@@ -174,7 +177,7 @@ nif_path() ->
 %% which). `false' otherwise.
 -spec available() -> boolean().
 available() ->
-    nif_stub(false).
+    dtrace_nif:available().
 
 %% @doc The sinks the probes fire in, and whether each works here:
 %% `sdt' (USDT/SDT notes, for bpftrace, perf, gdb, SystemTap: `true' on
@@ -186,7 +189,7 @@ available() ->
 %% {false, <<"NIF not loaded">>}}'.
 -spec sinks() -> #{sdt := boolean(), lttng := true | {false, binary()}}.
 sinks() ->
-    nif_stub(#{sdt => false, lttng => {false, <<"NIF not loaded">>}}).
+    dtrace_nif:sinks().
 
 %% @doc `true' while a tracer listens on `user_trace__i4s4', the probe of
 %% {@link p/0}..{@link p/8}: one semaphore read, nothing else. For
@@ -200,14 +203,14 @@ sinks() ->
 %% Not in OTP's dyntrace (an extension). `false' when the NIF is not loaded.
 -spec is_enabled() -> boolean().
 is_enabled() ->
-    nif_stub(false).
+    dtrace_nif:is_enabled().
 
 %% @doc `true' while a tracer listens on `user_trace__n<Label>', the probe
 %% of `pn(Label, ...)'. `false' for anything that names no probe (not an
 %% integer in 0..950). Not in OTP's dyntrace (an extension).
--spec is_enabled(term()) -> boolean().
-is_enabled(_Label) ->
-    nif_stub(false).
+-spec is_enabled(Label :: term()) -> boolean().
+is_enabled(Label) ->
+    dtrace_nif:is_enabled(Label).
 
 %% @doc Fires `user_trace__s1(char *message)' with `Message' (an iolist or
 %% binary of at most 1024 bytes).
@@ -216,9 +219,9 @@ is_enabled(_Label) ->
 %% `true' when fired, and `badarg' when a tracer listens and `Message' is
 %% not an iolist of at most 1024 bytes (nothing fires). Deprecated in OTP
 %% in favour of {@link p/1}; kept for compatibility.
--spec user_trace_s1(iodata()) -> probe_result().
-user_trace_s1(_Message) ->
-    nif_stub(false).
+-spec user_trace_s1(Message :: iodata()) -> boolean() | badarg.
+user_trace_s1(Message) ->
+    dtrace_nif:user_trace_s1(Message).
 
 %% @doc The raw form behind {@link p/8}: fires `user_trace__i4s4' with the
 %% caller's pid, `UserTag' and the arguments as given, without routing.
@@ -227,57 +230,17 @@ user_trace_s1(_Message) ->
 %% NULL otherwise (any atom means absent); `I1'..`I4' are integers, passed
 %% as 0 unless they fit a signed 64-bit word. Returns `false' (not enabled)
 %% or `true' (fired).
--spec user_trace_i4s4(iolist_maybe(), integer_maybe(), integer_maybe(),
-                      integer_maybe(), integer_maybe(), iolist_maybe(),
-                      iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
+-spec user_trace_i4s4(UserTag :: iolist_maybe(), I1 :: integer_maybe(), I2 :: integer_maybe(),
+                      I3 :: integer_maybe(), I4 :: integer_maybe(), S1 :: iolist_maybe(),
+                      S2 :: iolist_maybe(), S3 :: iolist_maybe(), S4 :: iolist_maybe()) ->
           probe_result().
-user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
-    nif_stub(false).
+user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
+    dtrace_nif:user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4).
 
-%% The NIFs behind p/N and pn/N take the user tag last: the routing
-%% clauses then pass their arguments in the registers they arrived in,
-%% where a leading tag would make every call rotate them (BEAM `swap's,
-%% about 4 ns each on OTP 25's JIT).
-
-%% user_trace_i4s4/9 with the tag last.
--spec i4s4(integer_maybe(), integer_maybe(), integer_maybe(), integer_maybe(),
-           iolist_maybe(), iolist_maybe(), iolist_maybe(), iolist_maybe(),
-           iolist_maybe()) -> probe_result() | adopt.
-i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
-    nif_stub(false).
-
-%% Fires user_trace__n<Label>. Returns badarg for a Label that is not an
-%% integer in 0..1023 and error for 951..1023, both before the enabled check.
--spec user_trace_n(term(), integer_maybe(), integer_maybe(), integer_maybe(),
-                   integer_maybe(), iolist_maybe(), iolist_maybe(),
-                   iolist_maybe(), iolist_maybe(), iolist_maybe()) ->
-          probe_result() | adopt.
-user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
-    nif_stub(false).
-
-%% The file I/O probes (efile_drv__*), for dtrace_file; see its doc and
-%% native/dtrace_nif/src/efile.rs.
-
-%% @private Is a tracer listening on any `efile_drv__*' probe?
--spec efile_enabled() -> boolean().
-efile_enabled() ->
-    nif_stub(false).
-
-%% @private Starts a file operation on scheduler `ThreadId': fires
-%% `efile_drv__entry' and `efile_drv__int_entry' (each if enabled) and
-%% returns the operation's per-scheduler counter.
--spec efile_entry(integer(), integer(), iolist_maybe(), iolist_maybe(),
-                  integer_maybe(), integer_maybe(), integer_maybe(), integer_maybe(),
-                  iolist_maybe(), pid() | undefined) -> non_neg_integer().
-efile_entry(_ThreadId, _Command, _S1, _S2, _I1, _I2, _I3, _I4, _UserTag, _Device) ->
-    nif_stub(0).
-
-%% @private Ends operation `{ThreadId, Tag}': fires `efile_drv__int_return'
-%% and `efile_drv__return' (each if enabled). `Reason' is a POSIX atom
-%% when `Success' is false.
--spec efile_return(integer(), integer(), integer(), iolist_maybe(), boolean(), term()) -> ok.
-efile_return(_ThreadId, _Tag, _Command, _UserTag, _Success, _Reason) ->
-    nif_stub(ok).
+%% The NIFs behind p/N and pn/N (dtrace_nif:i4s4/9, user_trace_n/10) take
+%% the user tag last: the routing clauses then pass their arguments in the
+%% registers they arrived in, where a leading tag would make every call
+%% rotate them (BEAM `swap's, about 4 ns each on OTP 25's JIT).
 
 %%%===================================================================
 %%% The VM's own probes
@@ -308,7 +271,7 @@ efile_return(_ThreadId, _Tag, _Command, _UserTag, _Success, _Reason) ->
 %% running (automatic mode lives in it). Counting the traced processes
 %% reads every process's tracer: a call costs about a microsecond per
 %% process.
--spec vm_probes() -> map() | {error, not_started}.
+-spec vm_probes() -> vm_status() | {error, not_started}.
 vm_probes() ->
     vm_call(fun dtrace_vm:status/0).
 
@@ -351,8 +314,7 @@ vm_probes(Other) ->
 %%
 %% Returns `ok', `{error, {bad_pattern, P}}', `{error, {all_modules, P}}',
 %% `{error, {not_a_list, Patterns}}' or `{error, not_started}'.
--spec function_probes(Patterns) -> ok | {error, term()} when
-      Patterns :: [{module(), atom(), arity() | '_'} | {module(), atom(), arity() | '_', global | local}].
+-spec function_probes(Patterns :: [function_pattern()]) -> ok | {error, function_probes_error()}.
 function_probes(Patterns) ->
     vm_call(fun() -> dtrace_vm:function_probes(Patterns) end).
 
@@ -362,93 +324,24 @@ vm_call(Fun) ->
         _ -> Fun()
     end.
 
-%% @private erl_tracer: is anybody listening to the probes this event
-%% feeds? `trace' or `discard'.
--spec enabled(atom(), term(), pid() | port() | undefined) -> trace | discard | remove.
+%% @doc erl_tracer's callback (a NIF): is anybody listening to a probe or
+%% event this event feeds? `trace' or `discard' (see the feed table in
+%% docs/reference.md); `remove' when the library is not loaded. Called by
+%% the VM for processes and ports traced with `{tracer, dtrace, State}'.
+-spec enabled(TraceTag :: atom(), TracerState :: term(), Tracee :: pid() | port() | undefined) ->
+          trace | discard | remove.
 enabled(_TraceTag, _TracerState, _Tracee) ->
-    nif_stub(remove).
+    %% Without the library: remove this tracer from the tracee, as OTP's
+    %% dyntrace does on a VM without LTTng. (Through the external format,
+    %% so that dialyzer takes the NIF's answers for possible.)
+    binary_to_term(term_to_binary(remove)).
 
-%% @private erl_tracer: fires the probes this event feeds.
--spec trace(atom(), term(), pid() | port(), term(), map()) -> ok.
+%% @doc erl_tracer's callback (a NIF): fires the probes and events this
+%% event feeds that have a listener. Returns `ok'.
+-spec trace(TraceTag :: atom(), TracerState :: term(), Tracee :: pid() | port(),
+            TraceTerm :: term(), Opts :: map()) -> ok.
 trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) ->
-    nif_stub(ok).
-
-%% @private For dtrace_vm: `{ProcessFlags, PortFlags, ProbeNames, Meta}'.
--spec vm_listening() -> {[atom()], [atom()], [binary()], [spawn]}.
-vm_listening() ->
-    nif_stub({[], [], [], []}).
-
-%% @private For dtrace_vm: which calls fire which function probes.
--spec vm_call_probes([tuple()], [mfa()]) -> ok.
-vm_call_probes(_Patterns, _Bifs) ->
-    nif_stub(ok).
-
-%% Run-time providers, for dtrace_provider; see its doc and
-%% native/dtrace_nif/src/provider.rs. Without the NIF no handle can exist:
-%% new/2 answers {error, unavailable} and the others, given no handle,
-%% what the NIF answers for a term that is not one.
-
-%% @private Defines a provider: `{ok, Handle}' or `{error, Reason}' (see
-%% {@link dtrace_provider:new/2}).
--spec provider_new(term(), term()) -> {ok, dtrace_provider:provider()} | {error, dtrace_provider:reason()}.
-provider_new(_Provider, _Probes) ->
-    nif_stub({error, unavailable}).
-
-%% @private Fires probe `ProbeName' of provider `Handle' (see
-%% {@link dtrace_provider:fire/3}).
--spec provider_fire(dtrace_provider:provider(), atom(), [term()]) -> boolean().
-provider_fire(_Handle, _ProbeName, _Args) ->
-    nif_badarg().
-
-%% @private Fires the probe of probe handle `Probe' (see
-%% {@link dtrace_provider:fire/2}).
--spec provider_fire(dtrace_provider:probe(), [term()]) -> boolean().
-provider_fire(_Probe, _Args) ->
-    nif_badarg().
-
-%% @private Is a tracer listening on probe `ProbeName' of `Handle'?
--spec provider_is_enabled(dtrace_provider:provider(), atom()) -> boolean().
-provider_is_enabled(_Handle, _ProbeName) ->
-    nif_badarg().
-
-%% @private Is a tracer listening on the probe of probe handle `Probe'?
--spec provider_is_enabled(dtrace_provider:probe()) -> boolean().
-provider_is_enabled(_Probe) ->
-    nif_badarg().
-
-%% @private The probe handle of probe `ProbeName' of `Handle'.
--spec provider_probe(dtrace_provider:provider(), atom()) -> dtrace_provider:probe().
-provider_probe(_Handle, _ProbeName) ->
-    nif_badarg().
-
-%% @private The path of the object of `Handle' (a provider or probe handle).
--spec provider_path(dtrace_provider:provider() | dtrace_provider:probe()) -> binary().
-provider_path(_Handle) ->
-    nif_badarg().
-
-%% @private Deletes the provider of `Handle' (a provider or probe handle).
--spec provider_delete(dtrace_provider:provider() | dtrace_provider:probe()) -> ok.
-provider_delete(_Handle) ->
-    nif_badarg().
-
-%% What a NIF stub returns when the library is not loaded: Default, the
-%% value OTP's dyntrace gives on a VM without dynamic trace. The round trip
-%% through the external term format only hides the value from dialyzer,
-%% whose success typing would otherwise be the stub's body (`false'), not
-%% what the NIF returns: every `true' or `adopt' clause of a caller would
-%% look unreachable. It runs only when the NIF is missing.
-nif_stub(Default) ->
-    binary_to_term(term_to_binary(Default)).
-
-%% What a provider NIF's stub does: no handle exists without the library,
-%% so it raises what the NIF raises for a term that is not a handle. The
-%% second branch never runs; it keeps dialyzer from concluding that the
-%% stub (hence the NIF) never returns.
-nif_badarg() ->
-    case binary_to_term(term_to_binary(badarg)) of
-        badarg -> erlang:error(badarg);
-        NeverReached -> NeverReached
-    end.
+    ok.
 
 %%%===================================================================
 %%% p/0..8: fire user_trace__i4s4
@@ -464,7 +357,7 @@ p() ->
 %% @doc Fires `user_trace__i4s4' with one argument: an integer fills i1,
 %% anything else fills s1 (NULL unless an iolist of at most 1024 bytes).
 %% Returns `false' or `true', as {@link p/0}.
--spec p(probe_arg()) -> probe_result().
+-spec p(Arg1 :: probe_arg()) -> probe_result().
 p(I1) when is_integer(I1) ->
     ?FIRE_I4S4(I1, undef, undef, undef, undef, undef, undef, undef);
 p(S1) ->
@@ -474,7 +367,7 @@ p(S1) ->
 %% fill s1, s2 in order. As in OTP, the last clause takes anything, so
 %% `p("x", 1)' passes s1 = "x" and s2 = NULL (`1' is not an iolist).
 %% Returns `false' or `true', as {@link p/0}.
--spec p(probe_arg(), probe_arg()) -> probe_result().
+-spec p(Arg1 :: probe_arg(), Arg2 :: probe_arg()) -> probe_result().
 p(I1, I2) when is_integer(I1), is_integer(I2) ->
     ?FIRE_I4S4(I1, I2, undef, undef, undef, undef, undef, undef);
 p(I1, S1) when is_integer(I1) ->
@@ -484,7 +377,7 @@ p(S1, S2) ->
 
 %% @doc Fires `user_trace__i4s4' with three arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
--spec p(probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+-spec p(Arg1 :: probe_arg(), Arg2 :: probe_arg(), Arg3 :: probe_arg()) -> probe_result().
 p(I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
     ?FIRE_I4S4(I1, I2, I3, undef, undef, undef, undef, undef);
 p(I1, I2, S1) when is_integer(I1), is_integer(I2) ->
@@ -496,7 +389,8 @@ p(S1, S2, S3) ->
 
 %% @doc Fires `user_trace__i4s4' with four arguments, routed as in
 %% {@link p/2}. Returns `false' or `true'.
--spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+-spec p(Arg1 :: probe_arg(), Arg2 :: probe_arg(), Arg3 :: probe_arg(), Arg4 :: probe_arg()) ->
+          probe_result().
 p(I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_I4S4(I1, I2, I3, I4, undef, undef, undef, undef);
 p(I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -512,7 +406,9 @@ p(S1, S2, S3, S4) ->
 %% on, the integers must come first (at most four of them, then strings):
 %% any other order raises `function_clause', as in OTP.
 %% Returns `false' or `true'.
--spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+-spec p(Arg1 :: probe_arg(), Arg2 :: probe_arg(), Arg3 :: probe_arg(), Arg4 :: probe_arg(),
+        Arg5 :: probe_arg()) ->
+          probe_result().
 p(I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_I4S4(I1, I2, I3, I4, S1, undef, undef, undef);
 p(I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -524,8 +420,9 @@ p(I1, S1, S2, S3, S4) when is_integer(I1) ->
 
 %% @doc Fires `user_trace__i4s4' with six arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
--spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
-        probe_arg()) -> probe_result().
+-spec p(Arg1 :: probe_arg(), Arg2 :: probe_arg(), Arg3 :: probe_arg(), Arg4 :: probe_arg(),
+        Arg5 :: probe_arg(), Arg6 :: probe_arg()) ->
+          probe_result().
 p(I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_I4S4(I1, I2, I3, I4, S1, S2, undef, undef);
 p(I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -535,8 +432,9 @@ p(I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
 
 %% @doc Fires `user_trace__i4s4' with seven arguments, integers first (see
 %% {@link p/5}). Returns `false' or `true'.
--spec p(probe_arg(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
-        probe_arg(), probe_arg()) -> probe_result().
+-spec p(Arg1 :: probe_arg(), Arg2 :: probe_arg(), Arg3 :: probe_arg(), Arg4 :: probe_arg(),
+        Arg5 :: probe_arg(), Arg6 :: probe_arg(), Arg7 :: probe_arg()) ->
+          probe_result().
 p(I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, undef);
 p(I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -544,8 +442,9 @@ p(I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3
 
 %% @doc Fires `user_trace__i4s4' with all eight arguments: four integers,
 %% then four strings. Returns `false' or `true'.
--spec p(integer(), integer(), integer(), integer(), probe_arg(), probe_arg(),
-        probe_arg(), probe_arg()) -> probe_result().
+-spec p(Arg1 :: integer(), Arg2 :: integer(), Arg3 :: integer(), Arg4 :: integer(),
+        Arg5 :: probe_arg(), Arg6 :: probe_arg(), Arg7 :: probe_arg(), Arg8 :: probe_arg()) ->
+          probe_result().
 p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4).
 
@@ -559,13 +458,13 @@ p(I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_intege
 %% Returns `badarg' when `Label' is not an integer in 0..1023 and `error'
 %% for 951..1023 (both checked before the enabled check, as in OTP);
 %% otherwise `false' (not enabled) or `true' (fired).
--spec pn(n_probe_label()) -> probe_result().
+-spec pn(Label :: n_probe_label()) -> pn_result().
 pn(Label) ->
     ?FIRE_N(Label, undef, undef, undef, undef, undef, undef, undef, undef).
 
 %% @doc `pn' with one argument, routed as in {@link p/1}; results as
 %% {@link pn/1}.
--spec pn(n_probe_label(), probe_arg()) -> probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: probe_arg()) -> pn_result().
 pn(Label, I1) when is_integer(I1) ->
     ?FIRE_N(Label, I1, undef, undef, undef, undef, undef, undef, undef);
 pn(Label, S1) ->
@@ -573,7 +472,7 @@ pn(Label, S1) ->
 
 %% @doc `pn' with two arguments, routed as in {@link p/2}; results as
 %% {@link pn/1}.
--spec pn(n_probe_label(), probe_arg(), probe_arg()) -> probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: probe_arg(), Arg2 :: probe_arg()) -> pn_result().
 pn(Label, I1, I2) when is_integer(I1), is_integer(I2) ->
     ?FIRE_N(Label, I1, I2, undef, undef, undef, undef, undef, undef);
 pn(Label, I1, S1) when is_integer(I1) ->
@@ -583,7 +482,8 @@ pn(Label, S1, S2) ->
 
 %% @doc `pn' with three arguments, routed as in {@link p/3}; results as
 %% {@link pn/1}.
--spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: probe_arg(), Arg2 :: probe_arg(), Arg3 :: probe_arg()) ->
+          pn_result().
 pn(Label, I1, I2, I3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
     ?FIRE_N(Label, I1, I2, I3, undef, undef, undef, undef, undef);
 pn(Label, I1, I2, S1) when is_integer(I1), is_integer(I2) ->
@@ -595,8 +495,9 @@ pn(Label, S1, S2, S3) ->
 
 %% @doc `pn' with four arguments, routed as in {@link p/4}; results as
 %% {@link pn/1}.
--spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg()) ->
-          probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: probe_arg(), Arg2 :: probe_arg(),
+         Arg3 :: probe_arg(), Arg4 :: probe_arg()) ->
+          pn_result().
 pn(Label, I1, I2, I3, I4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_N(Label, I1, I2, I3, I4, undef, undef, undef, undef);
 pn(Label, I1, I2, I3, S1) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -610,8 +511,9 @@ pn(Label, S1, S2, S3, S4) ->
 
 %% @doc `pn' with five arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
--spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
-         probe_arg()) -> probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: probe_arg(), Arg2 :: probe_arg(),
+         Arg3 :: probe_arg(), Arg4 :: probe_arg(), Arg5 :: probe_arg()) ->
+          pn_result().
 pn(Label, I1, I2, I3, I4, S1) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_N(Label, I1, I2, I3, I4, S1, undef, undef, undef);
 pn(Label, I1, I2, I3, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -623,8 +525,9 @@ pn(Label, I1, S1, S2, S3, S4) when is_integer(I1) ->
 
 %% @doc `pn' with six arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
--spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
-         probe_arg(), probe_arg()) -> probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: probe_arg(), Arg2 :: probe_arg(),
+         Arg3 :: probe_arg(), Arg4 :: probe_arg(), Arg5 :: probe_arg(), Arg6 :: probe_arg()) ->
+          pn_result().
 pn(Label, I1, I2, I3, I4, S1, S2) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_N(Label, I1, I2, I3, I4, S1, S2, undef, undef);
 pn(Label, I1, I2, I3, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -634,8 +537,10 @@ pn(Label, I1, I2, S1, S2, S3, S4) when is_integer(I1), is_integer(I2) ->
 
 %% @doc `pn' with seven arguments, integers first (see {@link p/5});
 %% results as {@link pn/1}.
--spec pn(n_probe_label(), probe_arg(), probe_arg(), probe_arg(), probe_arg(),
-         probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: probe_arg(), Arg2 :: probe_arg(),
+         Arg3 :: probe_arg(), Arg4 :: probe_arg(), Arg5 :: probe_arg(), Arg6 :: probe_arg(),
+         Arg7 :: probe_arg()) ->
+          pn_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, undef);
 pn(Label, I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3) ->
@@ -643,8 +548,10 @@ pn(Label, I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_in
 
 %% @doc `pn' with all eight arguments: four integers, then four strings;
 %% results as {@link pn/1}.
--spec pn(n_probe_label(), integer(), integer(), integer(), integer(),
-         probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
+-spec pn(Label :: n_probe_label(), Arg1 :: integer(), Arg2 :: integer(), Arg3 :: integer(),
+         Arg4 :: integer(), Arg5 :: probe_arg(), Arg6 :: probe_arg(), Arg7 :: probe_arg(),
+         Arg8 :: probe_arg()) ->
+          pn_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4).
 
@@ -674,7 +581,7 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 -spec span(Kind, Fun) -> Result when
       Kind :: span_kind(), Fun :: fun(() -> Result), Result :: term().
 span(Kind, Fun) when is_function(Fun, 0) ->
-    case span_enabled() of
+    case dtrace_nif:span_enabled() of
         false ->
             Fun();
         true ->
@@ -697,7 +604,7 @@ span(Kind, Fun) when is_function(Fun, 0) ->
 %% spans.
 -spec span_begin(Kind :: span_kind()) -> span().
 span_begin(Kind) ->
-    case span_enabled() of
+    case dtrace_nif:span_enabled() of
         false -> {dtrace_span, 0, 0, [], 0, undef};
         true -> traced_span_begin(Kind)
     end.
@@ -711,7 +618,7 @@ span_begin(Kind) ->
 span_end({dtrace_span, 0, _, _, _, _}) ->
     false;
 span_end({dtrace_span, Id, Parent, Kind, Start, Tag}) when is_integer(Start) ->
-    span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag);
+    dtrace_nif:span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag);
 span_end(Other) ->
     erlang:error(badarg, [Other]).
 
@@ -728,26 +635,11 @@ traced_span_begin(Kind) ->
               undefined -> undef;
               T -> T
           end,
-    _ = span_begin(Id, Parent, K, Tag),
+    _ = dtrace_nif:span_begin(Id, Parent, K, Tag),
     {dtrace_span, Id, Parent, K, erlang:monotonic_time(nanosecond), Tag}.
 
 restore_span(undefined) -> erase(?SPAN_KEY);
 restore_span(Outer) -> put(?SPAN_KEY, Outer).
-
-%% Is a tracer listening on span__begin or span__end (any sink)?
--spec span_enabled() -> boolean().
-span_enabled() ->
-    nif_stub(false).
-
-%% Fires span__begin with the caller's pid.
--spec span_begin(integer(), integer(), iodata(), binary() | undef) -> boolean().
-span_begin(_Id, _Parent, _Kind, _UserTag) ->
-    nif_stub(false).
-
-%% Fires span__end with the caller's pid.
--spec span_end(integer(), integer(), iodata(), integer(), binary() | undef) -> boolean().
-span_end(_Id, _Parent, _Kind, _DurationNs, _UserTag) ->
-    nif_stub(false).
 
 %%%===================================================================
 %%% User tags
@@ -821,7 +713,7 @@ get_tag_data() ->
 %% Spreading uses the process's sequential-trace token (as OTP's
 %% dynamic-trace build did); see the README for how this meets an
 %% application's own use of `seq_trace'.
--spec spread_tag(boolean()) -> tag_state().
+-spec spread_tag(Spread :: boolean()) -> tag_state().
 spread_tag(true) ->
     Old = tag_state(),
     put(?SPREAD_KEY, true),
@@ -842,7 +734,7 @@ spread_tag(Other) ->
 %% another process: the tag becomes the process's own tag (none for `[]'),
 %% and spreading is on or off as it was. `true' is accepted and changes
 %% nothing, as in OTP. Returns `true'; raises `badarg' for a bad state.
--spec restore_tag(true | tag_state()) -> true.
+-spec restore_tag(State :: true | {Flags :: non_neg_integer(), Tag :: binary() | []}) -> true.
 restore_tag(true) ->
     true;
 restore_tag({Flags, Tag})

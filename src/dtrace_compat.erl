@@ -24,7 +24,7 @@
 %% loaded before), `native' (the VM has dynamic trace: OTP's dyntrace
 %% stays), `disabled' (opted out), or `{error, Reason}' (the module could
 %% not be loaded; logged as a warning).
--spec install() -> installed | already | native | disabled | {error, term()}.
+-spec install() -> installed | already | native | disabled | {error, Reason :: atom()}.
 install() ->
     case {application:get_env(dtrace, dyntrace_compat, true),
           erlang:system_info(dynamic_trace), installed()} of

@@ -99,40 +99,16 @@
          list_dir/1, list_dir_all/1, read_link/1, read_link_all/1,
          make_link/2, make_symlink/2, get_cwd/0, set_cwd/1]).
 
-%% OTP's efile command numbers (efile_drv.c, OTP 20).
--define(OPEN, 1).
--define(READ, 2).
--define(LSEEK, 3).
--define(WRITE, 4).
--define(FSTAT, 5).
--define(PWD, 6).
--define(READDIR, 7).
--define(CHDIR, 8).
--define(FSYNC, 9).
--define(MKDIR, 10).
--define(DELETE, 11).
--define(RENAME, 12).
--define(RMDIR, 13).
--define(TRUNCATE, 14).
--define(READ_FILE, 15).
--define(WRITE_INFO, 16).
--define(LSTAT, 19).
--define(READLINK, 20).
--define(LINK, 21).
--define(SYMLINK, 22).
--define(CLOSE, 23).
--define(PWRITEV, 24).
--define(PREADV, 25).
--define(READ_LINE, 29).
--define(FDATASYNC, 30).
--define(FADVISE, 31).
+%% OTP's efile command numbers (-define(OPEN, 1) ...), generated from the
+%% catalogue (native/dtrace_nif/probes.d) by `make generated'.
+-include("dtrace_efile.hrl").
 
 %% Calls `Call' directly unless a tracer listens on an efile_drv probe.
 %% The probe arguments are expressions evaluated only when one does. A
 %% macro, so that the disabled path is the NIF call and `Call', nothing
 %% more (no closure is made).
 -define(TRACED(Command, S1, S2, I1, I2, I3, I4, Device, Call),
-        case dtrace:efile_enabled() of
+        case dtrace_nif:efile_enabled() of
             false -> Call;
             true -> traced(Command, S1, S2, I1, I2, I3, I4, Device, fun() -> Call end)
         end).
@@ -151,6 +127,8 @@
                 info(#file_info.gid, Info), undef, undefined, Call)).
 
 -type location() :: integer() | {bof | cur | eof, integer()} | bof | cur | eof.
+%% A position, as `file:position/2' takes it.
+-export_type([location/0]).
 
 %%%===================================================================
 %%% Open files
@@ -218,7 +196,7 @@ pwrite(IoDevice, Location, Bytes) ->
 -spec position(file:io_device(), location()) ->
           {ok, non_neg_integer()} | {error, term()}.
 position(IoDevice, Location) ->
-    case dtrace:efile_enabled() of
+    case dtrace_nif:efile_enabled() of
         false ->
             file:position(IoDevice, Location);
         true ->
@@ -267,7 +245,7 @@ read_file(Filename) ->
 -spec write_file(file:name_all(), iodata()) ->
           ok | {error, file:posix() | badarg | terminated | system_limit}.
 write_file(Filename, Bytes) ->
-    case dtrace:efile_enabled() of
+    case dtrace_nif:efile_enabled() of
         false ->
             file:write_file(Filename, Bytes);
         true ->
@@ -283,7 +261,7 @@ write_file(Filename, Bytes) ->
 -spec write_file(file:name_all(), iodata(), [file:mode()]) ->
           ok | {error, file:posix() | badarg | terminated | system_limit}.
 write_file(Filename, Bytes, Modes) ->
-    case dtrace:efile_enabled() of
+    case dtrace_nif:efile_enabled() of
         false ->
             file:write_file(Filename, Bytes, Modes);
         true when is_list(Modes) ->
@@ -446,15 +424,15 @@ set_cwd(Dir) ->
 traced(Command, S1, S2, I1, I2, I3, I4, Device, Call) ->
     Tag = dtrace:get_tag_data(),
     ThreadId = erlang:system_info(scheduler_id),
-    Op = dtrace:efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, Tag, Device),
+    Op = dtrace_nif:efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, Tag, Device),
     try Call() of
         Result ->
             {Success, Reason} = outcome(Result),
-            dtrace:efile_return(ThreadId, Op, Command, Tag, Success, Reason),
+            dtrace_nif:efile_return(ThreadId, Op, Command, Tag, Success, Reason),
             Result
     catch
         Class:Exception:Stack ->
-            dtrace:efile_return(ThreadId, Op, Command, Tag, false, exception),
+            dtrace_nif:efile_return(ThreadId, Op, Command, Tag, false, exception),
             erlang:raise(Class, Exception, Stack)
     end.
 

@@ -142,7 +142,7 @@
           Probes :: [{ProbeName :: probe_name(), ArgTypes :: [arg_type()]}]) ->
           {ok, provider()} | {error, reason()}.
 new(Provider, Probes) ->
-    case dtrace:provider_new(Provider, Probes) of
+    case dtrace_nif:provider_new(Provider, Probes) of
         {error, {too_many_providers, _}} ->
             %% Deleted providers whose handles are garbage in this process
             %% still count: collect them and try again.
@@ -157,7 +157,7 @@ new(Provider, Probes) ->
 %% time, N times at most.
 new_again(Provider, Probes, N) ->
     timer:sleep(1),
-    case dtrace:provider_new(Provider, Probes) of
+    case dtrace_nif:provider_new(Provider, Probes) of
         {error, {too_many_providers, _}} when N > 1 -> new_again(Provider, Probes, N - 1);
         Result -> Result
     end.
@@ -174,14 +174,14 @@ new_again(Provider, Probes, N) ->
 %% before anyone traces); on a deleted provider, returns `false' instead.
 -spec fire(Provider :: provider(), ProbeName :: probe_name(), Args :: [arg()]) -> boolean().
 fire(Provider, ProbeName, Args) ->
-    dtrace:provider_fire(Provider, ProbeName, Args).
+    dtrace_nif:provider_fire(Provider, ProbeName, Args).
 
 %% @doc Fires the probe of probe handle `Probe' (from {@link probe/2})
 %% with `Args': {@link fire/3} without looking the probe up by name.
 %% Returns and raises as `fire/3' does.
 -spec fire(Probe :: probe(), Args :: [arg()]) -> boolean().
 fire(Probe, Args) ->
-    dtrace:provider_fire(Probe, Args).
+    dtrace_nif:provider_fire(Probe, Args).
 
 %% @doc `true' while a tracer listens on probe `ProbeName' of `Provider':
 %% one semaphore read. For arguments that are costly to compute. `false'
@@ -189,13 +189,13 @@ fire(Probe, Args) ->
 %% a bad handle or probe name.
 -spec is_enabled(Provider :: provider(), ProbeName :: probe_name()) -> boolean().
 is_enabled(Provider, ProbeName) ->
-    dtrace:provider_is_enabled(Provider, ProbeName).
+    dtrace_nif:provider_is_enabled(Provider, ProbeName).
 
 %% @doc `true' while a tracer listens on the probe of probe handle
 %% `Probe'; as {@link is_enabled/2}.
 -spec is_enabled(Probe :: probe()) -> boolean().
 is_enabled(Probe) ->
-    dtrace:provider_is_enabled(Probe).
+    dtrace_nif:provider_is_enabled(Probe).
 
 %% @doc The probe handle of probe `ProbeName' of `Provider', for
 %% {@link fire/2} and {@link is_enabled/1}. It keeps the provider alive as
@@ -203,16 +203,16 @@ is_enabled(Probe) ->
 %% provider handle or `ProbeName' not one of its probes.
 -spec probe(Provider :: provider(), ProbeName :: probe_name()) -> probe().
 probe(Provider, ProbeName) ->
-    dtrace:provider_probe(Provider, ProbeName).
+    dtrace_nif:provider_probe(Provider, ProbeName).
 
 %% @doc The path of the provider's object file (of a provider or probe
 %% handle), the one to name in tracer commands
 %% (`usdt:PATH:provider:probe'). The file no longer exists once the
 %% provider is deleted. Raises `error:badarg' for a term that is not a
 %% handle.
--spec path(Handle :: provider() | probe()) -> file:filename_all().
+-spec path(Handle :: provider() | probe()) -> binary().
 path(Handle) ->
-    dtrace:provider_path(Handle).
+    dtrace_nif:provider_path(Handle).
 
 %% @doc Deletes the provider of `Handle' (a provider or probe handle): its
 %% probes' calls return `false' from now on, its file is removed, and its
@@ -221,4 +221,4 @@ path(Handle) ->
 %% `error:badarg' for a term that is not a handle.
 -spec delete(Handle :: provider() | probe()) -> ok.
 delete(Handle) ->
-    dtrace:provider_delete(Handle).
+    dtrace_nif:provider_delete(Handle).

@@ -1,14 +1,19 @@
-//! `dyntrace_nif`: the NIF library of the `dyntrace` compatibility module
-//! (compat/dyntrace.erl), so that `{tracer, dyntrace, []}` works on a stock
-//! VM as OTP documents it for its LTTng build.
+//! `tracer_nif`: the NIF library of the tracer modules `dtrace` and
+//! `dyntrace` (compat/dyntrace.erl), so that `{tracer, dtrace, []}` and
+//! `{tracer, dyntrace, []}` work on a stock VM as OTP documents the latter
+//! for its LTTng build.
 //!
 //! erl_tracer calls a tracer module's `enabled/3` and `trace/5`, and both
-//! must be NIFs of that module; a NIF library belongs to one module. This
-//! library has no callbacks of its own: its entry, named `dyntrace`, lists
-//! `dtrace_nif.so`'s (`dtrace_erl_tracer_nifs`), so both tracers fire the
-//! same probes with the same semaphores. It finds `dtrace_nif.so` next to
-//! itself (`priv/compat/../dtrace_nif.so`), already loaded by module
-//! `dtrace`, and keeps it loaded (a reference from `dlopen`).
+//! must be NIFs of that module; a NIF library belongs to one module, and
+//! the library with the probes belongs to the private module `dtrace_nif`.
+//! This library has no callbacks of its own: its entry lists
+//! `dtrace_nif.so`'s (`dtrace_erl_tracer_nifs`), so every tracer module
+//! fires the same probes with the same semaphores. The build installs it
+//! once per tracer module, named after the module (`priv/tracer/dtrace.so`,
+//! `priv/compat/dyntrace.so`): each copy is a separate object, and its
+//! entry takes its module name from its own file name. It finds
+//! `dtrace_nif.so` one directory up, already loaded by module `dtrace_nif`,
+//! and keeps it loaded (a reference from `dlopen`).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::ffi::{CStr, CString, c_int, c_void};
@@ -20,8 +25,9 @@ use std::sync::OnceLock;
 use rustler::codegen_runtime::{ErlNifEntry, ErlNifEnv, ErlNifTerm};
 use rustler::sys::ErlNifFunc;
 
-/// The entry, built once. The VM only reads it.
-struct Entry(ErlNifEntry);
+/// The entry, built once, and the module name it points to. The VM only
+/// reads it.
+struct Entry(ErlNifEntry, #[allow(dead_code)] CString);
 
 // SAFETY: written once inside `OnceLock::get_or_init`, read-only after; its
 // pointers point to 'static data (a string literal, and dtrace_nif.so's
@@ -35,31 +41,33 @@ static ENTRY: OnceLock<Option<Entry>> = OnceLock::new();
 /// What dtrace_nif.so exports: its erl_tracer callbacks as NIF functions.
 type TracerNifs = unsafe extern "C" fn(len: *mut usize) -> *const ErlNifFunc;
 
-/// Called by the VM when compat/dyntrace.erl loads this library. NULL (the
-/// load fails, and `dyntrace` keeps stubs that answer `remove`) when
-/// dtrace_nif.so is not loaded or not found.
+/// Called by the VM when a tracer module loads this library. NULL (the
+/// load fails, and the module keeps stubs that answer `remove`) when
+/// dtrace_nif.so is not loaded or not found, or the file name is not a
+/// module name.
 #[unsafe(no_mangle)]
 pub extern "C" fn nif_init() -> *const ErlNifEntry {
     // SAFETY: rustler's first step of a NIF entry (a no-op on Linux).
     unsafe { rustler::codegen_runtime::internal_write_symbols() };
-    catch_unwind(|| match ENTRY.get_or_init(|| build().map(Entry)) {
+    catch_unwind(|| match ENTRY.get_or_init(build) {
         Some(entry) => &entry.0 as *const ErlNifEntry,
         None => ptr::null(),
     })
     .unwrap_or(ptr::null())
 }
 
-fn build() -> Option<ErlNifEntry> {
-    let funcs = dtrace_tracer_nifs()?;
-    let mut entry = ErlNifEntry::new(c"dyntrace", funcs, load);
+fn build() -> Option<Entry> {
+    let (dir, module) = own_path()?;
+    let funcs = dtrace_tracer_nifs(&dir)?;
+    let mut entry = ErlNifEntry::new(&module, funcs, load);
     entry.upgrade = Some(upgrade);
-    Some(entry)
+    Some(Entry(entry, module))
 }
 
 /// dtrace_nif.so's callback table, through dlsym on the already loaded
-/// library next to this one.
-fn dtrace_tracer_nifs() -> Option<&'static [ErlNifFunc]> {
-    let path = dtrace_nif_path()?;
+/// library in `dir`'s parent.
+fn dtrace_tracer_nifs(dir: &Path) -> Option<&'static [ErlNifFunc]> {
+    let path = CString::new(dir.parent()?.join("dtrace_nif.so").to_str()?).ok()?;
     // SAFETY: dlopen with RTLD_NOLOAD only returns a handle if the library
     // is already loaded (by module dtrace), adding a reference we never
     // release, so its code and data stay mapped for good.
@@ -87,8 +95,9 @@ fn dtrace_tracer_nifs() -> Option<&'static [ErlNifFunc]> {
     Some(unsafe { std::slice::from_raw_parts(table, len) })
 }
 
-/// `<dir of this library>/../dtrace_nif.so`, from dladdr on our own code.
-fn dtrace_nif_path() -> Option<CString> {
+/// This library's directory and its module name (the file name without
+/// `.so`), from dladdr on our own code.
+fn own_path() -> Option<(std::path::PathBuf, CString)> {
     let mut info: libc::Dl_info = libc::Dl_info {
         dli_fname: ptr::null(),
         dli_fbase: ptr::null_mut(),
@@ -102,9 +111,14 @@ fn dtrace_nif_path() -> Option<CString> {
         return None;
     }
     // SAFETY: checked non-NULL; a NUL-terminated path from the loader.
-    let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
-    let lib = Path::new(me).parent()?.parent()?.join("dtrace_nif.so");
-    CString::new(lib.to_str()?).ok()
+    let me = Path::new(unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?);
+    let module = me.file_name()?.to_str()?.strip_suffix(".so")?;
+    let valid = module.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && module.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return None;
+    }
+    Some((me.parent()?.to_path_buf(), CString::new(module).ok()?))
 }
 
 /// Nothing to set up: the callbacks live in dtrace_nif.so.
@@ -112,7 +126,7 @@ unsafe extern "C" fn load(_env: *mut ErlNifEnv, _priv: *mut *mut c_void, _info: 
     0
 }
 
-/// A new version of module `dyntrace` takes the library over: nothing to
+/// A new version of the tracer module takes the library over: nothing to
 /// do (no state).
 unsafe extern "C" fn upgrade(
     _env: *mut ErlNifEnv,

@@ -1,0 +1,273 @@
+%%% @private
+%%% @doc The NIF boundary: every NIF of `priv/dtrace_nif.so', one section per
+%%% probe family, in the order of the family's Rust file
+%%% (`native/dtrace_nif/src/': `user.rs', `span.rs', `efile.rs', `vm/',
+%%% `provider.rs'). Nothing else: the public modules (`dtrace',
+%%% `dtrace_file', `dtrace_vm', `dtrace_provider') route arguments and call
+%%% these. Each raw NIF's argument order is its Rust argument struct's
+%%% (`nif_args!'), and the arity registered there is taken from it.
+%%%
+%%% The bodies below run only when the library is not loaded: each returns
+%%% what OTP's `dyntrace' returns on a VM without dynamic trace (`false',
+%%% nothing fired). The erl_tracer callbacks are NIFs of the tracer modules
+%%% `dtrace' and `dyntrace' (through `native/tracer_nif'), not of this one.
+%%% @end
+-module(dtrace_nif).
+
+-export([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
+         user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
+-export([span_enabled/0, span_begin/4, span_end/5]).
+-export([efile_enabled/0, efile_entry/10, efile_return/6]).
+-export([vm_listening/0, vm_flags/0, vm_call_probes/2]).
+-export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
+         provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1]).
+-export([test_panic/0, test_allocations/0]).
+
+-on_load(on_load/0).
+-nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
+       user_trace_i4s4/9, i4s4/9, user_trace_n/10,
+       span_enabled/0, span_begin/4, span_end/5,
+       efile_enabled/0, efile_entry/10, efile_return/6,
+       vm_listening/0, vm_flags/0, vm_call_probes/2,
+       provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
+       provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1,
+       test_panic/0, test_allocations/0]).
+
+-type integer_maybe() :: integer() | atom().
+%% Any atom means "absent" (0).
+-type iolist_maybe() :: iodata() | atom().
+%% Any atom means "absent" (NULL).
+
+%%%===================================================================
+%%% Loading
+%%%===================================================================
+
+%% Loads priv/dtrace_nif.so. If it cannot be loaded the module still loads,
+%% with a warning, and every probe returns `false' (as OTP's dyntrace does
+%% on a VM without dynamic trace).
+on_load() ->
+    case nif_path() of
+        {ok, Path} ->
+            case erlang:load_nif(Path, 0) of
+                ok -> ok;
+                {error, {reload, _}} -> ok;
+                {error, {Reason, Text}} ->
+                    logger:warning("dtrace: NIF ~ts not loaded (~p: ~ts); "
+                                   "probes are disabled", [Path, Reason, Text]),
+                    ok
+            end;
+        {error, Why} ->
+            logger:warning("dtrace: NIF not found (~p); probes are disabled", [Why]),
+            ok
+    end.
+
+nif_path() ->
+    case code:priv_dir(dtrace) of
+        {error, bad_name} ->
+            %% Not loaded as an application (the beam file on the code path
+            %% by hand): look next to ebin/.
+            case code:which(?MODULE) of
+                Beam when is_list(Beam) ->
+                    {ok, filename:join([filename:dirname(filename:dirname(Beam)),
+                                        "priv", "dtrace_nif"])};
+                Other ->
+                    {error, Other}
+            end;
+        Priv ->
+            {ok, filename:join(Priv, "dtrace_nif")}
+    end.
+
+%%%===================================================================
+%%% User probes (user.rs): see dtrace
+%%%===================================================================
+
+-spec available() -> boolean().
+available() ->
+    stub(false).
+
+-spec sinks() -> #{sdt := boolean(), lttng := true | {false, binary()}}.
+sinks() ->
+    stub(#{sdt => false, lttng => {false, <<"NIF not loaded">>}}).
+
+-spec is_enabled() -> boolean().
+is_enabled() ->
+    stub(false).
+
+-spec is_enabled(Label :: term()) -> boolean().
+is_enabled(_Label) ->
+    stub(false).
+
+-spec user_trace_s1(Message :: iodata()) -> boolean() | badarg.
+user_trace_s1(_Message) ->
+    stub(false).
+
+-spec user_trace_i4s4(UserTag :: iolist_maybe(), I1 :: integer_maybe(), I2 :: integer_maybe(),
+                      I3 :: integer_maybe(), I4 :: integer_maybe(), S1 :: iolist_maybe(),
+                      S2 :: iolist_maybe(), S3 :: iolist_maybe(), S4 :: iolist_maybe()) ->
+          boolean().
+user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
+    stub(false).
+
+%% user_trace_i4s4/9 with the tag last (as p/N calls it); `adopt' when
+%% enabled and the caller has no tag of its own (UserTag = undefined).
+-spec i4s4(I1 :: integer_maybe(), I2 :: integer_maybe(), I3 :: integer_maybe(),
+           I4 :: integer_maybe(), S1 :: iolist_maybe(), S2 :: iolist_maybe(),
+           S3 :: iolist_maybe(), S4 :: iolist_maybe(), UserTag :: iolist_maybe()) ->
+          boolean() | adopt.
+i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
+    stub(false).
+
+%% Fires user_trace__n<Label>: badarg for a Label that is not an integer
+%% in 0..1023 and error for 951..1023, both before the enabled check.
+-spec user_trace_n(Label :: term(), I1 :: integer_maybe(), I2 :: integer_maybe(),
+                   I3 :: integer_maybe(), I4 :: integer_maybe(), S1 :: iolist_maybe(),
+                   S2 :: iolist_maybe(), S3 :: iolist_maybe(), S4 :: iolist_maybe(),
+                   UserTag :: iolist_maybe()) ->
+          boolean() | error | badarg | adopt.
+user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
+    stub(false).
+
+%%%===================================================================
+%%% Spans (span.rs): see dtrace:span/2
+%%%===================================================================
+
+-spec span_enabled() -> boolean().
+span_enabled() ->
+    stub(false).
+
+-spec span_begin(SpanId :: integer(), ParentId :: integer(), Kind :: iodata(),
+                 UserTag :: binary() | undef) -> boolean().
+span_begin(_SpanId, _ParentId, _Kind, _UserTag) ->
+    stub(false).
+
+-spec span_end(SpanId :: integer(), ParentId :: integer(), Kind :: iodata(),
+               DurationNs :: integer(), UserTag :: binary() | undef) -> boolean().
+span_end(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
+    stub(false).
+
+%%%===================================================================
+%%% File I/O probes (efile.rs): see dtrace_file
+%%%===================================================================
+
+%% Is a tracer listening on any efile_drv__* probe?
+-spec efile_enabled() -> boolean().
+efile_enabled() ->
+    stub(false).
+
+%% Starts a file operation on scheduler ThreadId: fires efile_drv__entry and
+%% efile_drv__int_entry (each if enabled) and returns the operation's
+%% per-scheduler counter (the probes' `tag').
+-spec efile_entry(ThreadId :: integer(), Command :: integer(), S1 :: iolist_maybe(),
+                  S2 :: iolist_maybe(), I1 :: integer_maybe(), I2 :: integer_maybe(),
+                  I3 :: integer_maybe(), I4 :: integer_maybe(), UserTag :: iolist_maybe(),
+                  Device :: pid() | undefined) -> non_neg_integer().
+efile_entry(_ThreadId, _Command, _S1, _S2, _I1, _I2, _I3, _I4, _UserTag, _Device) ->
+    stub(0).
+
+%% Ends operation {ThreadId, OpId}: fires efile_drv__int_return and
+%% efile_drv__return (each if enabled). Reason is a POSIX atom when
+%% Success is false.
+-spec efile_return(ThreadId :: integer(), OpId :: integer(), Command :: integer(),
+                   UserTag :: iolist_maybe(), Success :: boolean(), Reason :: term()) -> ok.
+efile_return(_ThreadId, _OpId, _Command, _UserTag, _Success, _Reason) ->
+    stub(ok).
+
+%%%===================================================================
+%%% VM probes (vm/): see dtrace_vm
+%%%===================================================================
+
+%% {ProcessFlags, PortFlags, Listened, Meta}: the trace flags automatic
+%% mode sets now, the names of every probe and event with a listener, and
+%% [spawn] when the spawn BIFs' meta patterns are wanted.
+-spec vm_listening() -> {[atom()], [atom()], [binary()], [spawn]}.
+vm_listening() ->
+    stub({[], [], [], []}).
+
+%% {ProcessFlags, PortFlags}: every trace flag automatic mode may set
+%% (the feed table's).
+-spec vm_flags() -> {[atom()], [atom()]}.
+vm_flags() ->
+    stub({[], []}).
+
+%% Which calls fire which function probes: Patterns are
+%% {Module, Function | '_', Arity | '_', global | local}, Bifs {M, F, A}.
+-spec vm_call_probes(Patterns :: [tuple()], Bifs :: [mfa()]) -> ok.
+vm_call_probes(_Patterns, _Bifs) ->
+    stub(ok).
+
+%%%===================================================================
+%%% Run-time providers (provider.rs): see dtrace_provider. Without the
+%%% library no handle can exist: new/2 answers {error, unavailable} and
+%%% the others raise what the NIF raises for a term that is not a handle.
+%%%===================================================================
+
+-spec provider_new(Provider :: term(), Probes :: term()) ->
+          {ok, dtrace_provider:provider()} | {error, dtrace_provider:reason()}.
+provider_new(_Provider, _Probes) ->
+    stub({error, unavailable}).
+
+-spec provider_fire(Provider :: dtrace_provider:provider(), ProbeName :: atom(), Args :: [term()]) ->
+          boolean().
+provider_fire(_Provider, _ProbeName, _Args) ->
+    badarg().
+
+-spec provider_fire(Probe :: dtrace_provider:probe(), Args :: [term()]) -> boolean().
+provider_fire(_Probe, _Args) ->
+    badarg().
+
+-spec provider_is_enabled(Provider :: dtrace_provider:provider(), ProbeName :: atom()) -> boolean().
+provider_is_enabled(_Provider, _ProbeName) ->
+    badarg().
+
+-spec provider_is_enabled(Probe :: dtrace_provider:probe()) -> boolean().
+provider_is_enabled(_Probe) ->
+    badarg().
+
+-spec provider_probe(Provider :: dtrace_provider:provider(), ProbeName :: atom()) ->
+          dtrace_provider:probe().
+provider_probe(_Provider, _ProbeName) ->
+    badarg().
+
+-spec provider_path(Handle :: dtrace_provider:provider() | dtrace_provider:probe()) -> binary().
+provider_path(_Handle) ->
+    badarg().
+
+-spec provider_delete(Handle :: dtrace_provider:provider() | dtrace_provider:probe()) -> ok.
+provider_delete(_Handle) ->
+    badarg().
+
+%%%===================================================================
+%%% Test hooks: NIFs only in a library built with the cargo feature
+%%% `test-hooks' (the robustness suite builds one); elsewhere these stubs
+%%% answer {error, no_test_hooks}.
+%%%===================================================================
+
+%% Panics inside a NIF body: raises error:nif_panicked.
+-spec test_panic() -> {error, no_test_hooks}.
+test_panic() ->
+    {error, no_test_hooks}.
+
+%% The heap allocations made inside probe-path NIF bodies so far.
+-spec test_allocations() -> non_neg_integer() | {error, no_test_hooks}.
+test_allocations() ->
+    stub({error, no_test_hooks}).
+
+%%%===================================================================
+
+%% What a NIF stub returns when the library is not loaded: Default. The
+%% round trip through the external term format hides the value from
+%% dialyzer, whose success typing would otherwise be the stub's body
+%% (`false'), not what the NIF returns: every `true' or `adopt' clause of
+%% a caller would look unreachable. It runs only when the NIF is missing.
+stub(Default) ->
+    binary_to_term(term_to_binary(Default)).
+
+%% What a provider NIF's stub does: no handle exists without the library,
+%% so it raises what the NIF raises for a term that is not a handle. The
+%% second branch never runs; it keeps dialyzer from concluding that the
+%% stub (hence the NIF) never returns.
+badarg() ->
+    case binary_to_term(term_to_binary(badarg)) of
+        badarg -> erlang:error(badarg);
+        NeverReached -> NeverReached
+    end.
