@@ -1,29 +1,50 @@
 %%% @doc The VM probes' automatic mode: trace flags only while a tracer
 %%% listens.
 %%%
-%%% The VM's own probes (`process__spawn', `message__send', ...; see the
-%%% README's probe table) are fired from erl_tracer events by the NIF
-%%% callbacks of module `dtrace'. This process, started by the `dtrace'
-%%% application, polls the probes' semaphores (every `vm_probes_poll_ms'
-%%% milliseconds, default 100) and sets on all processes and ports exactly
-%%% the trace flags whose probes have a tracer, with `{tracer, dtrace,
-%%% auto}'; when the tracers leave, it removes them. A node nobody traces
-%%% has no trace flag set by dtrace.
+%%% The VM's own probes (`process__spawn', `message__send', ...; the feed
+%%% table of docs/reference.md) are fired from erl_tracer events by the
+%%% NIF callbacks of module `dtrace'. This process, started by the `dtrace'
+%%% application, polls the probes' semaphores and LTTng events (every
+%%% `vm_probes_poll_ms' milliseconds, default 100) and sets on all
+%%% processes and ports exactly the trace flags whose probes have a
+%%% listener (`dtrace_nif:vm_listening/0', from the feed table); when the
+%%% listeners leave, it removes them. A node nobody traces has no trace
+%%% flag set by dtrace.
 %%%
-%%% It never takes tracing away from an operator: `erlang:trace/3' skips
-%%% processes another tracer (dbg, recon, ...) already traces, and the
-%%% default tracer of new processes is only taken when it is free. On OTP
-%%% 25 the reverse holds too: while dtrace traces a process, another
-%%% tracer cannot trace it (`erlang:trace/3' raises `badarg'); switch to
-%%% manual mode first ({@link dtrace:vm_probes/1}). See {@link
-%%% dtrace:vm_probes/0} for the status.
+%%% == How it traces: OTP 27 and later ==
+%%% With trace sessions (OTP 27's `trace' module), automatic mode traces in
+%%% sessions of its own: `dtrace_auto' (tracer `{dtrace, auto}': flags and
+%%% call-trace patterns) and `dtrace_spawn_meta' (tracer
+%%% `{dtrace, spawn_meta}': meta patterns on the spawn BIFs). Nothing it
+%%% does changes or reads what another session, the legacy one included,
+%%% has set: an operator's `dbg', `recon_trace' or `erlang:trace/3' keeps
+%%% its tracer, flags and match specs before, during and after, and sees
+%%% all its events. The sessions live as long as this process: if it is
+%%% killed, the VM destroys them, and every flag and pattern they set goes
+%%% with them. (A process traced both by automatic mode and by a
+%%% `{tracer, dtrace, []}' of your own, in the legacy session, fires each
+%%% of their common events twice: trace by hand in manual mode.)
 %%%
+%%% == How it traces: OTP 25 and 26 ==
+%%% Without sessions, a process has one tracer. Automatic mode uses
+%%% `{dtrace, []}', the tracer the docs tell users to set by hand, so a
+%%% `{tracer, dtrace, []}' set by hand on a process automatic mode traces
+%%% is the same tracer and its flags add to automatic mode's (when
+%%% automatic mode removes its flags, the same flags set by hand go too).
+%%% Processes another tracer (dbg, recon, `{tracer, dyntrace, []}') traces
+%%% are left alone, and counted in {@link dtrace:vm_probes/0} (`skipped');
+%%% the default tracer of new processes is only taken when it is free. The
+%%% reverse holds too: while automatic mode traces a process, a tracer of
+%%% another kind (dbg, recon, `{tracer, dyntrace, []}') cannot trace it
+%%% (`erlang:trace/3' raises `badarg', "can only have one tracer per
+%%% process"); switch to manual mode first ({@link dtrace:vm_probes/1}).
+%%%
+%%% == Spawns ==
 %%% `process__spawn' alone needs no trace flag: while it is the only
-%%% probe of processes with a tracer, this process meta-traces the three
+%%% probe of processes with a listener, this process meta-traces the three
 %%% BIFs every local spawn goes through (`erlang:spawn/3', `spawn_link/3',
 %%% `spawn_opt/4'), so a node traced for spawns only pays on each spawn,
-%%% not on every scheduling of every process (a traced process costs the
-%%% VM a tracer check at each schedule-in). It then fires when the BIF
+%%% not on every scheduling of every process. It then fires when the BIF
 %%% returns, which may be after the new process first ran. With other
 %%% process probes listened to, it comes from the `procs' flag, in order
 %%% with them. Function probes follow the patterns given to {@link
@@ -33,29 +54,43 @@
 -module(dtrace_vm).
 -behaviour(gen_server).
 
--export([start_link/0, status/0, set_mode/1, function_probes/1]).
--export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
+-export([start_link/0, status/0, set_mode/1, function_probes/1, traced/0, sync/0]).
+-export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2, format_status/1]).
 
-%% The tracer of automatic mode. Processes traced with it are ours; the
-%% state tells them from a user's own {tracer, dtrace, []}.
--define(TRACER, {tracer, dtrace, auto}).
+%% The tracer of automatic mode without sessions: the one users set by
+%% hand, so that theirs adds to ours (see the module doc).
+-define(LEGACY_TRACER, {dtrace, []}).
+%% The tracer of automatic mode's own session (OTP 27+).
+-define(SESSION_TRACER, {dtrace, auto}).
+-define(SESSION, dtrace_auto).
+-define(META_SESSION, dtrace_spawn_meta).
 -define(MS, [{'_', [], [{exception_trace}]}]).
 %% process__spawn in automatic mode: meta tracing of the BIFs every local
 %% spawn goes through (spawn/1, spawn_monitor/1, proc_lib, ... call them),
 %% which sets no trace flag on any process.
 -define(SPAWN_BIFS, [{erlang, spawn, 3}, {erlang, spawn_link, 3}, {erlang, spawn_opt, 4}]).
 -define(META, {dtrace, spawn_meta}).
+-define(META_MS, [{'_', [], [{return_trace}]}]).
 
 %% OTP 25's spec of erlang:trace_info/2 says a tracer module comes back as
 %% {tracer, Module, State}; the VM returns {tracer, {Module, State}} (and
 %% {meta, {Module, State}}), which is what these functions match.
--dialyzer({no_match, [apply_meta/2, clear_meta/0, count_tracers/0]}).
+-dialyzer({no_match, [apply_meta/2, clear_meta/1, legacy_counts/0, set_new/4, ours/1]}).
+%% The trace module exists from OTP 27 on; where it does not, these
+%% functions are never called (tracing =:= legacy).
+-dialyzer({nowarn_function, [sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
+                             apply_meta/2, clear_meta/1, set_pattern/4, session_counts/1]}).
 
 -type flags() :: {Processes :: [atom()], Ports :: [atom()]}.
 -type pattern() :: {module(), atom(), arity() | '_', global | local}.
+%% How automatic mode traces: sessions of its own (OTP 27+), holding the
+%% sessions' handles (never logged or sent: a copy would keep a session
+%% alive after this process), or the legacy session.
+-type tracing() :: {session, Auto :: term(), Meta :: term()} | legacy.
 
 -record(s, {mode :: auto | manual,
             poll :: pos_integer(),
+            tracing :: tracing(),
             flags = {[], []} :: flags(),
             patterns = [] :: [pattern()],
             active = [] :: [pattern()],
@@ -81,6 +116,21 @@ function_probes(Patterns) ->
         {error, _} = Error -> Error
     end.
 
+%% @private Polls now, and returns once the flags and patterns follow the
+%% listeners as they are at this moment (the poll that runs every
+%% `vm_probes_poll_ms' does the same): for tests and tools that must
+%% know, without waiting for the next poll.
+-spec sync() -> ok.
+sync() ->
+    gen_server:call(?MODULE, sync).
+
+%% @private The processes and ports automatic mode traces now (for tests
+%% and the status): those with its flags, in its session or under its
+%% tracer.
+-spec traced() -> [pid() | port()].
+traced() ->
+    gen_server:call(?MODULE, traced).
+
 %%%===================================================================
 
 %% @private
@@ -104,18 +154,39 @@ init([]) ->
                                       "ignored: ~p", [Why]),
                        []
                end,
-    %% Flags an earlier instance of this process left (it crashed or was
+    %% What an earlier instance of this process left (it crashed or was
     %% killed): nothing of ours stays set unless a tracer listens.
-    clear_all(),
+    %% The tracer module must be loaded (with its NIFs) before a session
+    %% can name it.
+    _ = code:ensure_loaded(dtrace),
+    Tracing = case sessions() of
+                  true ->
+                      destroy_leftovers(),
+                      {session, trace:session_create(?SESSION, ?SESSION_TRACER, []),
+                       trace:session_create(?META_SESSION, ?META, [])};
+                  false ->
+                      clear_all(),
+                      legacy
+              end,
     self() ! poll,
-    {ok, #s{mode = Mode, poll = Poll, patterns = Patterns}}.
+    {ok, #s{mode = Mode, poll = Poll, patterns = Patterns, tracing = Tracing}}.
 
 function_probes_env() ->
     normalize(application:get_env(dtrace, function_probes, []), []).
 
+%% Does this VM have trace sessions (OTP 27+)? erts_internal's BIF, which
+%% a module of the application's cannot shadow (as one named `trace'
+%% could).
+sessions() ->
+    erlang:function_exported(erts_internal, trace_session_create, 3).
+
 %% @private
 handle_call(status, _From, S) ->
     {reply, status(S), S};
+handle_call(sync, _From, S) ->
+    {reply, ok, poll(S)};
+handle_call(traced, _From, S) ->
+    {reply, ours(S#s.tracing), S};
 handle_call({mode, Mode}, _From, S) when Mode =:= auto; Mode =:= manual ->
     ok = application:set_env(dtrace, vm_probes, Mode),
     S1 = case Mode of
@@ -146,17 +217,29 @@ handle_info(_Msg, S) ->
     {noreply, S}.
 
 %% @private Stopping (the application stops, or the process fails)
-%% leaves no flag and no trace pattern behind.
+%% leaves no flag and no trace pattern behind: the sessions are destroyed
+%% (they would be anyway, with this process); without sessions the flags
+%% and patterns are removed.
+terminate(_Reason, #s{tracing = {session, _, _} = Tracing}) ->
+    destroy_sessions(Tracing);
 terminate(_Reason, S) ->
     _ = (catch clear_flags(S)),
     _ = (catch clear_patterns(S)),
     clear_all().
 
+%% @private Crash reports and sys:get_state/1 show the state without the
+%% sessions' handles: a copy of one elsewhere would keep its session, and
+%% its flags, alive after this process dies.
+format_status(#{state := #s{tracing = {session, _, _}} = S} = Status) ->
+    Status#{state := S#s{tracing = {session, hidden, hidden}}};
+format_status(Status) ->
+    Status.
+
 %%%===================================================================
 %%% Polling
 
 poll(S) ->
-    {ProcFlags0, PortFlags, _Listening, Spawn} = dtrace:vm_listening(),
+    {ProcFlags0, PortFlags, _Listening, Spawn} = dtrace_nif:vm_listening(),
     CallsListened = lists:member(call, ProcFlags0),
     S1 = case S#s.mode of
              auto ->
@@ -181,19 +264,21 @@ poll(S) ->
     apply_patterns(CallsListened andalso S1#s.patterns =/= [], S1).
 
 %% Sets (true) or removes (false) the meta-trace patterns that feed
-%% process__spawn; another tracer's meta pattern on a spawn BIF is left
-%% alone (and reported).
-apply_meta(true, #s{spawn_meta = off} = S) ->
+%% process__spawn. Without sessions, another tracer's meta pattern on a
+%% spawn BIF is left alone (and reported).
+apply_meta(true, #s{spawn_meta = off, tracing = {session, _, Meta}} = S) ->
+    _ = [trace:function(Meta, MFA, ?META_MS, [meta]) || MFA <- ?SPAWN_BIFS],
+    S#s{spawn_meta = on};
+apply_meta(true, #s{spawn_meta = off, tracing = legacy} = S) ->
     case [T || MFA <- ?SPAWN_BIFS, {meta, T} <- [erlang:trace_info(MFA, meta)], T =/= false, T =/= ?META] of
         [] ->
-            [erlang:trace_pattern(MFA, [{'_', [], [{return_trace}]}], [{meta, dtrace, spawn_meta}])
-             || MFA <- ?SPAWN_BIFS],
+            _ = [erlang:trace_pattern(MFA, ?META_MS, [{meta, dtrace, spawn_meta}]) || MFA <- ?SPAWN_BIFS],
             S#s{spawn_meta = on};
         [Other | _] ->
             S#s{spawn_meta = {taken, Other}}
     end;
-apply_meta(false, #s{spawn_meta = on} = S) ->
-    clear_meta(),
+apply_meta(false, #s{spawn_meta = on, tracing = Tracing} = S) ->
+    clear_meta(Tracing),
     S#s{spawn_meta = off};
 apply_meta(false, #s{spawn_meta = {taken, _}} = S) ->
     S#s{spawn_meta = off};
@@ -201,53 +286,84 @@ apply_meta(_, S) ->
     S.
 
 %% Removes our meta patterns from the spawn BIFs (not another tracer's).
-clear_meta() ->
-    [erlang:trace_pattern(MFA, false, [meta])
-     || MFA <- ?SPAWN_BIFS, erlang:trace_info(MFA, meta) =:= {meta, ?META}],
+clear_meta({session, _, Meta}) ->
+    _ = [trace:function(Meta, MFA, false, [meta]) || MFA <- ?SPAWN_BIFS],
+    ok;
+clear_meta(legacy) ->
+    _ = [erlang:trace_pattern(MFA, false, [meta])
+         || MFA <- ?SPAWN_BIFS, erlang:trace_info(MFA, meta) =:= {meta, ?META}],
     ok.
 
 apply_flags(Want, #s{flags = Want} = S) ->
     S;
-apply_flags({WantP, WantO} = Want, #s{flags = {HaveP, HaveO}} = S) ->
-    set(existing_processes, HaveP -- WantP, WantP),
-    set(existing_ports, HaveO -- WantO, WantO),
-    New = set_new(new_processes, HaveP -- WantP, WantP),
-    _ = set_new(new_ports, HaveO -- WantO, WantO),
+apply_flags({WantP, WantO} = Want, #s{flags = {HaveP, HaveO}, tracing = T} = S) ->
+    set(T, existing_processes, HaveP -- WantP, WantP),
+    set(T, existing_ports, HaveO -- WantO, WantO),
+    New = set_new(T, new_processes, HaveP -- WantP, WantP),
+    _ = set_new(T, new_ports, HaveO -- WantO, WantO),
     S#s{flags = Want, new = New}.
 
 %% Removes Off from our processes (ports), then sets On on ours and on
-%% free ones (erlang:trace/3 skips the ones another tracer has).
-set(Spec, Off, On) ->
-    _ = Off =/= [] andalso erlang:trace(Spec, false, Off ++ [?TRACER]),
-    _ = On =/= [] andalso erlang:trace(Spec, true, On ++ [?TRACER]),
+%% free ones (without sessions, erlang:trace/3 skips the ones another
+%% tracer has).
+set({session, Auto, _}, Spec, Off, On) ->
+    {Fun, Which} = session_target(Spec),
+    _ = Off =/= [] andalso trace:Fun(Auto, Which, false, Off),
+    _ = On =/= [] andalso trace:Fun(Auto, Which, true, On),
+    ok;
+set(legacy, Spec, Off, On) ->
+    _ = Off =/= [] andalso erlang:trace(Spec, false, Off ++ [{tracer, dtrace, []}]),
+    _ = On =/= [] andalso erlang:trace(Spec, true, On ++ [{tracer, dtrace, []}]),
     ok.
 
-%% The same for new processes (ports), whose default tracer the VM would
-%% replace without asking: only when it is free or ours.
-set_new(Spec, Off, On) ->
+session_target(existing_processes) -> {process, existing};
+session_target(new_processes) -> {process, new};
+session_target(existing_ports) -> {port, existing};
+session_target(new_ports) -> {port, new}.
+
+%% The same for new processes (ports). In a session of our own, always
+%% ours; without sessions, the VM would replace the default tracer without
+%% asking: only when it is free or ours.
+set_new({session, _, _} = T, Spec, Off, On) ->
+    set(T, Spec, Off, On),
+    case On of [] -> free; _ -> ours end;
+set_new(legacy, Spec, Off, On) ->
     case erlang:trace_info(Spec, tracer) of
-        {tracer, T} when T =:= []; T =:= {dtrace, auto} ->
-            set(Spec, Off, On),
+        {tracer, Tr} when Tr =:= []; Tr =:= ?LEGACY_TRACER ->
+            set(legacy, Spec, Off, On),
             case On of [] -> free; _ -> ours end;
         {tracer, Other} ->
             {taken, Other}
     end.
 
-clear_flags(#s{flags = {P, O}} = S) ->
-    set(existing_processes, P, []),
-    set(existing_ports, O, []),
-    _ = set_new(new_processes, P, []),
-    _ = set_new(new_ports, O, []),
+clear_flags(#s{flags = {P, O}, tracing = T} = S) ->
+    set(T, existing_processes, P, []),
+    set(T, existing_ports, O, []),
+    _ = set_new(T, new_processes, P, []),
+    _ = set_new(T, new_ports, O, []),
     S#s{flags = {[], []}, new = free}.
 
-%% Every flag any tracer {dtrace, auto} may hold, and our meta patterns.
+%% Without sessions: every flag the tracer {dtrace, []} may hold (the feed
+%% table's, from the NIF), and our meta patterns.
 clear_all() ->
-    _ = (catch clear_meta()),
-    All = [procs, running, exiting, send, 'receive', call, arity, garbage_collection],
-    _ = (catch set(existing_processes, All, [])),
-    _ = (catch set(existing_ports, [ports, 'receive'], [])),
-    _ = (catch set_new(new_processes, All, [])),
-    _ = (catch set_new(new_ports, [ports, 'receive'], [])),
+    _ = (catch clear_meta(legacy)),
+    {Procs, Ports} = dtrace_nif:vm_flags(),
+    _ = (catch set(legacy, existing_processes, Procs, [])),
+    _ = (catch set(legacy, existing_ports, Ports, [])),
+    _ = (catch set_new(legacy, new_processes, Procs, [])),
+    _ = (catch set_new(legacy, new_ports, Ports, [])),
+    ok.
+
+%% With sessions: an earlier instance's sessions, if a copy of a handle
+%% kept them alive after it died, by name.
+destroy_leftovers() ->
+    _ = [catch trace:session_destroy(W)
+         || {Name, _} = W <- trace:session_info(all), Name =:= ?SESSION orelse Name =:= ?META_SESSION],
+    ok.
+
+destroy_sessions({session, Auto, Meta}) ->
+    _ = (catch trace:session_destroy(Auto)),
+    _ = (catch trace:session_destroy(Meta)),
     ok.
 
 %%%===================================================================
@@ -255,21 +371,28 @@ clear_all() ->
 
 apply_patterns(true, #s{patterns = P, active = P} = S) ->
     S;
-apply_patterns(true, #s{patterns = P} = S) ->
+apply_patterns(true, #s{patterns = P, tracing = T} = S) ->
     S1 = clear_patterns(S),
     _ = [code:ensure_loaded(M) || M <- lists:usort([M || {M, _, _, _} <- P])],
-    [erlang:trace_pattern({M, F, A}, ?MS, [Kind]) || {M, F, A, Kind} <- P],
-    ok = dtrace:vm_call_probes(P, bifs(P)),
+    _ = [set_pattern(T, {M, F, A}, ?MS, Kind) || {M, F, A, Kind} <- P],
+    ok = dtrace_nif:vm_call_probes(P, bifs(P)),
     S1#s{active = P};
 apply_patterns(false, #s{active = []} = S) ->
     S;
 apply_patterns(false, S) ->
     clear_patterns(S).
 
-clear_patterns(#s{active = Active} = S) ->
-    [erlang:trace_pattern({M, F, A}, false, [Kind]) || {M, F, A, Kind} <- Active],
-    _ = dtrace:vm_call_probes([], []),
+clear_patterns(#s{active = Active, tracing = T} = S) ->
+    _ = [set_pattern(T, {M, F, A}, false, Kind) || {M, F, A, Kind} <- Active],
+    _ = dtrace_nif:vm_call_probes([], []),
     S#s{active = []}.
+
+%% A call-trace pattern: in our session (an operator's patterns on the
+%% same function stay theirs), or without sessions the node's.
+set_pattern({session, Auto, _}, MFA, MS, Kind) ->
+    trace:function(Auto, MFA, MS, [Kind]);
+set_pattern(legacy, MFA, MS, Kind) ->
+    erlang:trace_pattern(MFA, MS, [Kind]).
 
 %% The BIFs the patterns name (their calls fire bif__entry/bif__return).
 bifs(Patterns) ->
@@ -313,11 +436,15 @@ pattern(P) ->
 %%% Status
 
 status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active = Active, new = New,
-          spawn_meta = Meta}) ->
-    {ListenP, ListenO, Probes, _} = dtrace:vm_listening(),
-    {Ours, Others} = count_tracers(),
+          spawn_meta = Meta, tracing = Tracing}) ->
+    {ListenP, ListenO, Probes, _} = dtrace_nif:vm_listening(),
+    {Ours, Others} = case Tracing of
+                         {session, Auto, _} -> session_counts(Auto);
+                         legacy -> legacy_counts()
+                     end,
     #{mode => Mode,
       poll_ms => Poll,
+      tracing => case Tracing of {session, _, _} -> session; legacy -> legacy end,
       listening => Probes,
       wanted_flags => #{processes => ListenP, ports => ListenO},
       flags => #{processes => P, ports => O},
@@ -328,11 +455,29 @@ status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active 
       function_patterns => [external(Pt) || Pt <- Patterns],
       function_patterns_set => Active =/= []}.
 
-%% {traced by dtrace's automatic mode, traced by another tracer}.
-count_tracers() ->
+%% The processes and ports of ours.
+ours({session, Auto, _}) ->
+    [T || T <- processes() ++ erlang:ports(), session_flags(Auto, T) =/= []];
+ours(legacy) ->
+    [T || T <- processes() ++ erlang:ports(),
+          erlang:trace_info(T, tracer) =:= {tracer, ?LEGACY_TRACER},
+          erlang:trace_info(T, flags) =/= {flags, []}].
+
+session_flags(Auto, T) ->
+    case trace:info(Auto, T, flags) of
+        {flags, F} -> F;
+        _ -> []
+    end.
+
+%% {traced by automatic mode, skipped}: in a session nothing is skipped.
+session_counts(Auto) ->
+    {length([P || P <- processes(), session_flags(Auto, P) =/= []]), 0}.
+
+%% {traced by the tracer {dtrace, []}, traced by another tracer}.
+legacy_counts() ->
     lists:foldl(fun(Pid, {Ours, Others} = Acc) ->
                         case erlang:trace_info(Pid, tracer) of
-                            {tracer, {dtrace, auto}} -> {Ours + 1, Others};
+                            {tracer, ?LEGACY_TRACER} -> {Ours + 1, Others};
                             {tracer, []} -> Acc;
                             {tracer, _} -> {Ours, Others + 1};
                             undefined -> Acc
