@@ -3,6 +3,8 @@
 # one plain summary line, "ct: N passed, N failed, N skipped", from CT's own
 # closing line. Exits with rebar3's status.
 set -u
+# The test artefacts the suites use, built here rather than inside a case.
+"$(dirname "$0")/test-hooks-build.sh" || exit 1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 { ${REBAR3:-rebar3} ct "$@"; echo $? > "$log.status"; } 2>&1 | tee "$log"

@@ -19,19 +19,19 @@ all() ->
      stop_puts_otps_dyntrace_back, opt_out, calls_reach_dtrace, dyntrace_is_a_tracer].
 
 init_per_testcase(dyntrace_is_a_tracer, Config) ->
-    case dtrace_test_lib:require_tracer(bpftrace) of
+    case dtrace_test_tracer:require_tracer(bpftrace) of
         ok ->
-            Peer = dtrace_test_lib:start_peer(),
+            Peer = dtrace_test_peer:start_peer(),
             [{peer, Peer} | Config];
         Skip -> Skip
     end;
 init_per_testcase(_TC, Config) ->
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     none = peer:call(Peer, erlang, system_info, [dynamic_trace]),
     [{peer, Peer} | Config].
 
 end_per_testcase(_TC, Config) ->
-    dtrace_test_lib:stop_peer(?config(peer, Config)).
+    dtrace_test_peer:stop_peer(?config(peer, Config)).
 
 call(Config, M, F, A) ->
     peer:call(?config(peer, Config), M, F, A).
@@ -52,7 +52,7 @@ start_installs_and_logs_once(Config) ->
     Logged = in_peer(Config,
                      fun() ->
                              Self = self(),
-                             ok = logger:add_handler(t, dtrace_test_lib, #{config => Self}),
+                             ok = logger:add_handler(t, dtrace_test_workload, #{config => Self}),
                              ok = logger:set_primary_config(level, info),
                              error = dyntrace:p(1),
                              ok = application:start(dtrace),
@@ -127,7 +127,7 @@ dyntrace_is_a_tracer(Config) ->
     true = call(Config, dtrace_compat, installed, []),
     Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
     {{Traced, Tracer, Child}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program, fun() -> ok end, [],
           fun() ->
                   timer:sleep(300),

@@ -140,7 +140,8 @@ nif_missing_module_still_loads(Config) ->
     Root = filename:join(?config(priv_dir, Config), "no_nif"),
     Ebin = filename:join([Root, "dtrace", "ebin"]),
     ok = filelib:ensure_dir(filename:join(Ebin, "x")),
-    {ok, _} = file:copy(code:which(dtrace), filename:join(Ebin, "dtrace.beam")),
+    [{ok, _} = file:copy(code:which(M), filename:join(Ebin, atom_to_list(M) ++ ".beam"))
+     || M <- [dtrace, dtrace_nif]],
     {ok, Peer, _} = peer:start_link(#{connection => standard_io, args => ["-pa", Ebin]}),
     try
         ?assertEqual({module, dtrace}, peer:call(Peer, code, ensure_loaded, [dtrace])),
@@ -150,32 +151,41 @@ nif_missing_module_still_loads(Config) ->
                                  {pn, [5, 1]}, {user_trace_s1, ["x"]},
                                  {user_trace_i4s4, [a, 1, 2, 3, 4, a, b, c, d]}]],
         ?assertEqual([false, false, false, false, false, false], Results),
+        ?assertEqual([], peer:call(Peer, dtrace, span, [kind, fun erlang:nodes/0])),
+        ?assertEqual(#{sdt => false, lttng => {false, <<"NIF not loaded">>}}, peer:call(Peer, dtrace, sinks, [])),
         ?assertEqual(undefined, peer:call(Peer, dtrace, put_tag, ["x"]))
     after
         peer:stop(Peer)
     end.
 
-%% A new version of the module (l(dtrace), a relup) binds to the library the
-%% old version holds: the NIF's upgrade callback accepts it. Then purging
-%% the old version, and deleting and loading again, keep the NIF too.
+%% A new version of a module with NIFs (l(dtrace_nif), l(dtrace), a relup)
+%% binds to the library the old version holds: the libraries' upgrade
+%% callbacks accept it. Then purging the old version, and deleting and
+%% loading again, keep the NIFs too; the tracer module's still feed the VM
+%% probes (a trace with {tracer, dtrace, []} is accepted).
 reloading_the_module_keeps_the_nif(_Config) ->
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     try
         Call = fun(M, F, A) -> peer:call(Peer, M, F, A) end,
-        ?assertEqual({module, dtrace}, Call(code, load_file, [dtrace])),
-        ?assertEqual(true, Call(erlang, check_old_code, [dtrace])),
-        ?assertEqual(true, Call(dtrace, available, [])),
-        ?assertEqual(false, Call(dtrace, p, [1])),
-        ?assertEqual(true, Call(code, soft_purge, [dtrace])),
-        ?assertEqual({module, dtrace}, Call(code, load_file, [dtrace])),
-        ?assertEqual(true, Call(dtrace, available, [])),
-        ?assertEqual(true, Call(code, soft_purge, [dtrace])),
-        ?assertEqual(true, Call(code, delete, [dtrace])),
-        ?assertEqual(true, Call(code, soft_purge, [dtrace])),
-        ?assertEqual({module, dtrace}, Call(code, load_file, [dtrace])),
-        ?assertEqual(true, Call(dtrace, available, []))
+        [begin
+             ?assertEqual({module, M}, Call(code, load_file, [M])),
+             ?assertEqual(true, Call(erlang, check_old_code, [M])),
+             ?assertEqual(true, Call(dtrace, available, [])),
+             ?assertEqual(false, Call(dtrace, p, [1])),
+             ?assertEqual(true, Call(code, soft_purge, [M])),
+             ?assertEqual({module, M}, Call(code, load_file, [M])),
+             ?assertEqual(true, Call(dtrace, available, [])),
+             ?assertEqual(true, Call(code, soft_purge, [M])),
+             ?assertEqual(true, Call(code, delete, [M])),
+             ?assertEqual(true, Call(code, soft_purge, [M])),
+             ?assertEqual({module, M}, Call(code, load_file, [M])),
+             ?assertEqual(true, Call(dtrace, available, [])),
+             ?assertEqual(1, Call(erlang, trace, [Call(erlang, whereis, [init]), true,
+                                                  [procs, {tracer, dtrace, []}]])),
+             ?assertEqual(1, Call(erlang, trace, [Call(erlang, whereis, [init]), false, [procs]]))
+         end || M <- [dtrace_nif, dtrace]]
     after
-        dtrace_test_lib:stop_peer(Peer)
+        dtrace_test_peer:stop_peer(Peer)
     end.
 
 %% Spans with no tracer: span/2 returns what the work returns and raises

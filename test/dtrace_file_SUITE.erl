@@ -25,11 +25,11 @@ all() ->
 
 init_per_testcase(TC, Config) when TC =:= probes_for_each_function;
                                    TC =:= user_probe_tracer_leaves_file_probes_off ->
-    dtrace_test_lib:with_tracer(gdb, Config);
+    dtrace_test_tracer:with_tracer(gdb, Config);
 init_per_testcase(bpftrace_pairs_and_histogram, Config) ->
-    dtrace_test_lib:with_tracer(bpftrace, Config);
+    dtrace_test_tracer:with_tracer(bpftrace, Config);
 init_per_testcase(d_script_matches_the_probes, Config) ->
-    dtrace_test_lib:with_tracer(readelf, Config);
+    dtrace_test_tracer:with_tracer(readelf, Config);
 init_per_testcase(_TC, Config) ->
     Config.
 
@@ -240,7 +240,7 @@ new_dir(Config, Name) ->
 
 %% No tracer: every function returns what `file' returns.
 untraced_results_are_files(Config) ->
-    false = dtrace:efile_enabled(),
+    false = dtrace_nif:efile_enabled(),
     FileDir = new_dir(Config, "file"),
     OursDir = new_dir(Config, "ours"),
     {FileResults, _} = run_steps(file, FileDir),
@@ -253,32 +253,32 @@ untraced_results_are_files(Config) ->
 %% A tracer on the user probes (gdb, i4s4.gdb) does not turn the file
 %% probes on: their semaphores are their own.
 user_probe_tracer_leaves_file_probes_off(Config) ->
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     try
         Dir = new_dir(Config, "user-probes-only"),
         {{UserProbe, FileProbes, Read}, _} =
-            dtrace_test_lib:gdb_events(
+            dtrace_test_tracer:gdb_events(
               Peer, fun() ->
-                            {dtrace:is_enabled(0), dtrace:efile_enabled(),
+                            {dtrace:is_enabled(0), dtrace_nif:efile_enabled(),
                              dtrace_file:read_file(Dir ++ "/missing")}
                     end),
         ?assertEqual({true, false, {error, enoent}}, {UserProbe, FileProbes, Read})
     after
-        dtrace_test_lib:stop_peer(Peer)
+        dtrace_test_peer:stop_peer(Peer)
     end.
 
 probes_for_each_function(Config) ->
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     try
         Dir = new_dir(Config, "traced"),
-        false = peer:call(Peer, dtrace, efile_enabled, []),
+        false = peer:call(Peer, dtrace_nif, efile_enabled, []),
         {{Enabled, {Results, Context}}, Lines} =
-            dtrace_test_lib:gdb_events(
+            dtrace_test_tracer:gdb_events(
               Peer, "efile.gdb",
-              fun() -> {dtrace:efile_enabled(), run_steps(dtrace_file, Dir)} end),
+              fun() -> {dtrace_nif:efile_enabled(), run_steps(dtrace_file, Dir)} end),
         ?assert(Enabled),
         %% gdb has detached: the semaphores are down again.
-        ?assertNot(peer:call(Peer, dtrace, efile_enabled, [])),
+        ?assertNot(peer:call(Peer, dtrace_nif, efile_enabled, [])),
         Events = [parse_event(L) || L <- Lines],
         ct:log("~p events", [length(Events)]),
         %% Results under the tracer are still file's.
@@ -303,7 +303,7 @@ probes_for_each_function(Config) ->
         Expected = lists:sum([length(E) || {_, _, E} <- steps()]) + 1,
         ?assertEqual(Expected, length(Ops))
     after
-        dtrace_test_lib:stop_peer(Peer)
+        dtrace_test_peer:stop_peer(Peer)
     end.
 
 %% The four events of one operation, in order, with one command.
@@ -390,7 +390,7 @@ bpftrace_pairs_and_histogram(Config) ->
     ok = file:write_file(Dir ++ "/f", <<"data">>),
     {ok, Script} = file:read_file(filename:join(code:priv_dir(dtrace), "efile.bt")),
     _ = Config,
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     try
         Ready = fun() -> dtrace:put_tag("ready"), dtrace_file:read_file_info("/") end,
         Workload =
@@ -406,7 +406,7 @@ bpftrace_pairs_and_histogram(Config) ->
                     {R1, [element(1, R) || R <- R2], R3, R4}
             end,
         {Result, Lines} =
-            dtrace_test_lib:bpftrace_window(Peer, Script, Ready,
+            dtrace_test_tracer:bpftrace_window(Peer, Script, Ready,
                                             [{contains, <<"tag=ready ok in">>}], Workload),
         ?assertEqual({lists:duplicate(5, {ok, <<"data">>}), [ok, ok, ok], {error, enoent},
                       {ok, ["f"]}}, Result),
@@ -431,7 +431,7 @@ bpftrace_pairs_and_histogram(Config) ->
         ?assertEqual([5, 3, 1, 1], [histogram_count(<<"@latency_us[", T/binary, "]:">>, Lines)
                                     || T <- [<<"slow">>, <<"fast">>, <<"err">>, <<>>]])
     after
-        dtrace_test_lib:stop_peer(Peer),
+        dtrace_test_peer:stop_peer(Peer),
         file:del_dir_r(Dir)
     end.
 
@@ -464,7 +464,7 @@ histogram_count(Header, Lines) ->
 %% many arguments as the clause reads.
 d_script_matches_the_probes(_Config) ->
     {ok, D} = file:read_file(filename:join(code:priv_dir(dtrace), "efile_drv.d")),
-    {0, Notes} = dtrace_test_lib:run("readelf", ["-n", dtrace_test_lib:nif_path()]),
+    {0, Notes} = dtrace_test_tracer:run("readelf", ["-n", dtrace_test_catalogue:nif_path()]),
     Arity = note_arities(Notes, #{}),
     Clauses = re:split(D, "^}", [multiline]),
     Uses = lists:append([clause_uses(C) || C <- Clauses]),

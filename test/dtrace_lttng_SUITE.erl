@@ -48,10 +48,10 @@ init_per_suite(Config) ->
         ok ->
             %% The library must have been built with the sink, and load it
             %% here; in CI anything else is a failure.
-            Peer = dtrace_test_lib:start_peer(),
+            Peer = dtrace_test_peer:start_peer(),
             Sinks = peer:call(Peer, dtrace, sinks, []),
-            dtrace_test_lib:stop_peer(Peer),
-            case {Sinks, dtrace_test_lib:in_ci()} of
+            dtrace_test_peer:stop_peer(Peer),
+            case {Sinks, dtrace_test_tracer:in_ci()} of
                 {#{lttng := true}, _} -> Config;
                 {_, true} -> ct:fail("CI=true and the LTTng sink does not load: ~p", [Sinks]);
                 {_, false} -> {skip, lists:flatten(io_lib:format("LTTng sink not loaded: ~p", [Sinks]))}
@@ -74,7 +74,7 @@ end_per_group(_Group, _Config) ->
 init_per_testcase(TC, Config) when TC =:= without_liblttng_ust; TC =:= turned_off ->
     Config;
 init_per_testcase(TC, Config) ->
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     case ?config(mode, Config) of
         otp ->
             %% OTP's way: the dyntrace tracer module, set by hand.
@@ -90,19 +90,20 @@ init_per_testcase(TC, Config) ->
 
 end_per_testcase(_TC, Config) ->
     _ = [dtrace_lttng_lib:destroy(N) || N <- [?config(session, Config)], N =/= undefined],
-    _ = [dtrace_test_lib:stop_peer(P) || P <- [?config(peer, Config)], P =/= undefined],
+    _ = [dtrace_test_peer:stop_peer(P) || P <- [?config(peer, Config)], P =/= undefined],
     ok.
 
 in_peer(Config, Fun) ->
     peer:call(?config(peer, Config), erlang, apply, [Fun, []], 120000).
 
 %% Starts a session recording Events in the peer and waits until the peer
-%% knows (the names in Wait, as dtrace:vm_listening/0 gives them).
+%% knows (the names in Wait, as dtrace_nif:vm_listening/0 gives them).
 session(Config, Events, Wait) ->
     session(Config, Events, Wait, []).
 
 session(Config, Events, Wait, Opts) ->
-    S = dtrace_lttng_lib:start(?config(session, Config), ?config(priv_dir, Config), Events, Opts),
+    Track = [{vpid, dtrace_test_peer:os_pid(?config(peer, Config))}],
+    S = dtrace_lttng_lib:start(?config(session, Config), ?config(priv_dir, Config), Events, Track ++ Opts),
     ok = dtrace_lttng_lib:wait_listening(?config(peer, Config), Wait),
     S.
 
@@ -413,13 +414,13 @@ flags_follow_the_session(Config) ->
     ?assertMatch(#{flags := #{processes := [], ports := []}}, peer:call(Peer, dtrace, vm_probes, [])),
     S = session(Config, ["org_erlang_dyntrace:message_send", "org_erlang_dyntrace:port_open"],
                 ["org_erlang_dyntrace:message_send", "org_erlang_dyntrace:port_open"]),
-    ok = peer:call(Peer, dtrace_test_lib, wait_flags, [[send], 5000]),
+    ok = peer:call(Peer, dtrace_test_workload, wait_flags, [[send], 5000]),
     ?assertMatch(#{flags := #{processes := [send], ports := [ports]}}, peer:call(Peer, dtrace, vm_probes, [])),
     _ = dtrace_lttng_lib:stop_and_read(S),
-    ok = peer:call(Peer, dtrace_test_lib, wait_flags, [[], 5000]),
+    ok = peer:call(Peer, dtrace_test_workload, wait_flags, [[], 5000]),
     ?assertMatch(#{flags := #{processes := [], ports := []}, traced := 0},
                  peer:call(Peer, dtrace, vm_probes, [])),
-    ?assertEqual([], peer:call(Peer, dtrace_test_lib, our_traced, [])).
+    ?assertEqual([], peer:call(Peer, dtrace_test_workload, our_traced, [])).
 
 %%--------------------------------------------------------------------
 %% User and file probes
@@ -478,7 +479,7 @@ exact_counts_under_load(Config) ->
                     fun() ->
                             Self = self(),
                             Ps = [spawn_link(fun() ->
-                                                     T = dtrace_test_lib:count_trues(
+                                                     T = dtrace_test_workload:count_trues(
                                                            fun(I) -> dtrace:p(W, I, "load", "x") end, N),
                                                      Self ! {self(), T}
                                              end) || W <- lists:seq(1, 4)],
@@ -501,7 +502,7 @@ file_probes(Config) ->
     Dir = ?config(priv_dir, Config),
     Missing = filename:join(Dir, "missing"),
     {error, enoent} = in_peer(Config, fun() ->
-                                              true = dtrace:efile_enabled(),
+                                              true = dtrace_nif:efile_enabled(),
                                               dtrace:put_tag("file-tag"),
                                               dtrace_file:read_file(Missing)
                                       end),
@@ -518,7 +519,7 @@ file_probes(Config) ->
 %% bpftrace on the SDT probe and an LTTng session at the same time: each
 %% sees every call.
 both_sinks_at_once(Config) ->
-    case dtrace_test_lib:require_tracer(bpftrace) of
+    case dtrace_test_tracer:require_tracer(bpftrace) of
         ok -> both_sinks(Config);
         Skip -> Skip
     end.
@@ -528,13 +529,13 @@ both_sinks(Config) ->
     Program = counting_program(),
     N = 1000,
     {Trues, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program, fun() -> dtrace:p(98) end, [<<"READY">>],
-          fun() -> dtrace_test_lib:count_trues(fun(I) -> dtrace:p(99, I) end, N) end),
+          fun() -> dtrace_test_workload:count_trues(fun(I) -> dtrace:p(99, I) end, N) end),
     Events = read(S),
     Lttng = [I || {<<"org_erlang_dtrace:user_trace_i4s4">>, #{<<"i1">> := 99, <<"i2">> := I}} <- Events],
     ?assertEqual(N, Trues),
-    ?assertEqual(N, dtrace_test_lib:bpftrace_map(<<"@n">>, Lines)),
+    ?assertEqual(N, dtrace_test_tracer:bpftrace_map(<<"@n">>, Lines)),
     ?assertEqual(lists:seq(1, N), lists:sort(Lttng)).
 
 %%--------------------------------------------------------------------
@@ -545,11 +546,11 @@ both_sinks(Config) ->
 %% false with no tracer, and the SDT probes reach bpftrace.
 without_liblttng_ust(_Config) ->
     Provider = filename:join(code:priv_dir(dtrace), "libdtrace_lttng_tp.so"),
-    {0, Ldd} = dtrace_test_lib:run("ldd", [Provider]),
+    {0, Ldd} = dtrace_test_tracer:run("ldd", [Provider]),
     [Ust] = [Path || L <- Ldd, {match, [Path]} <- [re:run(L, "liblttng-ust\\.so\\.1 => (\\S+)",
                                                            [{capture, all_but_first, list}])]],
     Hide = "mount --bind /dev/null " ++ Ust ++ " && exec erl \"$@\"",
-    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, dtrace_test_lib]]),
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, dtrace_test_peer]]),
     {ok, Peer, _} = peer:start_link(#{connection => standard_io,
                                       exec => {os:find_executable("unshare"),
                                                ["-m", "--propagation", "private", "sh", "-c", Hide, "sh"]},
@@ -565,7 +566,7 @@ without_liblttng_ust(_Config) ->
         ?assertEqual({true, false, false}, {Available, P, Enabled}),
         sdt_still_works(Peer)
     after
-        dtrace_test_lib:stop_peer(Peer)
+        dtrace_test_peer:stop_peer(Peer)
     end.
 
 %% bpftrace counting p(99, _) calls, printing READY at the first p(98)
@@ -580,10 +581,10 @@ counting_program() ->
 %% cannot read USDT arguments of a process in another mount namespace:
 %% "couldn't get argument").
 sdt_still_works(Peer) ->
-    case dtrace_test_lib:require_tracer(gdb) of
+    case dtrace_test_tracer:require_tracer(gdb) of
         ok ->
-            {Trues, Lines} = dtrace_test_lib:gdb_events(
-                               Peer, fun() -> dtrace_test_lib:count_trues(fun(I) -> dtrace:p(99, I) end, 100) end),
+            {Trues, Lines} = dtrace_test_tracer:gdb_events(
+                               Peer, fun() -> dtrace_test_workload:count_trues(fun(I) -> dtrace:p(99, I) end, 100) end),
             ?assertEqual({100, 100}, {Trues, length([L || <<"EVENT i4s4", _/binary>> = L <- Lines])});
         {skip, Why} ->
             ct:comment("SDT side not checked: ~ts", [Why])
@@ -591,10 +592,11 @@ sdt_still_works(Peer) ->
 
 %% DTRACE_LTTNG=off leaves the sink out, even with a session recording.
 turned_off(Config) ->
-    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, dtrace_test_lib]]),
-    S = dtrace_lttng_lib:start("absent_turned_off", ?config(priv_dir, Config), ["org_erlang_dtrace:*"]),
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, dtrace_test_peer]]),
     {ok, Peer, _} = peer:start_link(#{connection => standard_io, env => [{"DTRACE_LTTNG", "off"}],
                                       args => lists:append([["-pa", P] || P <- Paths])}),
+    S = dtrace_lttng_lib:start("absent_turned_off", ?config(priv_dir, Config), ["org_erlang_dtrace:*"],
+                               [{vpid, dtrace_test_peer:os_pid(Peer)}]),
     try
         {Sinks, P} = peer:call(Peer, erlang, apply,
                                [fun() -> timer:sleep(300), {dtrace:sinks(), dtrace:p(1)} end, []]),
@@ -603,5 +605,5 @@ turned_off(Config) ->
         {Events, _} = dtrace_lttng_lib:stop_and_read(S),
         ?assertEqual([], Events)
     after
-        dtrace_test_lib:stop_peer(Peer)
+        dtrace_test_peer:stop_peer(Peer)
     end.

@@ -23,7 +23,7 @@ require() ->
                       _ -> "LTTng tests need root (a root session daemon)"
                   end
           end,
-    case {Why, dtrace_test_lib:in_ci()} of
+    case {Why, dtrace_test_tracer:in_ci()} of
         {ok, _} -> ok;
         {_, true} -> ct:fail("CI=true and ~ts", [Why]);
         {_, false} -> {skip, lists:flatten(Why)}
@@ -33,7 +33,7 @@ require() ->
 sessiond() ->
     case os:cmd("pgrep -x lttng-sessiond") of
         "" ->
-            {Status, Out} = dtrace_test_lib:run("lttng-sessiond", ["--daemonize"]),
+            {Status, Out} = dtrace_test_tracer:run("lttng-sessiond", ["--daemonize"]),
             case Status of
                 0 -> ok;
                 _ -> io_lib:format("lttng-sessiond --daemonize failed: ~ts", [Out])
@@ -49,11 +49,18 @@ start(Name, Dir, Events) ->
 
 %% Options: {buffers, SubbufSize, NumSubbuf} gives the events a channel
 %% of their own with these sub-buffers per CPU (big enough that the
-%% consumer never falls behind, for exact counts).
+%% consumer never falls behind, for exact counts); {vpid, OsPid} tracks
+%% that process only (`lttng track -u --vpid'): the session's events are
+%% enabled in it and in no other process of the host, so that nodes the
+%% session is not about (another suite's, a developer's) are untouched.
 start(Name, Dir, Events, Opts) ->
     Out = filename:join(Dir, Name),
     _ = destroy(Name),
     ok = lttng(["create", Name, "--output=" ++ Out]),
+    case proplists:lookup(vpid, Opts) of
+        {vpid, Pid} -> ok = lttng(["track", "-u", "--vpid=" ++ Pid, "-s", Name]);
+        none -> ok
+    end,
     Channel = case proplists:lookup(buffers, Opts) of
                   {buffers, Size, N} ->
                       ok = lttng(["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ Size,
@@ -74,7 +81,7 @@ start(Name, Dir, Events, Opts) ->
 stop_and_read(#{name := Name, dir := Out}) ->
     ok = lttng(["stop", Name]),
     ok = lttng(["destroy", Name]),
-    case dtrace_test_lib:run("babeltrace2", [Out]) of
+    case dtrace_test_tracer:run("babeltrace2", [Out]) of
         {0, Lines} ->
             Parsed = [event(L) || L <- Lines],
             {[E || {ok, E} <- Parsed], [L || {warning, L} <- Parsed]};
@@ -88,24 +95,24 @@ stop_and_read(#{name := Name, dir := Out}) ->
 
 %% Destroys session Name if it exists.
 destroy(Name) ->
-    _ = dtrace_test_lib:run("lttng", ["destroy", Name]),
+    _ = dtrace_test_tracer:run("lttng", ["destroy", Name]),
     ok.
 
 lttng(Args) ->
-    case dtrace_test_lib:run("lttng", Args) of
+    case dtrace_test_tracer:run("lttng", Args) of
         {0, _} -> ok;
         {Status, Out} -> ct:fail("lttng ~ts: exit ~p: ~p", [lists:join(" ", Args), Status, Out])
     end.
 
 %% Waits in the traced peer until the session records every event of
-%% Names ("provider:event", as dtrace:vm_listening/0 names them): the
+%% Names ("provider:event", as dtrace_nif:vm_listening/0 names them): the
 %% session daemon tells the process asynchronously.
 wait_listening(Peer, Names) ->
     Want = [list_to_binary(N) || N <- Names],
     wait_listening(Peer, Want, erlang:monotonic_time(millisecond) + 10000).
 
 wait_listening(Peer, Want, Deadline) ->
-    {_, _, Listening, _} = peer:call(Peer, dtrace, vm_listening, []),
+    {_, _, Listening, _} = peer:call(Peer, dtrace_nif, vm_listening, []),
     case Want -- [iolist_to_binary(L) || L <- Listening] of
         [] -> ok;
         Missing ->

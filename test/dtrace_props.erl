@@ -1,5 +1,6 @@
 %%% PropEr properties: any term, in any position, of every public function
-%%% of dtrace, gives a documented result (jiffy's "any term in, no crash").
+%%% of dtrace and every NIF of dtrace_nif, gives a documented result
+%%% (jiffy's "any term in, no crash").
 %%%
 %%% One test case draws ten terms and calls every public function with
 %%% them, rotated so that each term lands in a different position for each
@@ -28,21 +29,24 @@ run(Calls) ->
 calls_per_case() ->
     length(functions()).
 
+%% {Module, Function, Arity}: dtrace's API and dtrace_nif's NIFs (not the
+%% test hooks, which only a test build has).
 functions() ->
-    [{F, A} || {F, A} <- dtrace:module_info(exports), F =/= module_info].
+    [{M, F, A} || M <- [dtrace, dtrace_nif], {F, A} <- M:module_info(exports),
+                  F =/= module_info, F =/= test_panic, F =/= test_allocations].
 
 prop_any_term_any_position() ->
     ?FORALL(Terms, vector(10, probe_term()),
             begin
-                Results = [{F, Args, call(F, Args)}
-                           || {I, {F, A}} <- lists:enumerate(functions()),
+                Results = [{{M, F}, Args, call(M, F, Args)}
+                           || {I, {M, F, A}} <- lists:enumerate(functions()),
                               Args <- [take(A, rotate(I, Terms))]],
-                Bad = [R || {F, Args, Result} = R <- Results, not documented(F, Args, Result)],
+                Bad = [R || {MF, Args, Result} = R <- Results, not documented(MF, Args, Result)],
                 ?WHENFAIL(io:format("undocumented results: ~P~n", [Bad, 30]), Bad =:= [])
             end).
 
-call(F, Args) ->
-    try apply(dtrace, F, Args) of
+call(M, F, Args) ->
+    try apply(M, F, Args) of
         Result -> {ok, Result}
     catch
         Class:Reason:Stack -> {Class, Reason, hd(Stack)}
@@ -58,68 +62,96 @@ take(N, L) ->
     lists:sublist(L, N).
 
 %% What each function's documentation allows, and nothing more.
-documented(available, [], {ok, B}) -> is_boolean(B);
-documented(sinks, [], {ok, #{sdt := S, lttng := L}}) ->
+documented({dtrace, F}, Args, Result) -> api(F, Args, Result);
+documented({dtrace_nif, F}, Args, Result) -> nif(F, Args, Result).
+
+%% dtrace's API.
+api(available, [], {ok, B}) -> is_boolean(B);
+api(sinks, [], {ok, #{sdt := S, lttng := L}}) ->
     is_boolean(S) andalso (L =:= true orelse (is_tuple(L) andalso element(1, L) =:= false));
-documented(is_enabled, _, {ok, B}) -> is_boolean(B);
+api(is_enabled, _, {ok, B}) -> is_boolean(B);
 %% p/0..4 take anything; p/5..8 need at least N - 4 leading integers
 %% (at most four strings), else function_clause (OTP's clauses).
-documented(p, Args, {ok, R}) -> is_boolean(R) andalso routable(Args);
-documented(p, Args, {error, function_clause, {dtrace, p, _, _}}) -> not routable(Args);
+api(p, Args, {ok, R}) -> is_boolean(R) andalso routable(Args);
+api(p, Args, {error, function_clause, {dtrace, p, _, _}}) -> not routable(Args);
 %% pn: function_clause as p for the arguments after the label; then
 %% badarg for a label that is not an integer in 0..1023, error for
 %% 951..1023, true or false for a label with a probe.
-documented(pn, [Label | Args], {ok, R}) ->
+api(pn, [Label | Args], {ok, R}) ->
     routable(Args) andalso
         case Label of
             L when is_integer(L), L >= 0, L =< 950 -> is_boolean(R);
             L when is_integer(L), L >= 951, L =< 1023 -> R =:= error;
             _ -> R =:= badarg
         end;
-documented(pn, [_ | Args], {error, function_clause, {dtrace, pn, _, _}}) -> not routable(Args);
-documented(user_trace_i4s4, _, {ok, R}) -> is_boolean(R);
+api(pn, [_ | Args], {error, function_clause, {dtrace, pn, _, _}}) -> not routable(Args);
+api(user_trace_i4s4, _, {ok, R}) -> is_boolean(R);
 %% badarg only when a tracer listens and the message is not an iolist of
 %% at most 1024 bytes (then true is impossible).
-documented(user_trace_s1, [Message], {ok, R}) ->
+api(user_trace_s1, [Message], {ok, R}) ->
     R =:= false orelse R =:= (case short_iolist(Message) of true -> true; false -> badarg end);
-documented(put_tag, [Data], {ok, R}) -> chardata(Data) andalso (R =:= undefined orelse is_binary(R));
-documented(put_tag, [Data], {error, badarg, _}) -> not chardata(Data);
-documented(F, [], {ok, R}) when F =:= get_tag; F =:= get_tag_data ->
+%% Spans: span/2 runs a fun of arity 0 and returns its result (the
+%% generator's funs take none and return ok or the node), and raises
+%% function_clause for anything else; span_begin/1 takes any kind;
+%% span_end/1 takes only spans.
+api(span, [_, Fun], {ok, R}) -> is_function(Fun, 0) andalso R =:= Fun();
+api(span, [_, Fun], {error, function_clause, {dtrace, span, _, _}}) -> not is_function(Fun, 0);
+api(span_begin, [_], {ok, Span}) -> is_tuple(Span) andalso element(1, Span) =:= dtrace_span;
+api(span_end, [Span], {ok, R}) -> is_boolean(R) andalso is_tuple(Span);
+api(span_end, [_], {error, badarg, {dtrace, span_end, _, _}}) -> true;
+api(put_tag, [Data], {ok, R}) -> chardata(Data) andalso (R =:= undefined orelse is_binary(R));
+api(put_tag, [Data], {error, badarg, _}) -> not chardata(Data);
+api(F, [], {ok, R}) when F =:= get_tag; F =:= get_tag_data ->
     R =:= undefined orelse is_binary(R);
-documented(spread_tag, [B], {ok, {Flags, Tag}}) ->
+api(spread_tag, [B], {ok, {Flags, Tag}}) ->
     is_boolean(B) andalso is_integer(Flags) andalso Flags >= 0 andalso (is_binary(Tag) orelse Tag =:= []);
-documented(spread_tag, [B], {error, badarg, _}) -> not is_boolean(B);
-documented(restore_tag, [State], {ok, true}) -> tag_state(State);
-documented(restore_tag, [State], {error, badarg, _}) -> not tag_state(State);
+api(spread_tag, [B], {error, badarg, _}) -> not is_boolean(B);
+api(restore_tag, [State], {ok, true}) -> tag_state(State);
+api(restore_tag, [State], {error, badarg, _}) -> not tag_state(State);
 %% The VM probes' API: the application does not run where the property
 %% runs, so automatic mode answers not_started.
-documented(vm_probes, [], {ok, R}) -> is_map(R) orelse R =:= {error, not_started};
-documented(vm_probes, [M], {ok, R}) -> (M =:= auto orelse M =:= manual) andalso
-                                           (R =:= ok orelse R =:= {error, not_started});
-documented(vm_probes, [M], {error, badarg, _}) -> not (M =:= auto orelse M =:= manual);
-documented(function_probes, [_], {ok, R}) -> R =:= ok orelse (is_tuple(R) andalso element(1, R) =:= error);
+api(vm_probes, [], {ok, R}) -> is_map(R) orelse R =:= {error, not_started};
+api(vm_probes, [M], {ok, R}) -> (M =:= auto orelse M =:= manual) andalso
+                                    (R =:= ok orelse R =:= {error, not_started});
+api(vm_probes, [M], {error, badarg, _}) -> not (M =:= auto orelse M =:= manual);
+api(function_probes, [_], {ok, R}) -> R =:= ok orelse (is_tuple(R) andalso element(1, R) =:= error);
 %% The erl_tracer callbacks, called by hand with any terms.
-documented(enabled, [_, _, _], {ok, R}) -> R =:= trace orelse R =:= discard;
-documented(trace, [_, _, _, _, _], {ok, R}) -> R =:= ok;
-documented(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andalso is_list(L) andalso is_list(M);
-documented(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
-%% The internal NIFs behind dtrace_file.
-documented(efile_enabled, [], {ok, B}) -> is_boolean(B);
-documented(efile_entry, _, {ok, Tag}) -> is_integer(Tag) andalso Tag >= 0;
-documented(efile_return, _, {ok, ok}) -> true;
-%% The internal NIFs behind dtrace_provider. Terms drawn here are never
-%% handles, so every function that takes one raises badarg; provider_new
-%% returns what dtrace_provider:new/2 documents (dtrace_provider_props
-%% checks each reason exactly, with real handles).
-documented(provider_new, [_, _], {ok, {ok, Handle}}) ->
-    is_reference(Handle) andalso dtrace:provider_delete(Handle) =:= ok;
-documented(provider_new, [_, _], {ok, {error, Reason}}) ->
+api(enabled, [_, _, _], {ok, R}) -> R =:= trace orelse R =:= discard;
+api(trace, [_, _, _, _, _], {ok, R}) -> R =:= ok;
+api(_, _, _) -> false.
+
+%% dtrace_nif's NIFs, called with any terms: what the family's Rust file
+%% says each returns.
+nif(F, Args, Result) when F =:= available; F =:= sinks; F =:= is_enabled; F =:= user_trace_s1;
+                          F =:= user_trace_i4s4 ->
+    api(F, Args, Result);
+nif(i4s4, _, {ok, R}) -> is_boolean(R) orelse R =:= adopt;
+nif(user_trace_n, [Label | _], {ok, R}) ->
+    case Label of
+        L when is_integer(L), L >= 0, L =< 950 -> is_boolean(R) orelse R =:= adopt;
+        L when is_integer(L), L >= 951, L =< 1023 -> R =:= error;
+        _ -> R =:= badarg
+    end;
+nif(F, _, {ok, B}) when F =:= span_enabled; F =:= span_begin; F =:= span_end; F =:= efile_enabled ->
+    is_boolean(B);
+nif(efile_entry, _, {ok, OpId}) -> is_integer(OpId) andalso OpId >= 0;
+nif(efile_return, _, {ok, ok}) -> true;
+nif(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andalso is_list(L) andalso is_list(M);
+nif(vm_flags, [], {ok, {P, O}}) -> is_list(P) andalso is_list(O);
+nif(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
+%% The run-time providers' NIFs. Terms drawn here are never handles, so
+%% every function that takes one raises badarg; provider_new returns what
+%% dtrace_provider:new/2 documents (dtrace_provider_props checks each
+%% reason exactly, with real handles).
+nif(provider_new, [_, _], {ok, {ok, Handle}}) ->
+    is_reference(Handle) andalso dtrace_nif:provider_delete(Handle) =:= ok;
+nif(provider_new, [_, _], {ok, {error, Reason}}) ->
     dtrace_provider_props:is_reason(Reason);
-documented(F, _, {error, badarg, {dtrace, F, _, _}})
+nif(F, _, {error, badarg, {dtrace_nif, F, _, _}})
   when F =:= provider_fire; F =:= provider_is_enabled; F =:= provider_probe;
        F =:= provider_path; F =:= provider_delete ->
     true;
-documented(_, _, _) -> false.
+nif(_, _, _) -> false.
 
 %% Can p/N route these arguments? Arities up to 4 take anything; from 5 on
 %% the first N - 4 must be integers.

@@ -76,16 +76,16 @@ init_per_testcase(TC, Config) ->
                       TC =:= any_term_enabled -> bpftrace;
                _ -> none
            end,
-    case Tool =:= none orelse dtrace_test_lib:require_tracer(Tool) of
+    case Tool =:= none orelse dtrace_test_tracer:require_tracer(Tool) of
         Ready when Ready =:= true; Ready =:= ok ->
-            Peer = dtrace_test_lib:start_peer(),
-            [{peer, Peer}, {os_pid, dtrace_test_lib:os_pid(Peer)} | Config];
+            Peer = dtrace_test_peer:start_peer(),
+            [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config];
         Skip ->
             Skip
     end.
 
 end_per_testcase(_TC, Config) ->
-    dtrace_test_lib:stop_peer(?config(peer, Config)).
+    dtrace_test_peer:stop_peer(?config(peer, Config)).
 
 in_peer(Config, Fun) ->
     peer:call(?config(peer, Config), erlang, apply, [Fun, []], 600000).
@@ -146,7 +146,7 @@ release(Config, Name) ->
 %% semaphore's address in its note. Then the probe's site runs, without a
 %% tracer's breakpoint.
 raise_semaphore(Path, Probe, Delta) ->
-    [Sem] = [S || #{name := N, semaphore := S} <- dtrace_test_lib:notes(Path), N =:= atom_to_binary(Probe)],
+    [Sem] = [S || #{name := N, semaphore := S} <- dtrace_test_catalogue:notes(Path), N =:= atom_to_binary(Probe)],
     {ok, Maps} = file:read_file("/proc/self/maps"),
     [Base | _] = [binary_to_integer(hd(binary:split(Range, <<"-">>)), 16)
                   || L <- binary:split(Maps, <<"\n">>, [global]),
@@ -333,14 +333,14 @@ fire_checks_handle_probe_and_arguments(Config) ->
 %% build id.
 readelf_lists_notes_semaphores_and_sites(Config) ->
     Path = define(Config, relf, probes()),
-    Notes = dtrace_test_lib:notes(Path),
+    Notes = dtrace_test_catalogue:notes(Path),
     Regs = [<<"rdi">>, <<"rsi">>, <<"rdx">>, <<"rcx">>, <<"r8">>, <<"r9">>,
             <<"r10">>, <<"r11">>, <<"r12">>, <<"r13">>, <<"r14">>, <<"r15">>],
     Spec = fun(int, R) -> <<"-8@%", R/binary>>; (string, R) -> <<"8@%", R/binary>> end,
     Expected = lists:sort([{<<"relf">>, atom_to_binary(N), [Spec(T, R) || {T, R} <- lists:zip(Ts, lists:sublist(Regs, length(Ts)))]}
                            || {N, Ts} <- probes()]),
     ?assertEqual(Expected, lists:sort([{P, N, A} || #{provider := P, name := N, args := A} <- Notes])),
-    {0, Sections} = dtrace_test_lib:run("readelf", ["-SW", Path]),
+    {0, Sections} = dtrace_test_tracer:run("readelf", ["-SW", Path]),
     {ProbesAddr, ProbesSize} = section(Sections, ".probes"),
     {TextAddr, TextSize} = section(Sections, ".text"),
     {BaseAddr, _} = section(Sections, ".stapsdt.base"),
@@ -351,7 +351,7 @@ readelf_lists_notes_semaphores_and_sites(Config) ->
     ?assertEqual([], [S || S <- Semaphores, S < ProbesAddr orelse S + 2 > ProbesAddr + ProbesSize]),
     ?assertEqual([], [L || L <- Sites, L < TextAddr orelse L >= TextAddr + TextSize]),
     ?assertEqual([BaseAddr], lists:usort([B || #{base := B} <- Notes])),
-    {0, Segments} = dtrace_test_lib:run("readelf", ["-lW", Path]),
+    {0, Segments} = dtrace_test_tracer:run("readelf", ["-lW", Path]),
     Loads = [{binary_to_integer(Off, 16), binary_to_integer(VA, 16), binary_to_integer(Sz, 16), Flags}
              || L <- Segments,
                 {match, [Off, VA, Sz, Flags]} <-
@@ -366,12 +366,12 @@ readelf_lists_notes_semaphores_and_sites(Config) ->
     release(Config, relf),
     Path2 = define(Config, relf, probes()),
     ?assertNotEqual(Path, Path2),
-    ?assertNotEqual(build_id(Path2), build_id(dtrace_test_lib:nif_path())),
+    ?assertNotEqual(build_id(Path2), build_id(dtrace_test_catalogue:nif_path())),
     ?assertMatch(<<_:40/binary>>, build_id(Path2)),
     ct:log("notes ~p~nLOAD segments ~p", [Notes, Loads]).
 
 build_id(Path) ->
-    {0, Lines} = dtrace_test_lib:run("readelf", ["-n", Path]),
+    {0, Lines} = dtrace_test_tracer:run("readelf", ["-n", Path]),
     [Id] = [string:trim(I) || L <- Lines, [_, I] <- [binary:split(L, <<"Build ID:">>)]],
     Id.
 
@@ -388,8 +388,8 @@ section(Sections, Name) ->
 bpftrace_lists_the_probes(Config) ->
     Path = define(Config, lprov, probes()),
     OsPid = ?config(os_pid, Config),
-    {0, ByPid} = dtrace_test_lib:run("bpftrace", ["-p", OsPid, "-l", "usdt:*:lprov:*"]),
-    {0, ByPath} = dtrace_test_lib:run("bpftrace", ["-l", "usdt:" ++ Path ++ ":*"]),
+    {0, ByPid} = dtrace_test_tracer:run("bpftrace", ["-p", OsPid, "-l", "usdt:*:lprov:*"]),
+    {0, ByPath} = dtrace_test_tracer:run("bpftrace", ["-l", "usdt:" ++ Path ++ ":*"]),
     Names = lists:sort([atom_to_list(N) || {N, _} <- probes()]),
     ?assertEqual([list_to_binary(["usdt:/proc/", OsPid, "/root", Path, ":lprov:", N]) || N <- Names],
                  lists:sort([L || <<"usdt:", _/binary>> = L <- ByPid])),
@@ -403,7 +403,7 @@ bpftrace_reads_every_argument(Config) ->
     Path = define(Config, bprov, probes()),
     Ready = fun() -> dtrace_provider:fire(handle(bprov), request__start, [0, "ready"]) end,
     {Plain, PlainLines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), "
             usdt:" ++ Path ++ ":bprov:request__start {
                 if (arg0 == 0) { printf(\"SEEN\\n\"); } else { printf(\"REQ %ld %s\\n\", arg0, str(arg1)); }
@@ -425,7 +425,7 @@ bpftrace_reads_every_argument(Config) ->
                       [case T of int -> Int(K); string -> Show(K) end
                        || {K, T} <- lists:enumerate(0, ?ALL_TYPES)]),
     {All, AllLines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           dtrace_bpftrace, ?config(peer, Config), lists:flatten(["
             usdt:", Path, ":bprov:request__start /arg0 == 0/ { printf(\"SEEN\\n\"); }
             usdt:", Path, ":bprov:all { printf(\"ALL \"); ", Body, " printf(\"\\n\"); }"]),
@@ -439,7 +439,7 @@ bpftrace_reads_every_argument(Config) ->
 gdb_reads_every_argument(Config) ->
     define(Config, gdbprov, probes()),
     {Results, Events} =
-        dtrace_test_lib:gdb_events(?config(peer, Config), "provider.gdb",
+        dtrace_test_tracer:gdb_events(?config(peer, Config), "provider.gdb",
                                    fun() ->
                                            P = handle(gdbprov),
                                            [dtrace_provider:fire(P, all, all_args()),
@@ -456,7 +456,7 @@ true_returns_equal_events(Config) ->
     Fire = fun() -> dtrace_provider:fire(handle(cprov), request__start, [5, "x"]) end,
     ?assertEqual(false, in_peer(Config, Fire)),
     {Trues, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), "
             usdt:" ++ Path ++ ":cprov:request__start {
                 if (arg0 == 0) { printf(\"SEEN\\n\"); } else { @start = count(); }
@@ -471,17 +471,17 @@ true_returns_equal_events(Config) ->
                   lists:foldl(fun(W, {A, B}) -> receive {W, {X, Y}} -> {A + X, B + Y} end end, {0, 0}, Workers)
           end),
     ?assertEqual({4 * ?N_CALLS, 4 * (?N_CALLS div 2)}, Trues),
-    ?assertEqual(Trues, {dtrace_test_lib:bpftrace_map(<<"@start">>, Lines),
-                         dtrace_test_lib:bpftrace_map(<<"@all">>, Lines)}),
+    ?assertEqual(Trues, {dtrace_test_tracer:bpftrace_map(<<"@start">>, Lines),
+                         dtrace_test_tracer:bpftrace_map(<<"@all">>, Lines)}),
     ?assertEqual(false, in_peer(Config, Fire)).
 
 work(P) ->
     Start = dtrace_provider:probe(P, request__start),
     All = dtrace_provider:probe(P, all),
-    S = dtrace_test_lib:count_trues(fun(I) when I rem 2 =:= 0 -> dtrace_provider:fire(P, request__start, [I, "a"]);
+    S = dtrace_test_workload:count_trues(fun(I) when I rem 2 =:= 0 -> dtrace_provider:fire(P, request__start, [I, "a"]);
                                        (I) -> dtrace_provider:fire(Start, [I, <<"b">>])
                                     end, ?N_CALLS),
-    A = dtrace_test_lib:count_trues(fun(I) -> dtrace_provider:fire(All, [I | tl(all_args())]) end, ?N_CALLS div 2),
+    A = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(All, [I | tl(all_args())]) end, ?N_CALLS div 2),
     {S, A}.
 
 %% Deleting a traced provider: its file goes, its calls return false at
@@ -490,24 +490,24 @@ work(P) ->
 %% collected.
 delete_while_traced(Config) ->
     Path = define(Config, dprov, probes()),
-    Tracer = dtrace_test_lib:bpftrace_start(bpftrace, ?config(os_pid, Config), "
+    Tracer = dtrace_test_tracer:bpftrace_start(bpftrace, ?config(os_pid, Config), "
         usdt:" ++ Path ++ ":dprov:request__start /arg0 > 0/ { @n = count(); }"),
     {Before, After, FileGone} =
         in_peer(Config,
                 fun() ->
                         P = handle(dprov),
-                        1 = dtrace_test_lib:fire_until_listening(
+                        1 = dtrace_test_workload:fire_until_listening(
                               fun() -> dtrace_provider:fire(P, request__start, [0, "ready"]) end),
-                        B = dtrace_test_lib:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
+                        B = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
                         ok = dtrace_provider:delete(P),
-                        A = dtrace_test_lib:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
+                        A = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
                         {B, A, not filelib:is_file(Path)}
                 end),
     release(Config, dprov),
     Unloaded = in_peer(Config, fun() -> wait_unmapped(Path, 100) end),
-    Lines = dtrace_test_lib:bpftrace_stop(Tracer),
+    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
     ?assertEqual({100, 0, true, true}, {Before, After, FileGone, Unloaded}),
-    ?assertEqual(100, dtrace_test_lib:bpftrace_map(<<"@n">>, Lines)),
+    ?assertEqual(100, dtrace_test_tracer:bpftrace_map(<<"@n">>, Lines)),
     ?assertEqual([], [L || L <- Lines, binary:match(L, [<<"ERROR">>, <<"rror:">>]) =/= nomatch,
                            binary:match(L, <<"RLIMIT_MEMLOCK">>) =:= nomatch]).
 
@@ -645,7 +645,7 @@ files_go_at_exit_and_after_dead_nodes(Config) ->
     Path = define(Config, exitprov, probes()),
     Dir = filename:dirname(Path),
     ?assert(filelib:is_dir(Dir)),
-    dtrace_test_lib:stop_peer(?config(peer, Config)),
+    dtrace_test_peer:stop_peer(?config(peer, Config)),
     ?assertEqual(true, wait_until(fun() -> not filelib:is_dir(Dir) end, 100)),
     %% A stale directory, as a node killed with SIGKILL leaves it.
     Tmp = os:getenv("TMPDIR", "/tmp"),
@@ -657,12 +657,12 @@ files_go_at_exit_and_after_dead_nodes(Config) ->
          ok = file:write_file(filename:join(D, "stale.1.so"), <<"x">>),
          ok = file:change_mode(D, Mode)
      end || {D, Mode} <- [{Stale, 8#700}, {NotPrivate, 8#755}]],
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     try
         {ok, _} = peer:call(Peer, dtrace_provider, new, [fresh, [{p, []}]]),
         ?assertEqual({false, true}, {filelib:is_dir(Stale), filelib:is_file(filename:join(NotPrivate, "stale.1.so"))})
     after
-        dtrace_test_lib:stop_peer(Peer),
+        dtrace_test_peer:stop_peer(Peer),
         file:delete(filename:join(NotPrivate, "stale.1.so")),
         file:del_dir(NotPrivate)
     end.
@@ -688,21 +688,21 @@ module_reloads_keep_handles(Config) ->
         in_peer(Config,
                 fun() ->
                         Fire = fun() -> dtrace_provider:fire(handle(reload), request__start, [1, "x"]) end,
-                        {module, dtrace} = code:load_file(dtrace),
+                        {module, dtrace_nif} = code:load_file(dtrace_nif),
                         R1 = Fire(),
-                        true = code:soft_purge(dtrace),
+                        true = code:soft_purge(dtrace_nif),
                         R2 = Fire(),
                         %% No handle alive across this one: the type was freed.
                         Upgraded = in_process(fun() ->
-                                                      {module, dtrace} = code:load_file(dtrace),
-                                                      true = code:soft_purge(dtrace),
+                                                      {module, dtrace_nif} = code:load_file(dtrace_nif),
+                                                      true = code:soft_purge(dtrace_nif),
                                                       {ok, U} = dtrace_provider:new(upgraded, [{p, [int]}]),
                                                       dtrace_provider:fire(U, p, [1])
                                               end),
                         Path = binary_to_list(dtrace_provider:path(handle(reload))),
-                        true = code:delete(dtrace),
-                        true = code:soft_purge(dtrace),
-                        {module, dtrace} = code:ensure_loaded(dtrace),
+                        true = code:delete(dtrace_nif),
+                        true = code:soft_purge(dtrace_nif),
+                        {module, dtrace_nif} = code:ensure_loaded(dtrace_nif),
                         R3 = try Fire() catch error:badarg -> badarg end,
                         {ok, New} = dtrace_provider:new(after_reload, [{p, [int]}]),
                         R4 = dtrace_provider:fire(New, p, [1]),
@@ -714,30 +714,30 @@ module_reloads_keep_handles(Config) ->
     ?assertEqual({false, false, false, badarg, false, true, false, true}, Results).
 
 %% No heap allocation on the enabled path of fire/3 and fire/2, in the
-%% test-hooks build of the library (a counting allocator; pn(-2000000)
+%% test-hooks build of the library (a counting allocator; dtrace_nif:test_allocations/0
 %% returns the allocations made inside NIF bodies; dtrace_robust_SUITE
 %% builds it): with the semaphores raised by hand, so that every call
 %% converts its arguments and runs the site, 20,000 calls with every
 %% conversion rule and the huge terms (1 MB iolist, 10,000-deep lists).
 %% The peer runs that build's dtrace module, so the NIFs are called
 %% directly (dtrace_provider adds nothing that allocates).
-no_heap_allocation_when_enabled(Config) ->
-    Peer = dtrace_robust_SUITE:start_test_hooks_peer(Config),
+no_heap_allocation_when_enabled(_Config) ->
+    Peer = dtrace_test_peer:start_test_hooks_peer(),
     try
         Result =
             peer:call(Peer, erlang, apply,
                       [fun() ->
-                               {ok, P} = dtrace:provider_new(alloc, [{all, ?ALL_TYPES}, {two, [int, string]}]),
-                               Path = binary_to_list(dtrace:provider_path(P)),
+                               {ok, P} = dtrace_nif:provider_new(alloc, [{all, ?ALL_TYPES}, {two, [int, string]}]),
+                               Path = binary_to_list(dtrace_nif:provider_path(P)),
                                [raise_semaphore(Path, N, 1) || N <- [all, two]],
-                               All = dtrace:provider_probe(P, all),
+                               All = dtrace_nif:provider_probe(P, all),
                                Huge = dtrace_props:huge_terms(),
-                               Before = dtrace:pn(-2000000),
-                               Trues = [dtrace:provider_fire(P, all, all_args()) || _ <- lists:seq(1, 5000)]
-                                   ++ [dtrace:provider_fire(All, all_args()) || _ <- lists:seq(1, 5000)]
-                                   ++ [dtrace:provider_fire(P, two, [I, H]) || H <- Huge, I <- lists:seq(1, 1000)]
-                                   ++ [dtrace:provider_fire(All, lists:sublist(Huge ++ Huge, 12)) || _ <- lists:seq(1, 100)],
-                               {lists:usort(Trues), length(Trues), Before, dtrace:pn(-2000000)}
+                               Before = dtrace_nif:test_allocations(),
+                               Trues = [dtrace_nif:provider_fire(P, all, all_args()) || _ <- lists:seq(1, 5000)]
+                                   ++ [dtrace_nif:provider_fire(All, all_args()) || _ <- lists:seq(1, 5000)]
+                                   ++ [dtrace_nif:provider_fire(P, two, [I, H]) || H <- Huge, I <- lists:seq(1, 1000)]
+                                   ++ [dtrace_nif:provider_fire(All, lists:sublist(Huge ++ Huge, 12)) || _ <- lists:seq(1, 100)],
+                               {lists:usort(Trues), length(Trues), Before, dtrace_nif:test_allocations()}
                        end, []], 600000),
         ct:log("enabled calls (sites run, no tracer), allocations inside NIF bodies before/after: ~p", [Result]),
         ?assertMatch({[true], N, 0, 0} when N >= 16000, Result)
@@ -773,17 +773,17 @@ any_term_enabled(Config) ->
                            end),
     Program = [["usdt:", Path, ":dtrace_props_live:", atom_to_list(N), " { @events = count(); }\n"]
                || {N, _} <- dtrace_provider_props:live_probes()],
-    Tracer = dtrace_test_lib:bpftrace_start(bpftrace, ?config(os_pid, Config), lists:flatten(Program)),
+    Tracer = dtrace_test_tracer:bpftrace_start(bpftrace, ?config(os_pid, Config), lists:flatten(Program)),
     Calls = in_peer(Config,
                     fun() ->
                             F = persistent_term:get({?MODULE, fixtures}),
                             Live = maps:get(live, F),
-                            [dtrace_test_lib:fire_until_true(fun() -> dtrace_provider:is_enabled(Live, N) end)
+                            [dtrace_test_workload:fire_until_true(fun() -> dtrace_provider:is_enabled(Live, N) end)
                              || {N, _} <- dtrace_provider_props:live_probes()],
                             dtrace_provider_props:run(F, true)
                     end),
-    Lines = dtrace_test_lib:bpftrace_stop(Tracer),
-    Events = dtrace_test_lib:bpftrace_map(<<"@events">>, Lines),
+    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
+    Events = dtrace_test_tracer:bpftrace_map(<<"@events">>, Lines),
     ct:log("~b calls with arbitrary terms, tracer attached: all documented, ~b events", [Calls, Events]),
     ?assert(Calls >= 10000),
     ?assert(Events > Calls div 10).

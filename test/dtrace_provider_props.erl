@@ -113,7 +113,7 @@ matches({value, V}, {ok, V}) -> true;
 matches(handle, {ok, H}) -> is_reference(H);
 matches({new_ok, _}, {ok, {ok, H}}) -> is_reference(H) andalso is_binary(dtrace_provider:path(H));
 matches({path, P}, {ok, P}) -> true;
-matches(badarg, {error, badarg, {dtrace, _, _, _}}) -> true;
+matches(badarg, {error, badarg, {dtrace_nif, _, _, _}}) -> true;
 matches(_, _) -> false.
 
 %%% The model

@@ -20,7 +20,7 @@ all() ->
     [mix_path_dependency, rebar3_relx_release, mix_release_from_git].
 
 init_per_suite(Config) ->
-    dtrace_test_lib:with_tracer(bpftrace, Config).
+    dtrace_test_tracer:with_tracer(bpftrace, Config).
 
 end_per_suite(_Config) ->
     ok.
@@ -150,10 +150,15 @@ write(Dir, Name, Text) ->
     ok = filelib:ensure_dir(Path),
     ok = file:write_file(Path, Text).
 
+%% The build directories of this checkout's own run (make test OTP=27 sets
+%% them) must not leak into the consumer projects' builds.
+own_build_env() ->
+    [{"REBAR_BASE_DIR", false}, {"MIX_BUILD_ROOT", false}, {"MIX_BUILD_PATH", false}].
+
 %% Runs a shell command in Dir; fails the test on a non-zero exit.
 sh(Dir, Cmd, Env) ->
     Port = open_port({spawn_executable, "/bin/sh"},
-                     [{args, ["-c", Cmd ++ " 2>&1"]}, {cd, Dir}, {env, Env},
+                     [{args, ["-c", Cmd ++ " 2>&1"]}, {cd, Dir}, {env, own_build_env() ++ Env},
                       exit_status, binary, stream]),
     {Status, Out} = collect(Port, []),
     ct:log("$ ~s~n~ts", [Cmd, Out]),
@@ -174,14 +179,14 @@ run_and_trace(Script, Args, Env, Dir) ->
     PidFile = filename:join(Dir, "release.pid"),
     _ = file:delete(PidFile),
     Port = open_port({spawn_executable, Script},
-                     [{args, Args}, {env, [{"DTRACE_PIDFILE", PidFile} | Env]},
+                     [{args, Args}, {env, own_build_env() ++ [{"DTRACE_PIDFILE", PidFile} | Env]},
                       exit_status, binary, stderr_to_stdout]),
     Pid = wait_pidfile(PidFile, Port, 300),
     try
-        Tracer = dtrace_test_lib:bpftrace_start(Pid, "
+        Tracer = dtrace_test_tracer:bpftrace_start(Pid, "
             usdt::erlang:user_trace__i4s4 { @[arg2] = count(); }"),
         timer:sleep(2000),
-        Lines = dtrace_test_lib:bpftrace_stop(Tracer),
+        Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
         maps:from_list([{binary_to_integer(K), binary_to_integer(string:trim(V))}
                         || L <- Lines,
                            {match, [K, V]} <- [re:run(L, "^@\\[(\\d+)\\]: (\\d+)",

@@ -6,8 +6,6 @@
 %%% in CI (CI=true). The figures each test measures are printed to the CT
 %%% log and to the console (grep "robust:").
 -module(dtrace_robust_SUITE).
-%% For dtrace_provider_SUITE: a peer running the test-hooks build.
--export([start_test_hooks_peer/1]).
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
@@ -39,19 +37,19 @@ init_per_testcase(TC, Config) ->
                 huge_and_deep_iolists_cost_little -> [gdb];
                 _ -> [bpftrace]
             end,
-    case lists:dropwhile(fun(T) -> dtrace_test_lib:require_tracer(T) =:= ok end, Needs) of
+    case lists:dropwhile(fun(T) -> dtrace_test_tracer:require_tracer(T) =:= ok end, Needs) of
         [] when TC =:= nif_panic_becomes_an_erlang_error;
                 TC =:= no_heap_allocation_on_probe_paths -> Config;
         [] ->
-            Peer = dtrace_test_lib:start_peer(["+P", "100000"]),
-            [{peer, Peer}, {os_pid, dtrace_test_lib:os_pid(Peer)} | Config];
-        [Missing | _] -> dtrace_test_lib:require_tracer(Missing)
+            Peer = dtrace_test_peer:start_peer(["+P", "100000"]),
+            [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config];
+        [Missing | _] -> dtrace_test_tracer:require_tracer(Missing)
     end.
 
 end_per_testcase(_TC, Config) ->
     case ?config(peer, Config) of
         undefined -> ok;
-        Peer -> dtrace_test_lib:stop_peer(Peer)
+        Peer -> dtrace_test_peer:stop_peer(Peer)
     end.
 
 in_peer(Config, M, F, A) ->
@@ -80,18 +78,18 @@ any_term_disabled(Config) ->
 %% efile_drv probes, so that the conversion code runs on every term.
 any_term_enabled(Config) ->
     Program = [["usdt:$SO:erlang:", P, " { @events = count(); }\n"] || P <- property_probes()],
-    Tracer = dtrace_test_lib:bpftrace_start(?config(os_pid, Config), lists:flatten(Program)),
+    Tracer = dtrace_test_tracer:bpftrace_start(?config(os_pid, Config), lists:flatten(Program)),
     _ = in_peer(Config, fun() ->
-                                dtrace_test_lib:fire_until_true(fun() -> dtrace:user_trace_s1("x") end),
-                                [dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(L) end)
+                                dtrace_test_workload:fire_until_true(fun() -> dtrace:user_trace_s1("x") end),
+                                [dtrace_test_workload:fire_until_true(fun() -> dtrace:pn(L) end)
                                  || L <- lists:seq(0, 31)],
-                                dtrace_test_lib:fire_until_true(fun dtrace:p/0),
-                                dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0),
-                                dtrace_test_lib:fire_until_true(fun ?MODULE:vm_probes_listened/0)
+                                dtrace_test_workload:fire_until_true(fun dtrace:p/0),
+                                dtrace_test_workload:fire_until_true(fun dtrace_nif:efile_enabled/0),
+                                dtrace_test_workload:fire_until_true(fun ?MODULE:vm_probes_listened/0)
                         end),
     Calls = in_peer(Config, dtrace_props, run, [?PROP_CALLS]),
-    Lines = dtrace_test_lib:bpftrace_stop(Tracer),
-    Events = dtrace_test_lib:bpftrace_map(<<"@events">>, Lines),
+    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
+    Events = dtrace_test_tracer:bpftrace_map(<<"@events">>, Lines),
     ?assert(Calls >= ?PROP_CALLS),
     %% The probes did fire on arbitrary terms (each case fires several).
     ?assert(Events > Calls div 10),
@@ -111,14 +109,17 @@ property_probes() ->
             "global__function__entry", "local__function__entry", "function__return",
             "bif__entry", "bif__return", "gc_major__start", "gc_minor__start", "gc_major__end",
             "gc_minor__end", "port__open", "port__exit", "port__command",
-            "dtrace_process__link", "dtrace_process__register", "dtrace_port__link"].
+            "dtrace_process__link", "dtrace_process__unlink", "dtrace_process__register",
+            "dtrace_port__link", "span__begin", "span__end"].
 
 %% In the peer: do the VM probes' semaphores show a tracer (the callbacks
 %% answer trace for every kind of event)?
 vm_probes_listened() ->
-    lists:all(fun(Tag) -> dtrace:enabled(Tag, [], self()) =:= trace end,
-              [spawn, exit, in, out, send, 'receive', call, gc_minor_start, gc_major_end,
-               open, closed, link, register]).
+    Port = hd(erlang:ports()),
+    lists:all(fun({Tag, Tracee}) -> dtrace:enabled(Tag, [], Tracee) =:= trace end,
+              [{T, self()} || T <- [spawn, exit, in, out, send, 'receive', call, gc_minor_start,
+                                    gc_major_end, link, unlink, register]]
+              ++ [{T, Port} || T <- [open, closed, link, 'receive']]).
 
 %%--------------------------------------------------------------------
 %% Bounded work
@@ -129,7 +130,7 @@ vm_probes_listened() ->
 %% unit tests in args.rs; this is the same in a real VM.)
 huge_and_deep_iolists_cost_little(Config) ->
     {{Results, Reductions}, Events} =
-        dtrace_test_lib:gdb_events(
+        dtrace_test_tracer:gdb_events(
           ?config(peer, Config),
           fun() ->
                   Huge = lists:duplicate(100000, binary:copy(<<"x">>, 1000)),
@@ -153,9 +154,9 @@ huge_and_deep_iolists_cost_little(Config) ->
 %% 10,000 processes fire p and pn on all schedulers without pause while a
 %% tracer attaches and detaches 50 times. The node survives, and in each
 %% window during which the tracer is attached, the true returns equal the
-%% events it counted (see dtrace_test_lib's churn protocol).
+%% events it counted (see dtrace_test_workload's churn protocol).
 tracer_churn_under_load(Config) ->
-    ok = in_peer(Config, dtrace_test_lib, churn_start, [?CHURN_PROCS]),
+    ok = in_peer(Config, dtrace_test_workload, churn_start, [?CHURN_PROCS]),
     Program = "
         usdt:$SO:erlang:user_trace__i4s4 {
             if (arg2 == 2) { printf(\"SEEN i4s4\\n\"); } else { if (arg2 >= 3) { @[arg2] = count(); } }
@@ -167,20 +168,20 @@ tracer_churn_under_load(Config) ->
         [begin
              E = Cycle + 2,
              {{Trues, _}, Lines} =
-                 dtrace_test_lib:bpftrace_window(
+                 dtrace_test_tracer:bpftrace_window(
                    ?config(peer, Config), Program,
                    fun() -> dtrace:p(2), dtrace:pn(3, 2) end,
                    [<<"SEEN i4s4">>, <<"SEEN n3">>],
                    fun() ->
-                           dtrace_test_lib:churn_open(E),
+                           dtrace_test_workload:churn_open(E),
                            timer:sleep(100),
-                           {dtrace_test_lib:churn_close(E), ok}
+                           {dtrace_test_workload:churn_close(E), ok}
                    end),
-             Events = dtrace_test_lib:bpftrace_map(iolist_to_binary(["@[", integer_to_list(E), "]"]), Lines, 0),
+             Events = dtrace_test_tracer:bpftrace_map(iolist_to_binary(["@[", integer_to_list(E), "]"]), Lines, 0),
              {E, Trues, Events}
          end || Cycle <- lists:seq(1, ?CHURN_CYCLES)],
-    Alive = in_peer(Config, dtrace_test_lib, churn_workers_alive, []),
-    ok = in_peer(Config, dtrace_test_lib, churn_stop, []),
+    Alive = in_peer(Config, dtrace_test_workload, churn_workers_alive, []),
+    ok = in_peer(Config, dtrace_test_workload, churn_stop, []),
     ?assertEqual(?CHURN_PROCS, Alive),
     ?assertEqual([], [W || {_, T, Ev} = W <- Windows, T =/= Ev]),
     Total = lists:sum([T || {_, T, _} <- Windows]),
@@ -208,7 +209,7 @@ lifecycle_under_load(Config) ->
             if (arg2 == -1) { printf(\"SEEN ready\\n\"); } else { @events = count(); }
         }",
     {{Checks, Alive, Trues}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
           fun() -> dtrace:p(-1) end,
           [<<"SEEN ready">>],
@@ -242,7 +243,7 @@ lifecycle_under_load(Config) ->
           end),
     ?assertEqual([{I, true, true} || I <- lists:seq(1, 5)], Checks),
     ?assertEqual(100, Alive),
-    Events = dtrace_test_lib:bpftrace_map(<<"@events">>, Lines),
+    Events = dtrace_test_tracer:bpftrace_map(<<"@events">>, Lines),
     ?assert(Trues > 0),
     %% The workers' true returns and the five checks, no more, no fewer.
     ?assertEqual(Trues + 5, Events),
@@ -272,15 +273,15 @@ lifecycle_worker(Parent, Trues) ->
 %% 10 million enabled calls with strings, from two processes: the VM's
 %% memory and the OS's RSS stay flat.
 memory_stays_flat(Config) ->
-    Tracer = dtrace_test_lib:bpftrace_start(?config(os_pid, Config), "
+    Tracer = dtrace_test_tracer:bpftrace_start(?config(os_pid, Config), "
         usdt:$SO:erlang:user_trace__i4s4 { @events = count(); }"),
     {Before, After, Trues} =
         in_peer(Config,
                 fun() ->
-                        1 = dtrace_test_lib:fire_until_true(fun dtrace:p/0),
+                        1 = dtrace_test_workload:fire_until_true(fun dtrace:p/0),
                         dtrace:put_tag(<<"memory-test">>),
                         Work = fun(N) ->
-                                       dtrace_test_lib:count_trues(
+                                       dtrace_test_workload:count_trues(
                                          fun(I) -> dtrace:p(I, 2, "a charlist", <<"a binary">>) end, N)
                                end,
                         _ = Work(100000),
@@ -293,9 +294,9 @@ memory_stays_flat(Config) ->
                         T = lists:sum([receive {P, N} -> N end || P <- Pids]),
                         {Before, memory_now(), T}
                 end),
-    Lines = dtrace_test_lib:bpftrace_stop(Tracer),
+    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
     ?assertEqual(?MEMORY_CALLS, Trues),
-    ?assert(dtrace_test_lib:bpftrace_map(<<"@events">>, Lines) >= Trues),
+    ?assert(dtrace_test_tracer:bpftrace_map(<<"@events">>, Lines) >= Trues),
     {VmBefore, RssBefore} = Before,
     {VmAfter, RssAfter} = After,
     MB = 1024 * 1024,
@@ -316,26 +317,26 @@ memory_now() ->
 %% Test builds: the cargo feature test-hooks
 
 %% No heap allocation on any probe path, in the real NIF on real terms: a
-%% build with a counting allocator (cargo feature test-hooks; pn(-2000000)
+%% build with a counting allocator (cargo feature test-hooks; dtrace_nif:test_allocations/0
 %% returns the count of allocations made inside NIF bodies) runs the
 %% any-term property with a tracer on every probe it fires, so that every
 %% conversion runs, and then the 1024-byte strings, the 1 MB iolist and the
 %% deep lists once more. The count stays 0.
-no_heap_allocation_on_probe_paths(Config) ->
-    Peer = start_test_hooks_peer(Config),
+no_heap_allocation_on_probe_paths(_Config) ->
+    Peer = dtrace_test_peer:start_test_hooks_peer(),
     OsPid = peer:call(Peer, os, getpid, []),
-    Program = [["usdt:", test_hooks_nif(Config), ":erlang:", P, " { @events = count(); }\n"]
+    Program = [["usdt:", dtrace_test_peer:test_hooks_nif(), ":erlang:", P, " { @events = count(); }\n"]
                || P <- property_probes()],
-    Tracer = dtrace_test_lib:bpftrace_start(OsPid, lists:flatten(Program)),
+    Tracer = dtrace_test_tracer:bpftrace_start(OsPid, lists:flatten(Program)),
     try
         _ = peer:call(Peer, erlang, apply,
                       [fun() ->
-                               dtrace_test_lib:fire_until_true(fun() -> dtrace:user_trace_s1("x") end),
-                               [dtrace_test_lib:fire_until_true(fun() -> dtrace:pn(L) end)
+                               dtrace_test_workload:fire_until_true(fun() -> dtrace:user_trace_s1("x") end),
+                               [dtrace_test_workload:fire_until_true(fun() -> dtrace:pn(L) end)
                                 || L <- lists:seq(0, 31)],
-                               dtrace_test_lib:fire_until_true(fun dtrace:p/0),
-                               dtrace_test_lib:fire_until_true(fun dtrace:efile_enabled/0),
-                               dtrace_test_lib:fire_until_true(fun ?MODULE:vm_probes_listened/0)
+                               dtrace_test_workload:fire_until_true(fun dtrace:p/0),
+                               dtrace_test_workload:fire_until_true(fun dtrace_nif:efile_enabled/0),
+                               dtrace_test_workload:fire_until_true(fun ?MODULE:vm_probes_listened/0)
                        end, []]),
         Calls = peer:call(Peer, dtrace_props, run, [?PROP_CALLS div 4], 600000),
         Big = peer:call(Peer, erlang, apply,
@@ -345,9 +346,9 @@ no_heap_allocation_on_probe_paths(Config) ->
                                      ++ [dtrace:pn(3, 1, T) || T <- dtrace_props:huge_terms()]
                                      ++ [dtrace:user_trace_s1(T) || T <- dtrace_props:huge_terms()]
                          end, []]),
-        Allocations = peer:call(Peer, dtrace, pn, [-2000000]),
-        Lines = dtrace_test_lib:bpftrace_stop(Tracer),
-        Events = dtrace_test_lib:bpftrace_map(<<"@events">>, Lines),
+        Allocations = peer:call(Peer, dtrace_nif, test_allocations, []),
+        Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
+        Events = dtrace_test_tracer:bpftrace_map(<<"@events">>, Lines),
         ?assert(lists:member(true, Big)),
         ?assert(Events > Calls div 10),
         ?assertEqual(0, Allocations),
@@ -359,13 +360,13 @@ no_heap_allocation_on_probe_paths(Config) ->
 
 %% A NIF that panics raises error:nif_panicked instead of unwinding into the
 %% VM. The library never panics on purpose; this test uses the build with
-%% the cargo feature test-hooks, under which pn(-1000000) panics.
-nif_panic_becomes_an_erlang_error(Config) ->
-    Peer = start_test_hooks_peer(Config),
+%% the cargo feature test-hooks, under which dtrace_nif:test_panic/0 panics.
+nif_panic_becomes_an_erlang_error(_Config) ->
+    Peer = dtrace_test_peer:start_test_hooks_peer(),
     try
         ?assertEqual(true, peer:call(Peer, dtrace, available, [])),
         %% peer:call/4 raises what the remote call raised.
-        ?assertError(nif_panicked, peer:call(Peer, dtrace, pn, [-1000000])),
+        ?assertError(nif_panicked, peer:call(Peer, dtrace_nif, test_panic, [])),
         %% The node and the library are fine afterwards.
         ?assertEqual(badarg, peer:call(Peer, dtrace, pn, [-1])),
         ?assertEqual(false, peer:call(Peer, dtrace, p, [1])),
@@ -374,44 +375,3 @@ nif_panic_becomes_an_erlang_error(Config) ->
         peer:stop(Peer)
     end.
 
-%% Builds the library with the cargo feature test-hooks (once per run)
-%% into an application directory of its own, and starts a peer node that
-%% loads it.
-start_test_hooks_peer(Config) ->
-    AppDir = test_hooks_app(Config),
-    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace_test_lib, dtrace_props]]),
-    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
-                                      args => ["-pa", filename:join(AppDir, "ebin")
-                                               | lists:append([["-pa", P] || P <- Paths])]}),
-    true = peer:call(Peer, dtrace, available, []),
-    Peer.
-
-test_hooks_nif(Config) ->
-    filename:join([test_hooks_app(Config), "priv", "dtrace_nif.so"]).
-
-%% Under _build/test_hooks (a path bpftrace can name: CT's log directories
-%% contain an @, which bpftrace reads as a map). cargo rebuilds only what
-%% changed; the library is copied every run.
-test_hooks_app(_Config) ->
-    Root = filename:join([dtrace_test_lib:repo_root(), "_build", "test_hooks"]),
-    AppDir = filename:join(Root, "dtrace"),
-    Nif = filename:join([AppDir, "priv", "dtrace_nif.so"]),
-    case get(test_hooks_built) of
-        true -> ok;
-        _ ->
-            ok = filelib:ensure_dir(filename:join([AppDir, "ebin", "x"])),
-            ok = filelib:ensure_dir(Nif),
-            {ok, _} = file:copy(code:which(dtrace), filename:join([AppDir, "ebin", "dtrace.beam"])),
-            Target = filename:join(Root, "target"),
-            {0, Out} = dtrace_test_lib:run("cargo", ["build", "--release", "--quiet", "-p", "dtrace_nif",
-                                                     "--features", "test-hooks",
-                                                     "--manifest-path",
-                                                     filename:join(dtrace_test_lib:repo_root(), "Cargo.toml"),
-                                                     "--target-dir", Target]),
-            ct:log("cargo: ~p", [Out]),
-            %% A new file (rename), not a rewrite of one a node may map.
-            {ok, _} = file:copy(filename:join([Target, "release", "libdtrace_nif.so"]), Nif ++ ".tmp"),
-            ok = file:rename(Nif ++ ".tmp", Nif),
-            put(test_hooks_built, true)
-    end,
-    AppDir.

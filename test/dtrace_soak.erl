@@ -30,11 +30,11 @@ enabled(Calls) ->
     %% No library path: probes are found through this process's own
     %% mappings, even if the file on disk was replaced since it was loaded.
     Program = lists:flatten([["usdt::erlang:", P, " { @events = count(); }\n"] || P <- Probes]),
-    Tracer = dtrace_test_lib:bpftrace_start(os:getpid(), Program),
-    dtrace_test_lib:fire_until_true(fun dtrace:p/0),
+    Tracer = dtrace_test_tracer:bpftrace_start(os:getpid(), Program),
+    dtrace_test_workload:fire_until_true(fun dtrace:p/0),
     T0 = erlang:monotonic_time(second),
     Enabled = dtrace_props:run(Calls),
-    Lines = dtrace_test_lib:bpftrace_stop(Tracer),
+    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
     Events = [L || <<"@events: ", _/binary>> = L <- Lines],
     io:format("soak: ~b calls with arbitrary terms, tracer attached: all documented, ~s (~b s)~n",
               [Enabled, Events, erlang:monotonic_time(second) - T0]).

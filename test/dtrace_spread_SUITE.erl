@@ -21,7 +21,7 @@ all() ->
 
 init_per_testcase(TC, Config) when TC =:= probes_carry_the_adopted_tag;
                                    TC =:= spreads_across_nodes ->
-    dtrace_test_lib:with_tracer(bpftrace, Config);
+    dtrace_test_tracer:with_tracer(bpftrace, Config);
 init_per_testcase(_TC, Config) ->
     Config.
 
@@ -61,7 +61,7 @@ send_spreads(_Config) ->
                  ask(Echo, fun() -> ask(Third, fun tags/0) end)).
 
 gen_server_call_spreads(_Config) ->
-    {ok, Server} = gen_server:start_link(dtrace_test_lib, [], []),
+    {ok, Server} = gen_server:start_link(dtrace_test_workload, [], []),
     dtrace:put_tag("call-7"),
     dtrace:spread_tag(true),
     ?assertEqual({undefined, <<"call-7">>}, gen_server:call(Server, tags)),
@@ -124,10 +124,10 @@ restore_in_another_process(_Config) ->
 %% A process that adopted a tag fires probes that carry it; one whose
 %% adopted tag was dropped fires with none.
 probes_carry_the_adopted_tag(_Config) ->
-    Peer = dtrace_test_lib:start_peer(),
+    Peer = dtrace_test_peer:start_peer(),
     try
         {Results, Lines} =
-            dtrace_test_lib:bpftrace_window(
+            dtrace_test_tracer:bpftrace_window(
               Peer, "
                 usdt:$SO:erlang:user_trace__i4s4 {
                     if (arg2 == 0) { printf(\"SEEN\\n\"); }
@@ -156,34 +156,36 @@ probes_carry_the_adopted_tag(_Config) ->
         ?assertEqual([<<"EV 1 tag=adopt-me">>, <<"EV 3 tag=">>],
                      [L || <<"EV ", _/binary>> = L <- Lines])
     after
-        dtrace_test_lib:stop_peer(Peer)
+        dtrace_test_peer:stop_peer(Peer)
     end.
 
 %% Two distributed nodes on this machine: a tag spread on node A shows up
 %% in the probes fired on node B, as bpftrace on B sees them.
 spreads_across_nodes(_Config) ->
-    {PeerA, _NodeA} = dtrace_test_lib:start_named_peer("dtrace_a", "dtrace_spread_test", [?MODULE]),
-    {PeerB, NodeB} = dtrace_test_lib:start_named_peer("dtrace_b", "dtrace_spread_test", [?MODULE]),
+    {PeerA, NodeA} = dtrace_test_peer:start_named_peer("dtrace_a", "dtrace_spread_test", [?MODULE]),
+    {PeerB, NodeB} = dtrace_test_peer:start_named_peer("dtrace_b", "dtrace_spread_test", [?MODULE]),
     try
         true = peer:call(PeerB, erlang, register, [dtrace_echo, peer:call(PeerB, erlang, spawn,
                                                                           [?MODULE, echo_loop, []])]),
-        Tracer = dtrace_test_lib:bpftrace_start(
-                   dtrace_test_lib:os_pid(PeerB), "
-                     usdt:$SO:erlang:user_trace__i4s4 { printf(\"EV %d tag=%s\\n\", arg2, str(arg1)); }"),
-        Fire = fun() -> dtrace_test_lib:fire_until_listening(fun() -> dtrace:p(42) end) end,
-        Result = peer:call(PeerA, erlang, apply,
-                           [fun() ->
-                                    true = net_kernel:connect_node(NodeB),
-                                    dtrace:put_tag(<<"from-node-a">>),
-                                    dtrace:spread_tag(true),
-                                    ask({dtrace_echo, NodeB}, fun() -> {tags(), Fire()} end)
-                            end, []], 60000),
-        Lines = dtrace_test_lib:bpftrace_stop(Tracer),
-        ?assertEqual({{undefined, <<"from-node-a">>}, 1}, Result),
-        ?assertEqual([<<"EV 42 tag=from-node-a">>],
-                     lists:usort([L || <<"EV 42", _/binary>> = L <- Lines])),
+        %% bpftrace on node B; its program is known to be attached once it
+        %% printed an event of B's ready loop (p(0)). Then node A, tagged
+        %% and spreading, asks B's echo process to fire p(42).
+        Program = "usdt:$SO:erlang:user_trace__i4s4 { printf(\"EV %ld tag=%s\\n\", arg2, str(arg1)); }",
+        {Result, Lines} =
+            dtrace_test_tracer:bpftrace_window(
+              PeerB, Program, fun() -> dtrace:p(0) end, [{contains, <<"EV 0 ">>}],
+              fun() ->
+                      erpc:call(NodeA,
+                                fun() ->
+                                        dtrace:put_tag(<<"from-node-a">>),
+                                        dtrace:spread_tag(true),
+                                        ask({dtrace_echo, NodeB}, fun() -> {tags(), dtrace:p(42)} end)
+                                end, 60000)
+              end),
+        ?assertEqual({{undefined, <<"from-node-a">>}, true}, Result),
+        ?assertEqual([<<"EV 42 tag=from-node-a">>], [L || <<"EV 42", _/binary>> = L <- Lines]),
         ok
     after
-        dtrace_test_lib:stop_peer(PeerA),
-        dtrace_test_lib:stop_peer(PeerB)
+        dtrace_test_peer:stop_peer(PeerA),
+        dtrace_test_peer:stop_peer(PeerB)
     end.

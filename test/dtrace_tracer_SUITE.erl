@@ -41,7 +41,7 @@ all() ->
 
 init_per_testcase(TC, Config) when TC =:= notes_match_the_catalogue;
                                    TC =:= layout_lets_tracers_resolve_probes ->
-    dtrace_test_lib:with_tracer(readelf, Config);
+    dtrace_test_tracer:with_tracer(readelf, Config);
 init_per_testcase(shipped_scripts_print_int64_in_full, Config) ->
     Config;
 init_per_testcase(TC, Config) ->
@@ -50,10 +50,10 @@ init_per_testcase(TC, Config) ->
                "perf" ++ _ -> perf;
                _ -> bpftrace
            end,
-    case dtrace_test_lib:require_tracer(Tool) of
+    case dtrace_test_tracer:require_tracer(Tool) of
         ok ->
-            Peer = dtrace_test_lib:start_peer(),
-            [{peer, Peer}, {os_pid, dtrace_test_lib:os_pid(Peer)} | Config];
+            Peer = dtrace_test_peer:start_peer(),
+            [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config];
         Skip ->
             Skip
     end.
@@ -65,7 +65,7 @@ end_per_testcase(TC, Config) ->
     end,
     case ?config(peer, Config) of
         undefined -> ok;
-        Peer -> dtrace_test_lib:stop_peer(Peer)
+        Peer -> dtrace_test_peer:stop_peer(Peer)
     end.
 
 %% Runs Fun() in the traced peer.
@@ -74,15 +74,15 @@ in_peer(Config, Fun) ->
 
 %%--------------------------------------------------------------------
 
-%% The library's notes are the catalogue's: every probe of probes.d (982:
+%% The library's notes are the catalogue's: every probe of probes.d (983:
 %% 953 user probes, 4 file-driver probes, 23 VM probes) and no other, each with its own
 %% semaphore and exactly the argument specs the catalogue gives (sizes from
 %% the declared types, registers fixed); argument k sits in the same
 %% register in every note.
 notes_match_the_catalogue(_Config) ->
-    Catalogue = dtrace_test_lib:catalogue(),
-    Notes = [N || #{provider := <<"erlang">>} = N <- dtrace_test_lib:notes(dtrace_test_lib:nif_path())],
-    ?assertEqual(982, length(Catalogue)),
+    Catalogue = dtrace_test_catalogue:catalogue(),
+    Notes = [N || #{provider := <<"erlang">>} = N <- dtrace_test_catalogue:notes(dtrace_test_catalogue:nif_path())],
+    ?assertEqual(983, length(Catalogue)),
     ?assertEqual(lists:sort([{Name, [S || {_, _, _, S} <- Args]} || {Name, Args} <- Catalogue]),
                  lists:sort([{Name, Args} || #{name := Name, args := Args} <- Notes])),
     Semaphores = [S || #{semaphore := S} <- Notes],
@@ -112,17 +112,17 @@ register64(Spec) ->
 %% offset (perf 6.1) still puts its breakpoint on the site; semaphores lie
 %% in the writable .probes section, and .stapsdt.base is there.
 layout_lets_tracers_resolve_probes(_Config) ->
-    So = dtrace_test_lib:nif_path(),
-    {0, Segments} = dtrace_test_lib:run("readelf", ["-lW", So]),
+    So = dtrace_test_catalogue:nif_path(),
+    {0, Segments} = dtrace_test_tracer:run("readelf", ["-lW", So]),
     Loads = [{binary_to_integer(Off, 16), binary_to_integer(VA, 16), binary_to_integer(Sz, 16), Flags}
              || L <- Segments,
                 {match, [Off, VA, Sz, Flags]} <-
                     [re:run(L, "^\\s*LOAD\\s+0x([0-9a-f]+)\\s+0x([0-9a-f]+)\\s+0x[0-9a-f]+\\s+0x[0-9a-f]+"
                                 "\\s+0x([0-9a-f]+)\\s+([RWE ]+?)\\s+0x", [{capture, all_but_first, binary}])]],
-    {0, Sections} = dtrace_test_lib:run("readelf", ["-SW", So]),
+    {0, Sections} = dtrace_test_tracer:run("readelf", ["-SW", So]),
     {ProbesAddr, ProbesSize} = section(Sections, ".probes"),
     {BaseAddr, _} = section(Sections, ".stapsdt.base"),
-    Notes = dtrace_test_lib:notes(So),
+    Notes = dtrace_test_catalogue:notes(So),
     Containing = fun(Addr) -> [Seg || {_, VA, Sz, _} = Seg <- Loads, Addr >= VA, Addr < VA + Sz] end,
     Misplaced = [{Name, Loc, Containing(Loc)}
                  || #{name := Name, location := Loc} <- Notes,
@@ -164,7 +164,7 @@ shipped_scripts_print_int64_in_full(_Config) ->
 %% leaves; pid, tag and i1..i4 arrive (bpftrace 0.17 reads arg0..arg5).
 bpftrace_sees_pid_tag_and_integers(Config) ->
     ?assertEqual(false, in_peer(Config, fun() -> dtrace:p(1) end)),
-    Tracer = dtrace_test_lib:bpftrace_start(?config(os_pid, Config), "
+    Tracer = dtrace_test_tracer:bpftrace_start(?config(os_pid, Config), "
         usdt:$SO:erlang:user_trace__i4s4 /arg2 == " ++ integer_to_list(?MARK) ++ "/ {
             printf(\"MARK %s %s %ld %ld %ld %ld\\n\",
                    str(arg0), str(arg1), arg2, arg3, arg4, arg5);
@@ -175,14 +175,14 @@ bpftrace_sees_pid_tag_and_integers(Config) ->
     {Pid, Results} =
         in_peer(Config,
                 fun() ->
-                        1 = dtrace_test_lib:fire_until_listening(fun dtrace:p/0),
+                        1 = dtrace_test_workload:fire_until_listening(fun dtrace:p/0),
                         dtrace:put_tag(<<"bt-tag">>),
                         R1 = dtrace:p(?MARK, -7, 9223372036854775807, 1 bsl 64),
                         dtrace:put_tag(undefined),
                         R2 = dtrace:pn(7, -9223372036854775808),
                         {pid_to_list(self()), [R1, R2]}
                 end),
-    Lines = dtrace_test_lib:bpftrace_stop(Tracer),
+    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
     ?assertEqual([true, true], Results),
     ?assertEqual([iolist_to_binary(["MARK ", Pid, " bt-tag 424242 -7 9223372036854775807 0"])],
                  [L || <<"MARK", _/binary>> = L <- Lines]),
@@ -192,10 +192,10 @@ bpftrace_sees_pid_tag_and_integers(Config) ->
 
 %% Every true return is one event the tracer counted, and only those:
 %% p/1, p/2, p/8 and pn mixed, from several processes. Ready events (i1 =
-%% 0; the workload's are >= 1) only open the window (see dtrace_test_lib:bpftrace_window/5).
+%% 0; the workload's are >= 1) only open the window (see dtrace_test_tracer:bpftrace_window/5).
 bpftrace_counts_every_true(Config) ->
     {{TruesI4s4, TruesN42}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), "
             usdt:$SO:erlang:user_trace__i4s4 {
                 if (arg2 == 0) { printf(\"SEEN i4s4\\n\"); } else { @i4s4 = count(); }
@@ -214,22 +214,22 @@ bpftrace_counts_every_true(Config) ->
                               end, {0, 0}, Workers)
           end),
     ?assertEqual({4 * ?N_CALLS, 4 * (?N_CALLS div 2)}, {TruesI4s4, TruesN42}),
-    ?assertEqual({TruesI4s4, TruesN42}, {dtrace_test_lib:bpftrace_map(<<"@i4s4">>, Lines), dtrace_test_lib:bpftrace_map(<<"@n42">>, Lines)}).
+    ?assertEqual({TruesI4s4, TruesN42}, {dtrace_test_tracer:bpftrace_map(<<"@i4s4">>, Lines), dtrace_test_tracer:bpftrace_map(<<"@n42">>, Lines)}).
 
 work() ->
     Probes = [fun(I) -> dtrace:p(I) end,
               fun(I) -> dtrace:p(I, "two") end,
               fun(I) -> dtrace:p(I, I, I, I, "a", "b", "c", "d") end,
               fun(I) -> dtrace:pn(42, I) end],
-    I4s4 = dtrace_test_lib:count_trues(fun(I) -> (lists:nth(1 + I rem 3, Probes))(I) end, ?N_CALLS),
-    N42 = dtrace_test_lib:count_trues(fun(I) -> (lists:nth(4, Probes))(I) end, ?N_CALLS div 2),
+    I4s4 = dtrace_test_workload:count_trues(fun(I) -> (lists:nth(1 + I rem 3, Probes))(I) end, ?N_CALLS),
+    N42 = dtrace_test_workload:count_trues(fun(I) -> (lists:nth(4, Probes))(I) end, ?N_CALLS div 2),
     {I4s4, N42}.
 
 %% user_trace_s1: fires with the message; a bad or over-long message
 %% returns badarg and fires nothing.
 bpftrace_user_trace_s1(Config) ->
     {Results, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), "
             usdt:$SO:erlang:user_trace__s1 {
                 if (str(arg0) == \"ready\") { printf(\"SEEN s1\\n\"); }
@@ -245,13 +245,13 @@ bpftrace_user_trace_s1(Config) ->
           end),
     ?assertEqual([true, badarg, badarg, badarg], Results),
     ?assertEqual([<<"S1 hello">>], [L || <<"S1 ", _/binary>> = L <- Lines]),
-    ?assertEqual(1, dtrace_test_lib:bpftrace_map(<<"@s1">>, Lines)).
+    ?assertEqual(1, dtrace_test_tracer:bpftrace_map(<<"@s1">>, Lines)).
 
 %% gdb reads all ten arguments of user_trace__i4s4 and the numbered probes,
 %% the four strings included (NULL where absent, too long, or no iolist).
 gdb_reads_all_ten_arguments(Config) ->
     {{Pid, Results}, Events} =
-        dtrace_test_lib:gdb_events(
+        dtrace_test_tracer:gdb_events(
           ?config(peer, Config),
           fun() ->
                   dtrace:put_tag("gdb-tag"),
@@ -294,18 +294,18 @@ dtrace_bpftrace_reads_every_argument(Config) ->
         }",
     Max = 9223372036854775807,
     {{Pid, Results}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           dtrace_bpftrace, ?config(peer, Config), Program,
           fun() ->
                   dtrace:p(0), dtrace:pn(950, 0),
-                  dtrace:efile_entry(1, 0, "x", "y", 0, 0, 0, 0, undefined, undefined)
+                  dtrace_nif:efile_entry(1, 0, "x", "y", 0, 0, 0, 0, undefined, undefined)
           end,
           [<<"SEEN i4s4">>, <<"SEEN n950">>, <<"SEEN efile">>],
           fun() ->
                   dtrace:put_tag(<<"wrapped">>),
                   R = [dtrace:p(1, -2, Max, -Max - 1, "s-one", <<"s-two">>, ["s-", <<"three">>], "s-four"),
                        dtrace:pn(950, 5, 6, 7, 8, "a", "b", undef, "d")],
-                  Op = dtrace:efile_entry(3, 12, "old-name", "new-name", 11, -12, Max, 14,
+                  Op = dtrace_nif:efile_entry(3, 12, "old-name", "new-name", 11, -12, Max, 14,
                                           <<"file-tag">>, self()),
                   dtrace:put_tag(undefined),
                   {pid_to_list(self()), R ++ [is_integer(Op)]}
@@ -327,7 +327,7 @@ dtrace_bpftrace_reads_every_argument(Config) ->
 user_probe_bt_prints_otps_format(Config) ->
     Script = filename:join(code:priv_dir(dtrace), "user-probe.bt"),
     {{Pid, Results}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           dtrace_bpftrace, ?config(peer, Config), {file, Script},
           fun() -> dtrace:p("ready") end,
           [{contains, <<"'ready'">>}],
@@ -348,20 +348,20 @@ user_probe_bt_prints_otps_format(Config) ->
 %% returns, from 4 processes. A ready probe (user_trace__n6) shows when
 %% perf counts; the workload fires user_trace__n5.
 perf_counts_every_true(Config) ->
-    So = dtrace_test_lib:nif_path(),
+    So = dtrace_test_catalogue:nif_path(),
     perf_add_probes(Config, So, ["user_trace__n5", "user_trace__n6"]),
     Peer = ?config(peer, Config),
     Port = open_port({spawn_executable, os:find_executable("perf")},
                      [{args, ["stat", "-I", "100", "-x", ",", "-e", "sdt_erlang:user_trace__n6",
                               "-e", "sdt_erlang:user_trace__n5", "-p", ?config(os_pid, Config)]},
                       {line, 4096}, stderr_to_stdout, exit_status, binary]),
-    ok = peer:call(Peer, dtrace_test_lib, start_ready_loop, [fun() -> dtrace:pn(6) end]),
+    ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [fun() -> dtrace:pn(6) end]),
     Seen = perf_wait_count(Port, <<"sdt_erlang:user_trace__n6">>, []),
-    Trues = peer:call(Peer, dtrace_test_lib, stop_ready_loop_and_run,
+    Trues = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run,
                       [fun() ->
                                Self = self(),
                                Ws = [spawn_link(fun() ->
-                                                        Self ! {self(), dtrace_test_lib:count_trues(
+                                                        Self ! {self(), dtrace_test_workload:count_trues(
                                                                           fun(I) -> dtrace:pn(5, I) end, 10000)}
                                                 end) || _ <- lists:seq(1, 4)],
                                lists:sum([receive {W, N} -> N end || W <- Ws])
@@ -382,7 +382,7 @@ perf_counts_every_true(Config) ->
 %% event at the same site and semaphore with string fetch arguments (the
 %% README's recipe), the strings.
 perf_shows_the_arguments(Config) ->
-    So = dtrace_test_lib:nif_path(),
+    So = dtrace_test_catalogue:nif_path(),
     perf_add_probes(Config, So, ["user_trace__n7"]),
     %% The README's recipe: the site and semaphore perf found, with
     %% string-typed fetch arguments.
@@ -398,7 +398,7 @@ perf_shows_the_arguments(Config) ->
                       {line, 4096}, stderr_to_stdout, exit_status, binary]),
     Pid = in_peer(Config,
                   fun() ->
-                          1 = dtrace_test_lib:fire_until_true(fun() -> dtrace:is_enabled(7) end),
+                          1 = dtrace_test_workload:fire_until_true(fun() -> dtrace:is_enabled(7) end),
                           %% perf enables its events a moment after raising
                           %% the semaphores; no line tells when.
                           timer:sleep(1000),
@@ -411,7 +411,7 @@ perf_shows_the_arguments(Config) ->
     {os_pid, PerfPid} = erlang:port_info(Port, os_pid),
     _ = os:cmd("kill -INT " ++ integer_to_list(PerfPid)),
     _ = perf_collect(Port, []),
-    {0, Script} = dtrace_test_lib:run("perf", ["script", "-i", Data]),
+    {0, Script} = dtrace_test_tracer:run("perf", ["script", "-i", Data]),
     ct:log("perf script: ~p", [Script]),
     [Sdt] = [L || L <- Script, binary:match(L, <<"sdt_erlang:user_trace__n7:">>) =/= nomatch],
     ?assertMatch({match, _}, re:run(Sdt, " arg3=9223372036854775807 arg4=-5 arg5=6 arg6=7 ")),
@@ -428,14 +428,14 @@ perf_shows_the_arguments(Config) ->
 perf_add_probes(Config, So, Probes) ->
     perf_cleanup(),
     Cache = filename:join(?config(priv_dir, Config), "perf-buildid-cache"),
-    Perf = fun(Args) -> dtrace_test_lib:run("perf", ["--buildid-dir", Cache | Args]) end,
+    Perf = fun(Args) -> dtrace_test_tracer:run("perf", ["--buildid-dir", Cache | Args]) end,
     {0, _} = Perf(["buildid-cache", "--add", So]),
     [{0, _} = Perf(["probe", "-x", So, "sdt_erlang:" ++ P]) || P <- Probes],
     ok.
 
 %% Removes the events perf_add_probes/3 and the recipe made.
 perf_cleanup() ->
-    _ = dtrace_test_lib:run("perf", ["probe", "-d", "sdt_erlang:*"]),
+    _ = dtrace_test_tracer:run("perf", ["probe", "-d", "sdt_erlang:*"]),
     _ = file:write_file("/sys/kernel/tracing/uprobe_events", "-:dtrace_erlang/n7\n", [append]),
     ok.
 
@@ -476,7 +476,7 @@ bpftrace_sees_spans(Config) ->
         usdt:$SO:erlang:span__end {
             printf(\"E %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }",
     {{Me, Other, Results}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
           fun() -> dtrace:span(ready, fun() -> ok end) end,
           [{contains, <<" ready ">>}],

@@ -26,15 +26,15 @@ all() ->
      shipped_scripts, otp_d_scripts_match_the_catalogue].
 
 init_per_testcase(otp_d_scripts_match_the_catalogue, Config) ->
-    dtrace_test_lib:with_tracer(readelf, Config);
+    dtrace_test_tracer:with_tracer(readelf, Config);
 init_per_testcase(remote_send_names_the_node, Config) ->
-    dtrace_test_lib:with_tracer(bpftrace, Config);
+    dtrace_test_tracer:with_tracer(bpftrace, Config);
 init_per_testcase(_TC, Config) ->
-    case dtrace_test_lib:require_tracer(bpftrace) of
+    case dtrace_test_tracer:require_tracer(bpftrace) of
         ok ->
-            Peer = dtrace_test_lib:start_peer(),
+            Peer = dtrace_test_peer:start_peer(),
             {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
-            [{peer, Peer}, {os_pid, dtrace_test_lib:os_pid(Peer)} | Config];
+            [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config];
         Skip ->
             Skip
     end.
@@ -42,7 +42,7 @@ init_per_testcase(_TC, Config) ->
 end_per_testcase(_TC, Config) ->
     case ?config(peer, Config) of
         undefined -> ok;
-        Peer -> dtrace_test_lib:stop_peer(Peer)
+        Peer -> dtrace_test_peer:stop_peer(Peer)
     end.
 
 in_peer(Config, Fun) ->
@@ -61,7 +61,7 @@ no_tracer_no_flags(Config) ->
     {Ours, Status, Flags} =
         in_peer(Config, fun() ->
                                 timer:sleep(300),
-                                {dtrace_test_lib:our_traced(), dtrace:vm_probes(),
+                                {dtrace_test_workload:our_traced(), dtrace:vm_probes(),
                                  erlang:trace_info(self(), flags)}
                         end),
     ?assertEqual([], Ours),
@@ -87,14 +87,14 @@ process_events_in_otps_order(Config) ->
                           Self = self(),
                           {P, Ref} = spawn_monitor(fun() ->
                                                            Self ! {hibernating, self()},
-                                                           erlang:hibernate(dtrace_test_lib, terminate_self, [])
+                                                           erlang:hibernate(dtrace_test_workload, terminate_self, [])
                                                    end),
                           receive {hibernating, P} -> ok end,
                           timer:sleep(20),
                           {P, Ref}
                   end,
     {Pid, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
           fun() -> {P, Ref} = Hibernating(), P ! wake, receive {'DOWN', Ref, _, _, _} -> ok end end,
           [{contains, <<" spawn ">>}, {contains, <<" scheduled ">>}, {contains, <<" hibernate ">>},
@@ -131,7 +131,7 @@ wait_hibernating(P) ->
 sends_and_queues_with_flat_sizes(Config) ->
     {SenderText, ReceiverText} =
         in_peer(Config, fun() ->
-                                R = spawn(fun dtrace_test_lib:sink/0),
+                                R = spawn(fun dtrace_test_workload:sink/0),
                                 S = spawn(fun Loop() ->
                                                   receive
                                                       {send, Msgs} -> [R ! M || M <- Msgs], Loop();
@@ -149,7 +149,7 @@ sends_and_queues_with_flat_sizes(Config) ->
             printf(\"QUEUED %s %ld\\n\", str(arg0), arg1); }",
     Rounds = 20,
     {Expected, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
           fun() -> vm_sender ! ping end,
           [{contains, <<"SEND ">>}, {contains, <<"QUEUED ">>}],
@@ -190,18 +190,18 @@ wait_queue_empty(P) ->
 %% A send to a process on a second node fires message__send__remote with
 %% that node's name, for a pid and for {Name, Node}.
 remote_send_names_the_node(_Config) ->
-    {PeerA, _NodeA} = dtrace_test_lib:start_named_peer("dtrace_vm_a", "dtrace_vm_test", []),
-    {PeerB, NodeB} = dtrace_test_lib:start_named_peer("dtrace_vm_b", "dtrace_vm_test", []),
+    {PeerA, _NodeA} = dtrace_test_peer:start_named_peer("dtrace_vm_a", "dtrace_vm_test", []),
+    {PeerB, NodeB} = dtrace_test_peer:start_named_peer("dtrace_vm_b", "dtrace_vm_test", []),
     try
         {ok, _} = peer:call(PeerA, application, ensure_all_started, [dtrace]),
-        RemotePid = peer:call(PeerB, erlang, spawn, [dtrace_test_lib, sink, []]),
+        RemotePid = peer:call(PeerB, erlang, spawn, [dtrace_test_workload, sink, []]),
         true = peer:call(PeerB, erlang, register, [vm_remote_sink, RemotePid]),
         true = peer:call(PeerA, net_kernel, connect_node, [NodeB]),
         Program = "
             usdt:$SO:erlang:message__send__remote {
                 printf(\"REMOTE %s %s %s %ld\\n\", str(arg0), str(arg1), str(arg2), arg3); }",
         {Sender, Lines} =
-            dtrace_test_lib:bpftrace_window(
+            dtrace_test_tracer:bpftrace_window(
               PeerA, Program,
               fun() -> {vm_remote_sink, NodeB} ! ready end,
               [{contains, <<"REMOTE ">>}],
@@ -218,8 +218,8 @@ remote_send_names_the_node(_Config) ->
         ?assertEqual(10, length([x || [_, N, <<"vm_remote_sink">>, <<"3">>] <- Mine, N =:= Node])),
         ?assertEqual(10, length([x || [_, N, <<"<", _/binary>>, <<"3">>] <- Mine, N =:= Node]))
     after
-        dtrace_test_lib:stop_peer(PeerA),
-        dtrace_test_lib:stop_peer(PeerB)
+        dtrace_test_peer:stop_peer(PeerA),
+        dtrace_test_peer:stop_peer(PeerB)
     end.
 
 %% A process forced through N major collections gives N start/end pairs.
@@ -243,7 +243,7 @@ major_gcs_pair_up(Config) ->
         usdt:$SO:erlang:gc_major__end /str(arg0) == \"" ++ Pid ++ "\"/ {
             printf(\"EV %lu end %s %ld\\n\", nsecs, str(arg0), arg1); }",
     {ok, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
           fun() -> vm_gc ! {gc, 1, self()}, receive {done, _} -> ok end end,
           [{contains, <<" start ">>}, {contains, <<" end ">>}],
@@ -263,8 +263,8 @@ major_gcs_pair_up(Config) ->
 %% paired; nothing while no tracer listens (no trace pattern is set), and
 %% nothing after the pattern is cleared.
 function_probes_follow_the_tracer(Config) ->
-    MFA = {dtrace_test_lib, double, 1},
-    ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_lib),
+    MFA = {dtrace_test_workload, double, 1},
+    ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_workload),
                                   dtrace:function_probes([MFA]) end),
     ?assertEqual({traced, false}, in_peer(Config, fun() -> timer:sleep(300), erlang:trace_info(MFA, traced) end)),
     ?assertEqual({error, {all_modules, {'_', '_', '_'}}},
@@ -276,16 +276,16 @@ function_probes_follow_the_tracer(Config) ->
         usdt:$SO:erlang:function__return { printf(\"EV %lu return %s %s %ld\\n\", nsecs, str(arg0), str(arg1), arg2); }",
     N = 40,
     {{Pid, Results, Cleared, ClearedPid}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
-          fun() -> dtrace_test_lib:double(0) end,
+          fun() -> dtrace_test_workload:double(0) end,
           [{contains, <<" entry ">>}, {contains, <<" return ">>}],
           fun() ->
-                  R = [dtrace_test_lib:double(I) || I <- lists:seq(1, N)],
+                  R = [dtrace_test_workload:double(I) || I <- lists:seq(1, N)],
                   Me = pid_to_list(self()),
                   ok = dtrace:function_probes([]),
                   ok = wait_traced(MFA, false),
-                  Other = spawn(fun() -> [dtrace_test_lib:double(I) || I <- lists:seq(1, N)] end),
+                  Other = spawn(fun() -> [dtrace_test_workload:double(I) || I <- lists:seq(1, N)] end),
                   timer:sleep(100),
                   {Me, R, erlang:trace_info(MFA, traced), pid_to_list(Other)}
           end),
@@ -293,8 +293,8 @@ function_probes_follow_the_tracer(Config) ->
     ?assertEqual({traced, false}, Cleared),
     P = list_to_binary(Pid),
     Mine = [{K, M, D} || {_, [K, Pr, M, D]} <- events(Lines), Pr =:= P],
-    ?assertEqual(lists:append(lists:duplicate(N, [{<<"entry">>, <<"dtrace_test_lib:double/1">>, <<"-1">>},
-                                                  {<<"return">>, <<"dtrace_test_lib:double/1">>, <<"-1">>}])),
+    ?assertEqual(lists:append(lists:duplicate(N, [{<<"entry">>, <<"dtrace_test_workload:double/1">>, <<"-1">>},
+                                                  {<<"return">>, <<"dtrace_test_workload:double/1">>, <<"-1">>}])),
                  Mine),
     ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(ClearedPid)) =/= nomatch]),
     %% The tracer gone, the pattern is not set again.
@@ -316,7 +316,7 @@ attach_detach_cycles_leave_operators_alone(Config) ->
     Peer = ?config(peer, Config),
     {Watched, DbgBefore} =
         in_peer(Config, fun() ->
-                                W = spawn(fun dtrace_test_lib:sink/0),
+                                W = spawn(fun dtrace_test_workload:sink/0),
                                 {ok, _} = dbg:tracer(process, {fun(_, N) -> N + 1 end, 0}),
                                 {ok, _} = dbg:p(W, [m]),
                                 Load = [spawn(fun Ping() ->
@@ -338,12 +338,12 @@ attach_detach_cycles_leave_operators_alone(Config) ->
     Cycles =
         [begin
              {{On, WatchedOn}, _} =
-                 dtrace_test_lib:bpftrace_window(
+                 dtrace_test_tracer:bpftrace_window(
                    Peer, Program, fun() -> self() ! x, receive x -> ok end end, [<<"SEEN">>],
                    fun() ->
-                           {dtrace_test_lib:wait_flags([send], 5000), erlang:trace_info(Watched, tracer)}
+                           {dtrace_test_workload:wait_flags([send], 5000), erlang:trace_info(Watched, tracer)}
                    end),
-             Off = peer:call(Peer, dtrace_test_lib, wait_flags, [[], 5000]),
+             Off = peer:call(Peer, dtrace_test_workload, wait_flags, [[], 5000]),
              {On, Off, WatchedOn}
          end || _ <- lists:seq(1, 50)],
     ?assertEqual([], [C || {On, Off, _} = C <- Cycles, {On, Off} =/= {ok, ok}]),
@@ -352,7 +352,7 @@ attach_detach_cycles_leave_operators_alone(Config) ->
     {Ours, DbgAfter, Status} =
         in_peer(Config, fun() ->
                                 timer:sleep(300),
-                                {dtrace_test_lib:our_traced(),
+                                {dtrace_test_workload:our_traced(),
                                  {erlang:trace_info(Watched, tracer), erlang:trace_info(Watched, flags)},
                                  dtrace:vm_probes()}
                         end),
@@ -367,12 +367,12 @@ manual_mode_and_user_tracer(Config) ->
     ok = in_peer(Config, fun() -> dtrace:vm_probes(manual) end),
     Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
     {{Flags, Child, Untraced}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
           fun() -> ok end, [],
           fun() ->
                   timer:sleep(300),
-                  F = dtrace_test_lib:our_traced(),
+                  F = dtrace_test_workload:our_traced(),
                   Self = self(),
                   Traced = spawn(fun() ->
                                          receive go -> ok end,
@@ -398,24 +398,24 @@ manual_mode_and_user_tracer(Config) ->
 spawn_alone_sets_no_flag(Config) ->
     Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
     {{Status, Ours, Spawned}, Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), Program,
           fun() -> spawn(fun() -> ok end) end, [{contains, <<"SPAWN">>}],
           fun() ->
                   P1 = spawn(fun() -> ok end),
-                  P2 = spawn(dtrace_test_lib, double, [1]),
+                  P2 = spawn(dtrace_test_workload, double, [1]),
                   {P3, _} = spawn_monitor(fun() -> ok end),
                   P4 = proc_lib:spawn(fun() -> ok end),
                   P5 = spawn_link(fun() -> ok end),
                   P6 = spawn_opt(fun() -> ok end, [{priority, low}]),
                   timer:sleep(100),
-                  {dtrace:vm_probes(), dtrace_test_lib:our_traced(),
+                  {dtrace:vm_probes(), dtrace_test_workload:our_traced(),
                    [pid_to_list(P) || P <- [P1, P2, P3, P4, P5, P6]]}
           end),
     ?assertMatch(#{flags := #{processes := [], ports := []}, spawn_meta := on}, Status),
     ?assertEqual([], Ours),
     [P1, P2, P3, P4, P5, P6] = Spawned,
-    Want = [["SPAWN ", P1, " erlang:apply/2"], ["SPAWN ", P2, " dtrace_test_lib:double/1"],
+    Want = [["SPAWN ", P1, " erlang:apply/2"], ["SPAWN ", P2, " dtrace_test_workload:double/1"],
             ["SPAWN ", P3, " erlang:apply/2"], ["SPAWN ", P4, " proc_lib:init_p/3"],
             ["SPAWN ", P5, " erlang:apply/2"], ["SPAWN ", P6, " erlang:apply/2"]],
     ?assertEqual([iolist_to_binary(W) || W <- Want],
@@ -436,26 +436,26 @@ spawn_alone_sets_no_flag(Config) ->
 %% pattern behind, with the tracer still attached.
 stopping_leaves_nothing(Config) ->
     Peer = ?config(peer, Config),
-    MFA = {dtrace_test_lib, double, 1},
-    ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_lib),
+    MFA = {dtrace_test_workload, double, 1},
+    ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_workload),
                                   dtrace:function_probes([MFA]) end),
     Program = "
         usdt:$SO:erlang:message__send { if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } }
         usdt:$SO:erlang:global__function__entry { @calls = count(); }",
     {Steps, _Lines} =
-        dtrace_test_lib:bpftrace_window(
+        dtrace_test_tracer:bpftrace_window(
           Peer, Program, fun() -> self() ! x, receive x -> ok end end, [<<"SEEN">>],
           fun() ->
-                  On = dtrace_test_lib:wait_flags([arity, call, send], 5000),
+                  On = dtrace_test_workload:wait_flags([arity, call, send], 5000),
                   Old = whereis(dtrace_vm),
                   exit(Old, kill),
                   timer:sleep(500),
                   New = whereis(dtrace_vm),
-                  Again = dtrace_test_lib:wait_flags([arity, call, send], 5000),
+                  Again = dtrace_test_workload:wait_flags([arity, call, send], 5000),
                   Running = lists:keymember(dtrace, 1, application:which_applications()),
                   ok = application:stop(dtrace),
                   {On, is_pid(New) andalso New =/= Old, Again, Running,
-                   dtrace_test_lib:our_traced(), erlang:trace_info(MFA, traced),
+                   dtrace_test_workload:our_traced(), erlang:trace_info(MFA, traced),
                    erlang:trace_info(new_processes, tracer),
                    [erlang:trace_info(B, meta) || B <- [{erlang, spawn, 3}, {erlang, spawn_link, 3},
                                                         {erlang, spawn_opt, 4}]]}
@@ -472,7 +472,7 @@ shipped_scripts(Config) ->
     Priv = code:priv_dir(dtrace),
     Peer = ?config(peer, Config),
     Run = fun(Script, Ready, Seen, Work) ->
-                  dtrace_test_lib:bpftrace_window(bpftrace, Peer, {file, filename:join(Priv, Script)},
+                  dtrace_test_tracer:bpftrace_window(bpftrace, Peer, {file, filename:join(Priv, Script)},
                                                   Ready, Seen, Work)
           end,
     %% spawn-exit.bt
@@ -506,7 +506,7 @@ shipped_scripts(Config) ->
                            fun() -> self() ! ready, receive ready -> ok end end,
                            [{contains, <<"send:">>}, {contains, <<"queued:">>}],
                            fun() ->
-                                   S = spawn(fun dtrace_test_lib:sink/0),
+                                   S = spawn(fun dtrace_test_workload:sink/0),
                                    S ! {a, b, c},
                                    timer:sleep(50),
                                    {pid_to_list(self()), pid_to_list(S)}
@@ -525,19 +525,19 @@ shipped_scripts(Config) ->
     ?assert(lists:any(fun(L) -> binary:match(L, iolist_to_binary(["GC major end pid ", GcPid, " reclaimed "])) =/= nomatch end, L4)),
     ?assert(lists:member(<<"Time in garbage collection (us), per process:">>, L4)),
     %% function-calls.bt
-    ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_lib, double, 1}, {erlang, phash2, 1}]]),
+    ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_workload, double, 1}, {erlang, phash2, 1}]]),
     {CallPid, L5} = Run("function-calls.bt",
-                        fun() -> dtrace_test_lib:double(1), erlang:phash2(x) end,
+                        fun() -> dtrace_test_workload:double(1), erlang:phash2(x) end,
                         [{contains, <<"enter (global)">>}, {contains, <<" return ">>},
                          {contains, <<"BIF entry">>}, {contains, <<"BIF return">>}],
                         fun() ->
-                                6 = dtrace_test_lib:double(3),
+                                6 = dtrace_test_workload:double(3),
                                 _ = erlang:phash2(y),
                                 pid_to_list(self())
                         end),
     ok = peer:call(Peer, dtrace, function_probes, [[]]),
-    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " enter (global)  dtrace_test_lib:double/1 depth -1"]), L5)),
-    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " return dtrace_test_lib:double/1 depth -1"]), L5)),
+    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " enter (global)  dtrace_test_workload:double/1 depth -1"]), L5)),
+    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " return dtrace_test_workload:double/1 depth -1"]), L5)),
     ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " BIF entry  mfa erlang:phash2/1"]), L5)),
     ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " BIF return mfa erlang:phash2/1"]), L5)),
     %% port1.bt
@@ -565,7 +565,7 @@ shipped_scripts(Config) ->
                    fun() -> self() ! ready, receive ready -> ok end end,
                    [{contains, <<"Tracing message send">>}],
                    fun() ->
-                           S = spawn(fun dtrace_test_lib:sink/0),
+                           S = spawn(fun dtrace_test_workload:sink/0),
                            [begin S ! I, timer:sleep(1) end || I <- lists:seq(1, 50)],
                            timer:sleep(50),
                            ok
@@ -581,7 +581,7 @@ otp_d_scripts_match_the_catalogue(_Config) ->
     Dir = filename:join(code:lib_dir(runtime_tools), "examples"),
     Scripts = ["spawn-exit.d", "messages.d", "process-scheduling.d", "garbage-collection.d",
                "function-calls.d", "port1.d"],
-    Catalogue = maps:from_list([{N, length(Args)} || {N, Args} <- dtrace_test_lib:catalogue()]),
+    Catalogue = maps:from_list([{N, length(Args)} || {N, Args} <- dtrace_test_catalogue:catalogue()]),
     Uses = lists:append([d_uses(filename:join(Dir, S)) || S <- Scripts]),
     Missing = lists:usort([P || {P, _} <- Uses, not maps:is_key(P, Catalogue)]),
     ?assertEqual([<<"aio_pool__add">>, <<"aio_pool__get">>, <<"message__receive">>,

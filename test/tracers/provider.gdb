@@ -1,7 +1,7 @@
 # Prints every event of run-time probe gdbprov:all with its twelve
 # arguments (NULL strings as NULL). erlang:user_trace__n1 is the readiness
 # probe the traced node polls until it returns true; erlang:user_trace__n950
-# makes gdb detach (dtrace_test_lib:gdb_events/3's protocol). The provider
+# makes gdb detach (dtrace_test_tracer:gdb_events/3's protocol). The provider
 # is defined before gdb starts: gdb finds run-time probes in the objects
 # the process has loaded. No string literal is passed to a user-defined
 # command (see i4s4.gdb).

@@ -1,0 +1,296 @@
+%%% Automatic mode and an operator's own tracing on the same node, on every
+%%% OTP: with trace sessions (OTP 27+) both follow the same processes and
+%%% neither sees the other; without them (OTP 25, 26) automatic mode leaves
+%%% the operator's processes alone (the documented limit: one tracer per
+%%% process). Tracers by hand, {tracer, dtrace, []} and {tracer, dyntrace,
+%%% []}, while automatic mode runs; and no flag of dtrace's left shortly
+%%% after the last listener leaves.
+-module(dtrace_sessions_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, init_per_testcase/2, end_per_testcase/2]).
+-export([operators_trace_untouched_by_attach_cycles/1, operator_traces_all_while_automatic_mode_runs/1,
+         tracers_by_hand_while_automatic_mode_runs/1, no_flag_left_after_the_listeners_leave/1]).
+%% In the peer.
+-export([worker/1, operator_handler/2, count/1]).
+
+-define(SENDS, 10).
+-define(CALLS, 10).
+-define(CYCLES, 50).
+
+all() ->
+    [operators_trace_untouched_by_attach_cycles, operator_traces_all_while_automatic_mode_runs,
+     tracers_by_hand_while_automatic_mode_runs, no_flag_left_after_the_listeners_leave].
+
+init_per_testcase(_TC, Config) ->
+    case dtrace_test_tracer:require_tracer(bpftrace) of
+        ok ->
+            Peer = dtrace_test_peer:start_peer(),
+            {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+            Sessions = peer:call(Peer, erlang, function_exported, [erts_internal, trace_session_create, 3]),
+            [{peer, Peer}, {sessions, Sessions} | Config];
+        Skip ->
+            Skip
+    end.
+
+end_per_testcase(_TC, Config) ->
+    dtrace_test_peer:stop_peer(?config(peer, Config)).
+
+in_peer(Config, Fun) ->
+    peer:call(?config(peer, Config), erlang, apply, [Fun, []], 300000).
+
+%%--------------------------------------------------------------------
+
+%% An operator's dbg trace of a worker (send and call flags, a match spec
+%% on the function it calls), set before any probe tracer attaches. Then
+%% 50 times: bpftrace attaches to message__send and
+%% global__function__entry (automatic mode sets the send and call flags
+%% and a pattern on the same function), the worker runs a fixed workload,
+%% bpftrace leaves. With sessions, the operator's sink gets exactly the
+%% events it gets with no probe tracer, with its own match spec's result,
+%% and the worker's legacy tracer and flags are those dbg set, before,
+%% during and after. Without sessions (OTP 25, 26), the documented limit:
+%% the worker is left to dbg (counted as skipped), its tracer and flags
+%% untouched and its messages counted exactly; a call pattern set on the
+%% same function as the operator's replaces it while a listener is there,
+%% so calls are not counted.
+operators_trace_untouched_by_attach_cycles(Config) ->
+    Peer = ?config(peer, Config),
+    Sessions = ?config(sessions, Config),
+    MFA = {dtrace_test_workload, double, 1},
+    {Worker, Before} =
+        in_peer(Config,
+                fun() ->
+                        {module, _} = code:ensure_loaded(dtrace_test_workload),
+                        ok = dtrace:function_probes([MFA]),
+                        ets:new(operator, [named_table, public]),
+                        ets:insert(operator, [{send, 0}, {call, 0}, {other_ms, 0}]),
+                        %% The table outlives this call: its owner stays.
+                        ets:give_away(operator, spawn(fun() -> receive stop -> ok end end), none),
+                        W = spawn(?MODULE, worker, [spawn(fun dtrace_test_workload:sink/0)]),
+                        {ok, _} = dbg:tracer(process, {fun ?MODULE:operator_handler/2, W}),
+                        {ok, _} = dbg:p(W, [s, c]),
+                        {ok, _} = dbg:tp(dtrace_test_workload, double, 1, [{'_', [], [{message, operator}]}]),
+                        _ = [spawn(fun Ping() ->
+                                           Me = self(),
+                                           E = spawn(fun() -> receive {P, x} -> P ! y end end),
+                                           E ! {Me, x},
+                                           receive y -> ok end,
+                                           Ping()
+                                   end) || _ <- [1, 2]],
+                        {W, legacy_view(W)}
+                end),
+    Program = "usdt:$SO:erlang:message__send { if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } }
+               usdt:$SO:erlang:global__function__entry { @calls = count(); }",
+    Cycles =
+        [begin
+             {{Wanted, During, Status}, _} =
+                 dtrace_test_tracer:bpftrace_window(
+                   Peer, Program, fun() -> self() ! x, receive x -> ok end end, [<<"SEEN">>],
+                   fun() ->
+                           W1 = dtrace_test_workload:wait_flags([arity, call, send], 5000),
+                           ok = work(Worker),
+                           {W1, legacy_view(Worker), dtrace:vm_probes()}
+                   end),
+             Off = peer:call(Peer, dtrace_test_workload, wait_flags, [[], 5000]),
+             {Wanted, Off, During, Status}
+         end || _ <- lists:seq(1, ?CYCLES)],
+    ok = peer:call(Peer, ?MODULE, count, [Worker]),
+    {Counts, After} = in_peer(Config, fun() -> {maps:from_list(ets:tab2list(operator)), legacy_view(Worker)} end),
+    ct:log("operator's events: ~p; worker's legacy trace ~p", [Counts, Before]),
+    ?assertEqual([], [C || {W, O, _, _} = C <- Cycles, {W, O} =/= {ok, ok}]),
+    ?assertEqual([], [D || {_, _, D, _} <- Cycles, D =/= Before]),
+    ?assertEqual(Before, After),
+    Works = ?CYCLES + 1,
+    %% Each work: ?SENDS messages to the sink and the reply.
+    ?assertEqual(Works * (?SENDS + 1), maps:get(send, Counts)),
+    case Sessions of
+        true ->
+            ?assertEqual(Works * ?CALLS, maps:get(call, Counts)),
+            ?assertEqual(0, maps:get(other_ms, Counts)),
+            ?assertEqual([0], lists:usort([maps:get(skipped, S) || {_, _, _, S} <- Cycles]));
+        false ->
+            ?assert(lists:all(fun({_, _, _, S}) -> maps:get(skipped, S) >= 1 end, Cycles)),
+            ?assertEqual({tracer, dbg_tracer(Peer)}, element(1, Before))
+    end.
+
+%% What the legacy session says of a process: {Tracer, Flags}. With
+%% sessions dbg has a session of its own, so this is {[], []} there.
+legacy_view(P) ->
+    {tracer, T} = erlang:trace_info(P, tracer),
+    {flags, F} = erlang:trace_info(P, flags),
+    {{tracer, T}, lists:sort(F)}.
+
+dbg_tracer(Peer) ->
+    peer:call(Peer, erlang, apply, [fun() -> {ok, T} = dbg:get_tracer(), T end, []]).
+
+%% The worker: for each {work, From}, ?SENDS messages to the sink, ?CALLS
+%% calls of the traced function, then `done' to From.
+worker(Sink) ->
+    receive
+        {work, From} ->
+            _ = [Sink ! {m, I} || I <- lists:seq(1, ?SENDS)],
+            _ = [dtrace_test_workload:double(I) || I <- lists:seq(1, ?CALLS)],
+            From ! done,
+            worker(Sink)
+    end.
+
+work(Worker) ->
+    Worker ! {work, self()},
+    receive done -> ok after 60000 -> error(worker_timeout) end.
+
+%% One more work with no probe tracer, then waits until the operator's
+%% tracer has handled every event (dbg:flush_trace_port/0 is for ports;
+%% a trace of our own message is the marker).
+count(Worker) ->
+    ok = work(Worker),
+    _ = erlang:trace_delivered(Worker),
+    receive {trace_delivered, Worker, _} -> ok after 60000 -> error(not_delivered) end,
+    %% dbg's tracer process has the events now; a call to dbg goes
+    %% through its server, after them.
+    _ = dbg:get_tracer(),
+    wait_handled(erlang:monotonic_time(millisecond) + 10000).
+
+wait_handled(Deadline) ->
+    {ok, T} = dbg:get_tracer(),
+    case erlang:process_info(T, message_queue_len) of
+        {message_queue_len, 0} -> ok;
+        _ ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> error(operator_tracer_busy);
+                false -> timer:sleep(5), wait_handled(Deadline)
+            end
+    end.
+
+%% dbg's handler: counts the worker's sends, and its calls with the
+%% operator's match spec result.
+operator_handler({trace, W, send, _Msg, _To}, W) ->
+    _ = ets:update_counter(operator, send, 1), W;
+operator_handler({trace, W, call, {dtrace_test_workload, double, [_]}, operator}, W) ->
+    _ = ets:update_counter(operator, call, 1), W;
+operator_handler({trace, W, call, _, _}, W) ->
+    _ = ets:update_counter(operator, other_ms, 1), W;
+operator_handler(_, W) ->
+    W.
+
+%% An operator starts tracing every process (erlang:trace(all, ...)) while
+%% automatic mode traces them too. With sessions both see their events:
+%% the exits of the same processes reach the operator and the probes.
+%% Without sessions, the documented limit: the operator's call takes the
+%% processes spawned after it (the default tracer of new processes is
+%% theirs), which automatic mode then leaves alone, so their exits reach
+%% the operator and not the probes.
+operator_traces_all_while_automatic_mode_runs(Config) ->
+    Program = "usdt:$SO:erlang:process__exit { printf(\"EXIT %s\\n\", str(arg0)); }",
+    Sessions = ?config(sessions, Config),
+    {{Pids, Operator}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config), Program, fun() -> spawn(fun() -> ok end) end,
+          [{contains, <<"EXIT">>}],
+          fun() ->
+                  ok = dtrace_test_workload:wait_flags([procs], 5000),
+                  Self = self(),
+                  Sink = spawn(fun() -> operator_sink(Self, []) end),
+                  _ = erlang:trace(all, true, [procs, {tracer, Sink}]),
+                  Ps = [spawn(fun() -> receive go -> ok end end) || _ <- lists:seq(1, 20)],
+                  Refs = [monitor(process, P) || P <- Ps],
+                  [P ! go || P <- Ps],
+                  [receive {'DOWN', R, _, _, _} -> ok end || R <- Refs],
+                  _ = erlang:trace(all, false, [procs, {tracer, Sink}]),
+                  Sink ! {done, self()},
+                  Seen = receive {exits, E} -> E end,
+                  {[pid_to_list(P) || P <- Ps], [pid_to_list(P) || P <- Seen]}
+          end,
+          %% With sessions, stop once bpftrace printed every exit of the
+          %% workload; without, at once (none is expected).
+          fun({Ps, _}, Ls) ->
+                  Printed = [binary_to_list(P) || <<"EXIT ", P/binary>> <- Ls],
+                  not Sessions orelse lists:all(fun(P) -> lists:member(P, Printed) end, Ps)
+          end),
+    Probed = [binary_to_list(P) || <<"EXIT ", P/binary>> <- Lines],
+    ?assertEqual(Pids, [P || P <- Pids, lists:member(P, Operator)]),
+    case Sessions of
+        true -> ?assertEqual(Pids, [P || P <- Pids, lists:member(P, Probed)]);
+        false -> ?assertEqual([], [P || P <- Pids, lists:member(P, Probed)])
+    end.
+
+operator_sink(Parent, Exits) ->
+    receive
+        {trace, P, exit, _} -> operator_sink(Parent, [P | Exits]);
+        {done, From} ->
+            _ = erlang:trace_delivered(all),
+            receive {trace_delivered, all, _} -> ok end,
+            From ! {exits, flush_exits(Exits)};
+        _ -> operator_sink(Parent, Exits)
+    end.
+
+flush_exits(Exits) ->
+    receive
+        {trace, P, exit, _} -> flush_exits([P | Exits])
+    after 0 -> lists:reverse(Exits)
+    end.
+
+%% While automatic mode traces new processes (a listener on process__exit
+%% sets procs), a tracer set by hand on one of them: {tracer, dtrace, []}
+%% is accepted everywhere (without sessions it is the same tracer as
+%% automatic mode's, and the flags add up); {tracer, dyntrace, []} is
+%% accepted with sessions and, without them, refused like any other
+%% tracer of another kind (one tracer per process: documented).
+tracers_by_hand_while_automatic_mode_runs(Config) ->
+    Sessions = ?config(sessions, Config),
+    Program = "usdt:$SO:erlang:process__exit { if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } }",
+    {Result, _} =
+        dtrace_test_tracer:bpftrace_window(
+          ?config(peer, Config), Program, fun() -> spawn(fun() -> ok end) end, [<<"SEEN">>],
+          fun() ->
+                  ok = dtrace_test_workload:wait_flags([procs], 5000),
+                  Fresh = fun() -> spawn(fun() -> receive stop -> ok end end) end,
+                  P = Fresh(),
+                  Q = Fresh(),
+                  ByDtrace = catch erlang:trace(P, true, [{tracer, dtrace, []}, 'receive']),
+                  ByDyntrace = case catch erlang:trace(Q, true, [{tracer, dyntrace, []}, 'receive']) of
+                                   {'EXIT', {badarg, _}} -> badarg;
+                                   N -> N
+                               end,
+                  {ByDtrace, ByDyntrace, lists:sort(element(2, erlang:trace_info(P, flags)))}
+          end),
+    case Sessions of
+        true -> ?assertEqual({1, 1, ['receive']}, Result);
+        false -> ?assertEqual({1, badarg, [procs, 'receive']}, Result)
+    end.
+
+%% Listeners on probes of several flags (send, running, procs, gc) and of
+%% the ports; when bpftrace has left (its semaphores dropped), no process
+%% or port carries a flag of dtrace's within 300 ms (three polls), and a
+%% process spawned then has none.
+no_flag_left_after_the_listeners_leave(Config) ->
+    Peer = ?config(peer, Config),
+    Program = "usdt:$SO:erlang:message__send { if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } }
+               usdt:$SO:erlang:process__scheduled { @s = count(); }
+               usdt:$SO:erlang:process__exit { @e = count(); }
+               usdt:$SO:erlang:gc_minor__start { @g = count(); }
+               usdt:$SO:erlang:port__open { @p = count(); }",
+    Tracer = dtrace_test_tracer:bpftrace_start(dtrace_test_peer:os_pid(Peer), Program),
+    ok = peer:call(Peer, dtrace_test_workload, wait_flags,
+                   [[exiting, garbage_collection, procs, running, send], 30000]),
+    _ = dtrace_test_tracer:bpftrace_stop(Tracer),
+    Left = in_peer(Config,
+                   fun() ->
+                           Cond = fun() -> dtrace_test_workload:our_traced() =:= [] andalso ports_clear() end,
+                           R = dtrace_test_workload:wait_until(Cond, 300),
+                           New = spawn(fun() -> receive stop -> ok end end),
+                           {R, New, erlang:trace_info(New, flags), dtrace_test_workload:our_traced()}
+                   end),
+    ?assertMatch({ok, _, {flags, []}, []}, Left).
+
+%% No port carries a flag of dtrace's.
+ports_clear() ->
+    Sessions = erlang:function_exported(erts_internal, trace_session_create, 3),
+    [] =:= [P || P <- erlang:ports(),
+                 case Sessions of
+                     true -> [x || {dtrace_auto, _} <- trace:session_info(P)] =/= [];
+                     false -> erlang:trace_info(P, tracer) =:= {tracer, {dtrace, []}}
+                                  andalso erlang:trace_info(P, flags) =/= {flags, []}
+                 end].

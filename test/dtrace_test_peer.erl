@@ -1,0 +1,69 @@
+%%% Test helper: traced peer nodes. A tracer attaches to a peer's OS
+%%% process, so that gdb stopping it never stops the test runner.
+-module(dtrace_test_peer).
+
+-export([start_peer/0, start_peer/1, start_named_peer/3, stop_peer/1, os_pid/1,
+         start_test_hooks_peer/0, test_hooks_nif/0]).
+
+%% A separate node to trace, so that a tracer stopping the traced OS
+%% process (gdb) never stops the test runner. No distribution is needed:
+%% the peer is driven over its standard input/output.
+start_peer() ->
+    start_peer([]).
+
+start_peer(ExtraArgs) ->
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, ?MODULE]]),
+    Args = lists:append([["-pa", P] || P <- Paths]) ++ ExtraArgs,
+    {ok, Peer, _Node} = peer:start_link(#{connection => standard_io, args => Args}),
+    %% Load the NIF before any tracer attaches: `bpftrace -p' finds the
+    %% probes in the libraries the process has mapped.
+    true = peer:call(Peer, dtrace, available, []),
+    Peer.
+
+%% A distributed peer named Prefix plus a random suffix, with Cookie and
+%% the code paths of this library, this module and Modules, the NIF loaded.
+%% Returns {Peer, Node}. For cases that connect two nodes.
+start_named_peer(Prefix, Cookie, Modules) ->
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, ?MODULE | Modules]]),
+    Args = ["-setcookie", Cookie | lists:append([["-pa", P] || P <- Paths])],
+    {ok, Peer, Node} = peer:start_link(#{name => peer:random_name(Prefix), longnames => false,
+                                         connection => standard_io, args => Args}),
+    true = peer:call(Peer, dtrace, available, []),
+    {Peer, Node}.
+
+stop_peer(Peer) ->
+    catch peer:stop(Peer),
+    ok.
+
+os_pid(Peer) ->
+    peer:call(Peer, os, getpid, []).
+
+%% A peer that loads the library built with the cargo feature test-hooks
+%% (dtrace_nif:test_panic/0, test_allocations/0), from the application
+%% directory scripts/test-hooks-build.sh makes (scripts/ct.sh runs it
+%% before the suites).
+start_test_hooks_peer() ->
+    AppDir = test_hooks_app(),
+    Paths = lists:usort([filename:dirname(code:which(M)) || M <- [?MODULE, dtrace_props]]),
+    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
+                                      args => ["-pa", filename:join(AppDir, "ebin")
+                                               | lists:append([["-pa", P] || P <- Paths])]}),
+    true = peer:call(Peer, dtrace, available, []),
+    Peer.
+
+%% The test-hooks library's path, for tracers.
+test_hooks_nif() ->
+    filename:join([test_hooks_app(), "priv", "dtrace_nif.so"]).
+
+%% _build/test_hooks/dtrace (a path bpftrace can name: CT's log
+%% directories contain an @, which bpftrace reads as a map).
+test_hooks_app() ->
+    Base = case os:getenv("REBAR_BASE_DIR") of
+               false -> filename:join(dtrace_test_catalogue:repo_root(), "_build");
+               Dir -> Dir
+           end,
+    AppDir = filename:join([Base, "test_hooks", "dtrace"]),
+    filelib:is_regular(filename:join([AppDir, "priv", "dtrace_nif.so"]))
+        orelse ct:fail("~ts has no test-hooks library: run scripts/test-hooks-build.sh "
+                       "(scripts/ct.sh does)", [AppDir]),
+    AppDir.

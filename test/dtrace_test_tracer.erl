@@ -1,0 +1,241 @@
+%%% Test helper: real tracers run as ports (bpftrace, gdb, any command),
+%%% and the policy for tracers that cannot attach (skip locally, fail in
+%%% CI). Waits are on what the tracer printed, with deadlines.
+-module(dtrace_test_tracer).
+
+-export([require_tracer/1, with_tracer/2, in_ci/0,
+         bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
+         bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_map/2, bpftrace_map/3,
+         gdb_run/3, gdb_events/2, gdb_events/3, run/2]).
+
+-define(TIMEOUT, 60000).
+
+in_ci() ->
+    os:getenv("CI") =:= "true".
+
+%% ok when Tool (bpftrace | gdb | perf | readelf) can be used. Otherwise
+%% {skip, Why} locally; in CI the test fails, because tracer tests are
+%% mandatory there.
+require_tracer(Tool) ->
+    Why = case os:find_executable(atom_to_list(Tool)) of
+              false -> io_lib:format("~s is not installed", [Tool]);
+              _ when Tool =:= readelf -> ok;
+              _ ->
+                  case string:trim(os:cmd("id -u")) of
+                      "0" -> ok;
+                      _ -> io_lib:format("~s needs root (or CAP_BPF/CAP_PERFMON/"
+                                         "CAP_SYS_PTRACE) to attach", [Tool])
+                  end
+          end,
+    case {Why, in_ci()} of
+        {ok, _} -> ok;
+        {_, true} -> ct:fail("CI=true and ~ts", [Why]);
+        {_, false} -> {skip, lists:flatten(Why)}
+    end.
+
+%% Config when Tool can be used, else what require_tracer/1 says: for
+%% init_per_testcase/2 and init_per_suite/1.
+with_tracer(Tool, Config) ->
+    case require_tracer(Tool) of
+        ok -> Config;
+        Skip -> Skip
+    end.
+
+%% Starts bpftrace on OsPid with Program (in which "$SO" stands for the NIF
+%% path) and returns once it says it is attaching.
+bpftrace_start(OsPid, Program) ->
+    bpftrace_start(bpftrace, OsPid, Program).
+
+%% The same with Tool: bpftrace itself, or dtrace_bpftrace, the wrapper
+%% shipped as priv/dtrace-bpftrace. Program may also be {file, Script}.
+bpftrace_start(Tool, OsPid, Program) ->
+    Args = case Program of
+               {file, Script} -> ["-p", OsPid, Script];
+               _ -> ["-p", OsPid, "-e", unicode:characters_to_list(
+                                          string:replace(Program, "$SO", dtrace_test_catalogue:nif_path(), all))]
+           end,
+    Exe = case Tool of
+              bpftrace -> os:find_executable("bpftrace");
+              dtrace_bpftrace -> filename:join(code:priv_dir(dtrace), "dtrace-bpftrace")
+          end,
+    Port = open_port({spawn_executable, Exe},
+                     [{args, Args},
+                      {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    case collect_until(Port, <<"Attaching">>, []) of
+        {ok, Lines} -> {Port, Lines};
+        {exit, Status, Lines} ->
+            ct:fail("bpftrace exited (~p) before attaching: ~p", [Status, Lines])
+    end.
+
+%% Stops bpftrace with SIGINT (it then prints its maps) and returns all the
+%% lines it printed.
+%%
+%% Under the churn test's load (10,000 processes trapping on both cores),
+%% bpftrace 0.17 was seen, rarely, still polling 60 s after a SIGINT, with
+%% no signal pending. So the signal is sent again every 10 s, at most five
+%% times, and each repeat is logged.
+bpftrace_stop({Port, Lines0}) ->
+    {os_pid, Pid} = erlang:port_info(Port, os_pid),
+    bpftrace_stop(Port, Pid, lists:reverse(Lines0), 1).
+
+bpftrace_stop(Port, Pid, Acc, N) ->
+    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
+    case collect_exit(Port, Acc, erlang:monotonic_time(millisecond) + 10000) of
+        {exit, Lines} ->
+            Lines;
+        {running, Acc1} when N < 5 ->
+            ct:log("bpftrace (~p) still running 10 s after SIGINT ~b: sending it again;~n"
+                   "its state: ~ts", [Pid, N, os:cmd("grep -E 'State|SigPnd|ShdPnd|SigCgt' /proc/"
+                                                      ++ integer_to_list(Pid) ++ "/status")]),
+            bpftrace_stop(Port, Pid, Acc1, N + 1);
+        {running, Acc1} ->
+            catch port_close(Port),
+            ct:fail("bpftrace did not exit after ~b SIGINTs: ~p", [N, lists:reverse(Acc1)])
+    end.
+
+%% The lines Port prints (Acc: those so far, newest first) until it exits,
+%% or until Deadline.
+collect_exit(Port, Acc, Deadline) ->
+    receive
+        {Port, {data, {eol, Line}}} -> collect_exit(Port, [Line | Acc], Deadline);
+        {Port, {data, {noeol, Part}}} -> collect_exit(Port, [Part | Acc], Deadline);
+        {Port, {exit_status, _}} -> {exit, lists:reverse(Acc)}
+    after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+            {running, Acc}
+    end.
+
+%% The value of bpftrace map Name (`@name' or `@[key]') in its printed
+%% output; the test fails if it is not there.
+bpftrace_map(Name, Lines) ->
+    case bpftrace_map(Name, Lines, undefined) of
+        undefined -> ct:fail("~s not in the tracer's output: ~p", [Name, Lines]);
+        V -> V
+    end.
+
+%% The same, with Default when the map is not there.
+bpftrace_map(Name, Lines, Default) ->
+    case [binary_to_integer(string:trim(V))
+          || L <- Lines, [K, V] <- [binary:split(L, <<": ">>)], K =:= Name] of
+        [N] -> N;
+        [] -> Default
+    end.
+
+%% Counts need a window in which the tracer is known to be fully attached:
+%% the kernel raises a probe's semaphore a little before the tracer's event
+%% is enabled (and lowers it a little after it is disabled), so a call in
+%% that gap returns true and no event arrives. So: start bpftrace with
+%% Program; in the peer, fire Ready() every few milliseconds until bpftrace
+%% has printed every line in SeenLines (binaries, or {contains, Part} for
+%% a line containing Part; its program prints one when it sees
+%% a Ready() event of a probe); then run Workload() in the peer, stop
+%% bpftrace, and return {WorkloadResult, BpftraceLines}. Ready() events must
+%% be told apart from the workload's in Program.
+bpftrace_window(Peer, Program, Ready, SeenLines, Workload) ->
+    bpftrace_window(bpftrace, Peer, Program, Ready, SeenLines, Workload).
+
+%% The same with Tool (see bpftrace_start/3).
+bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload) ->
+    bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload, fun(_, _) -> true end).
+
+%% The same, and after Workload, bpftrace runs until Until(WorkloadResult,
+%% LinesSoFar) is true (the events the workload made were printed) or 30 s
+%% pass, before it is stopped: no fixed wait for events in flight.
+bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload, Until) ->
+    {Port, Lines0} = bpftrace_start(Tool, dtrace_test_peer:os_pid(Peer), Program),
+    ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [Ready]),
+    Lines1 = collect_lines(Port, SeenLines, Lines0),
+    Result = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [Workload], 120000),
+    Lines2 = collect_while(Port, fun(Ls) -> not Until(Result, Ls) end, Lines1,
+                           erlang:monotonic_time(millisecond) + 30000),
+    {Result, bpftrace_stop({Port, Lines2})}.
+
+%% Collects Port's lines while Continue(Lines) holds, at most until
+%% Deadline.
+collect_while(Port, Continue, Acc, Deadline) ->
+    case Continue(Acc) of
+        false -> Acc;
+        true ->
+            receive
+                {Port, {data, {eol, Line}}} -> collect_while(Port, Continue, Acc ++ [Line], Deadline);
+                {Port, {exit_status, Status}} ->
+                    ct:fail("bpftrace exited (~p) while events were awaited: ~p", [Status, Acc])
+            after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+                    ct:log("events awaited for 30 s; going on with ~b lines", [length(Acc)]),
+                    Acc
+            end
+    end.
+
+%% Wanted without the first entry Line satisfies: an equal binary, or
+%% {contains, Part}.
+seen(Line, [Line | Rest]) -> Rest;
+seen(Line, [{contains, Part} = W | Rest]) ->
+    case binary:match(Line, Part) of
+        nomatch -> [W | seen(Line, Rest)];
+        _ -> Rest
+    end;
+seen(Line, [W | Rest]) -> [W | seen(Line, Rest)];
+seen(_Line, []) -> [].
+
+collect_lines(_Port, [], Acc) ->
+    Acc;
+collect_lines(Port, Wanted, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} ->
+            collect_lines(Port, seen(Line, Wanted), Acc ++ [Line]);
+        {Port, {exit_status, Status}} ->
+            ct:fail("bpftrace exited (~p) before it saw ~p: ~p", [Status, Wanted, Acc])
+    after ?TIMEOUT ->
+            ct:fail("bpftrace did not see ~p within ~p ms: ~p", [Wanted, ?TIMEOUT, Acc])
+    end.
+
+%% Runs gdb in batch mode with Script attached to OsPid, while Workload()
+%% runs in this process; returns {WorkloadResult, GdbLines}.
+gdb_run(OsPid, Script, Workload) ->
+    Port = open_port({spawn_executable, os:find_executable("gdb")},
+                     [{args, ["-q", "-batch", "-nx", "-x", Script, "-p", OsPid]},
+                      {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    Result = Workload(),
+    {exit, _Status, Lines} = collect_until(Port, undefined, []),
+    {Result, Lines}.
+
+%% Runs Fun in the peer while gdb runs test/tracers/i4s4.gdb on it:
+%% before Fun, the peer waits until gdb listens (user_trace__n1 returns
+%% true); after it, user_trace__n950 makes gdb detach. Returns
+%% {FunResult, EventLines}, one "EVENT ..." line per probe hit.
+gdb_events(Peer, Fun) ->
+    gdb_events(Peer, "i4s4.gdb", Fun).
+
+%% The same with another script of test/tracers/ (same protocol).
+gdb_events(Peer, ScriptName, Fun) ->
+    Script = filename:join([filename:dirname(?FILE), "tracers", ScriptName]),
+    {Result, Lines} =
+        gdb_run(dtrace_test_peer:os_pid(Peer), Script,
+                fun() ->
+                        peer:call(Peer, dtrace_test_workload, gdb_workload, [Fun], 600000)
+                end),
+    lists:member(<<"DONE">>, Lines) orelse ct:fail("gdb did not finish: ~p", [Lines]),
+    {Result, [L || <<"EVENT", _/binary>> = L <- Lines]}.
+
+%% Runs an executable with arguments, returning {ExitStatus, Output}.
+run(Exe, Args) ->
+    Port = open_port({spawn_executable, os:find_executable(Exe)},
+                     [{args, Args}, {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    {exit, Status, Lines} = collect_until(Port, undefined, []),
+    {Status, Lines}.
+
+collect_until(Port, Marker, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} ->
+            Acc1 = [Line | Acc],
+            case Marker =/= undefined andalso binary:match(Line, Marker) =/= nomatch of
+                true -> {ok, lists:reverse(Acc1)};
+                false -> collect_until(Port, Marker, Acc1)
+            end;
+        {Port, {data, {noeol, Part}}} ->
+            collect_until(Port, Marker, [Part | Acc]);
+        {Port, {exit_status, Status}} ->
+            {exit, Status, lists:reverse(Acc)}
+    after ?TIMEOUT ->
+            catch port_close(Port),
+            ct:fail("tracer did not answer within ~p ms: ~p", [?TIMEOUT, lists:reverse(Acc)])
+    end.

@@ -1,0 +1,205 @@
+%%% Test helper: code that runs inside the traced peer: firing until a
+%%% tracer listens, ready loops, counting true returns, the churn protocol,
+%%% and small processes and functions for the VM-probe suites.
+-module(dtrace_test_workload).
+
+-export([fire_until_true/1, fire_until_listening/1, count_trues/2, start_ready_loop/1,
+         stop_ready_loop_and_run/1, gdb_workload/1]).
+-export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
+%% For the VM-probe suites.
+-export([terminate_self/0, double/1, sink/0, wait_flags/2, wait_until/2, our_traced/0]).
+%% A gen_server that answers `tags' with {get_tag(), get_tag_data()}.
+-behaviour(gen_server).
+-export([init/1, handle_call/3, handle_cast/2]).
+%% A logger handler that sends {log, Level, Text} to the pid in its config.
+-export([log/2]).
+
+gdb_workload(Fun) ->
+    1 = fire_until_true(fun() -> dtrace:pn(1) end),
+    Result = Fun(),
+    true = dtrace:pn(950),
+    Result.
+
+%% Calls Probe() until it returns true (the tracer has raised the
+%% semaphore), at most for 30 s. Returns the number of true returns (1).
+fire_until_true(Probe) ->
+    fire_until_true(Probe, erlang:monotonic_time(millisecond) + 30000).
+
+%% fire_until_true/1, then 250 ms more, for cases that expect the very next
+%% events to reach the tracer. The kernel raises the semaphore when
+%% bpftrace registers the uprobe (perf_event_open), and bpftrace attaches
+%% its BPF program to it a moment later; events in between reach no
+%% program. Seen here: 100 processes firing right after the first true
+%% lost 400 to 700 events. Cases that compare counts open their window on
+%% an event the tracer printed instead (bpftrace_window/5).
+fire_until_listening(Probe) ->
+    N = fire_until_true(Probe),
+    timer:sleep(250),
+    N.
+
+fire_until_true(Probe, Deadline) ->
+    case Probe() of
+        true -> 1;
+        false ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> erlang:error(tracer_never_attached);
+                false -> timer:sleep(10), fire_until_true(Probe, Deadline)
+            end
+    end.
+
+%% Fires Ready() every 5 ms, in a process of its own, until told to stop.
+start_ready_loop(Ready) ->
+    Pid = spawn(fun() -> ready_loop(Ready) end),
+    register(dtrace_test_ready_loop, Pid),
+    ok.
+
+ready_loop(Ready) ->
+    %% A failing ready call (a port that closed under it, a race with the
+    %% workload's set-up) must not end the loop: the next one may succeed.
+    _ = (catch Ready()),
+    receive
+        {stop, From} -> From ! {stopped, self()}
+    after 5 -> ready_loop(Ready)
+    end.
+
+stop_ready_loop_and_run(Workload) ->
+    Pid = whereis(dtrace_test_ready_loop),
+    Pid ! {stop, self()},
+    receive {stopped, Pid} -> ok end,
+    Workload().
+
+%% Calls Probe(I) for I in 1..N and returns how many calls returned true.
+count_trues(Probe, N) ->
+    count_trues(Probe, 1, N, 0).
+
+count_trues(_Probe, I, N, Acc) when I > N ->
+    Acc;
+count_trues(Probe, I, N, Acc) ->
+    count_trues(Probe, I + 1, N, case Probe(I) of true -> Acc + 1; _ -> Acc end).
+
+-define(WINDOWS, 128).
+-define(CLOSED, 1).
+
+%% Starts N workers on all schedulers (runs in the traced peer).
+churn_start(N) ->
+    State = #{window => atomics:new(1, [{signed, false}]),
+              started => atomics:new(?WINDOWS, [{signed, false}]),
+              finished => atomics:new(?WINDOWS, [{signed, false}]),
+              trues => atomics:new(?WINDOWS, [{signed, false}])},
+    atomics:put(maps:get(window, State), 1, ?CLOSED),
+    persistent_term:put(dtrace_churn, State),
+    Pids = [spawn(fun() -> churn_worker(State, I, 0) end) || I <- lists:seq(1, N)],
+    persistent_term:put(dtrace_churn_pids, Pids),
+    ok.
+
+churn_worker(#{window := W, started := S, finished := F, trues := T} = State, Id, K) ->
+    receive stop -> ok
+    after 0 ->
+            E = atomics:get(W, 1),
+            atomics:add(S, E, 1),
+            R = case atomics:get(W, 1) of
+                    E when K rem 2 =:= 0 -> dtrace:p(E, Id, "churn", <<"worker">>);
+                    E -> dtrace:pn(3, E, Id, [<<"churn">>, $!]);
+                    _ -> skipped
+                end,
+            R =:= true andalso E =/= ?CLOSED andalso atomics:add(T, E, 1),
+            atomics:add(F, E, 1),
+            %% Let the other 9,999 run too.
+            K rem 8 =:= 0 andalso erlang:yield(),
+            churn_worker(State, Id, K + 1)
+    end.
+
+churn_open(E) when E > ?CLOSED, E =< ?WINDOWS ->
+    #{window := W} = persistent_term:get(dtrace_churn),
+    atomics:put(W, 1, E).
+
+%% Closes window E; returns the true returns counted in it once every call
+%% started in it has finished.
+churn_close(E) ->
+    #{window := W, started := S, finished := F, trues := T} = persistent_term:get(dtrace_churn),
+    %% exchange, not put: a full barrier, so the reads below cannot move
+    %% before the close (a worker's add is one too).
+    E = atomics:exchange(W, 1, ?CLOSED),
+    wait_finished(S, F, E),
+    atomics:get(T, E).
+
+wait_finished(S, F, E) ->
+    case atomics:get(S, E) =:= atomics:get(F, E) of
+        true -> ok;
+        false -> timer:sleep(1), wait_finished(S, F, E)
+    end.
+
+churn_workers_alive() ->
+    length([P || P <- persistent_term:get(dtrace_churn_pids), is_process_alive(P)]).
+
+churn_stop() ->
+    [P ! stop || P <- persistent_term:get(dtrace_churn_pids)],
+    ok.
+
+log(#{level := Level, msg := Msg}, #{config := Pid}) ->
+    Text = case Msg of
+               {string, S} -> unicode:characters_to_list(S);
+               {report, R} -> lists:flatten(io_lib:format("~p", [R]));
+               {Format, Args} -> lists:flatten(io_lib:format(Format, Args))
+           end,
+    Pid ! {log, Level, Text}.
+
+init([]) -> {ok, no_state}.
+
+handle_call(tags, _From, State) ->
+    {reply, {dtrace:get_tag(), dtrace:get_tag_data()}, State}.
+
+handle_cast(_Msg, State) -> {noreply, State}.
+
+%% Exits with {terminated, self()} (OTP's dyntrace_SUITE:process/1).
+terminate_self() ->
+    exit({terminated, self()}).
+
+%% A function to put call-trace patterns on.
+double(X) ->
+    2 * X.
+
+%% A process that takes any message and forgets it; `stop' ends it.
+sink() ->
+    receive
+        stop -> ok;
+        _ -> sink()
+    end.
+
+%% Waits (at most Ms) until dtrace_vm's process flags are Flags (sorted),
+%% as the status map shows them after a poll; returns ok or
+%% {timeout, Status}.
+wait_flags(Flags, Ms) ->
+    Want = lists:sort(Flags),
+    Flags_ = fun() ->
+                     ok = dtrace_vm:sync(),
+                     #{flags := #{processes := P}} = dtrace:vm_probes(),
+                     lists:sort(P)
+             end,
+    case wait_until(fun() -> Flags_() =:= Want end, Ms) of
+        ok -> ok;
+        timeout -> {timeout, dtrace:vm_probes()}
+    end.
+
+%% Calls Cond() every 10 ms until it returns true (ok) or Ms have passed
+%% (timeout).
+wait_until(Cond, Ms) ->
+    wait_until(Cond, erlang:monotonic_time(millisecond) + Ms, Cond()).
+
+wait_until(_Cond, _Deadline, true) -> ok;
+wait_until(Cond, Deadline, false) ->
+    case erlang:monotonic_time(millisecond) > Deadline of
+        true -> timeout;
+        false -> timer:sleep(10), wait_until(Cond, Deadline, Cond())
+    end.
+
+%% The processes traced by dtrace's automatic mode: in its session
+%% (`dtrace_auto', OTP 27+), or with its tracer {dtrace, []} and flags.
+our_traced() ->
+    case erlang:function_exported(erts_internal, trace_session_create, 3) of
+        true ->
+            [P || P <- processes(), {dtrace_auto, _} <- trace:session_info(P)];
+        false ->
+            [P || P <- processes(), erlang:trace_info(P, tracer) =:= {tracer, {dtrace, []}},
+                  erlang:trace_info(P, flags) =/= {flags, []}]
+    end.
