@@ -5,7 +5,27 @@ REBAR3 ?= rebar3
 CARGO  ?= cargo
 MIX    ?= mix
 
-.PHONY: all deps build nif test demo bench soak clean readme-probes check-aarch64
+# OTP=27: the same targets with OTP 27.3.4.1, Elixir 1.18.3 and PropEr
+# 1.5.0, built from Debian 13's sources into ~/.cache/dtrace-toolchains by
+# scripts/otp27.sh on first use (about 13 minutes), in build directories
+# of their own (_build/otp27, _build/otp27_mix). OTP= (default): the
+# system's OTP.
+OTP ?=
+N ?= 5
+SUITES ?=
+ifeq ($(OTP),27)
+OTP_BIN := $(shell scripts/otp27.sh)
+ifeq ($(OTP_BIN),)
+$(error scripts/otp27.sh could not build OTP 27)
+endif
+export PATH := $(OTP_BIN):$(PATH)
+export REBAR_BASE_DIR := $(CURDIR)/_build/otp27
+export MIX_BUILD_ROOT := $(CURDIR)/_build/otp27_mix
+else ifneq ($(OTP),)
+$(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
+endif
+
+.PHONY: all deps build nif test test-repeat demo bench soak clean generated check-aarch64
 
 all: build
 
@@ -29,6 +49,13 @@ test: deps
 	$(REBAR3) dialyzer
 	REBAR3=$(REBAR3) sh scripts/ct.sh
 
+# The Common Test suites N times (default 5), every failure reported with
+# its run and case: make test-repeat N=5 [SUITES="dtrace_vm_SUITE ..."].
+test-repeat: deps
+	@scripts/tracefs.sh
+	$(REBAR3) compile
+	N=$(N) SUITES="$(SUITES)" REBAR3=$(REBAR3) sh scripts/test-repeat.sh
+
 demo: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
@@ -44,10 +71,12 @@ soak: deps
 	$(REBAR3) compile
 	sh test/soak.sh
 
-# After a change to native/dtrace_nif/probes.d: rewrite the README's probe
-# and register tables from the catalogue (cargo test checks they match).
-readme-probes:
-	$(CARGO) run --quiet --release -p dtrace_catalogue -- readme README.md
+# After a change to native/dtrace_nif/probes.d: rewrite what is generated
+# from the catalogue (docs/reference.md's tables, src/dtrace_efile.hrl, the
+# efile command tables of priv/efile.bt and priv/efile_drv.d); cargo test
+# checks that they match.
+generated:
+	$(CARGO) run --quiet --release -p dtrace_catalogue -- generate .
 
 # Builds the NIF for aarch64 Linux and checks its notes (needs the rustup
 # target aarch64-unknown-linux-gnu and Debian's gcc-aarch64-linux-gnu).

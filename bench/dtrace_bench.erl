@@ -44,7 +44,7 @@ main([OutFile, BareProbe, NoLttngEbin]) ->
          {"dtrace:p/4 (2 ints, 2 strings)", fun() -> dtrace:p(1, 2, "ab", "cd") end},
          {"dtrace:p/8", fun() -> dtrace:p(1, 2, 3, 4, "ab", "cd", "ef", "gh") end},
          {"dtrace:pn/5", fun() -> dtrace:pn(5, 1, 2, "ab", "cd") end},
-         {"dtrace:efile_enabled/0 (dtrace_file's check)", fun() -> dtrace:efile_enabled() end},
+         {"dtrace_nif:efile_enabled/0 (dtrace_file's check)", fun() -> dtrace_nif:efile_enabled() end},
          {"file:position/2, no device (badarg, no I/O)", fun() -> file:position(nofile, cur) end},
          {"dtrace_file:position/2, no device (badarg)", fun() -> dtrace_file:position(nofile, cur) end},
          {"file:position/2, raw file (lseek, dirty I/O)", fun() -> file:position(Fd, cur) end},
@@ -545,7 +545,7 @@ wait_line(Port, Prefix) ->
     end.
 
 wait_enabled() ->
-    wait_enabled(fun() -> dtrace:p() andalso dtrace:pn(5) andalso dtrace:efile_enabled() end).
+    wait_enabled(fun() -> dtrace:p() andalso dtrace:pn(5) andalso dtrace_nif:efile_enabled() end).
 
 wait_enabled(Enabled) ->
     case Enabled() of
@@ -583,7 +583,7 @@ budgets(Dis, Tput, En, Floor, Work) ->
     %% than the overhead) against one call of its semaphore check.
     Wrapped = Med(Dis, "dtrace_file:position/2, no device (badarg)")
         - Med(Dis, "file:position/2, no device (badarg, no I/O)"),
-    Check = Med(Dis, "dtrace:efile_enabled/0 (dtrace_file's check)"),
+    Check = Med(Dis, "dtrace_nif:efile_enabled/0 (dtrace_file's check)"),
     [{io_lib:format("disabled dtrace:p/4 <= 0.9 x stock dyntrace:p/4: ~.2fx", [P4 / Stock]),
       P4 =< 0.9 * Stock},
      {io_lib:format("disabled dtrace_file overhead <= a call of its check: ~.1f ns vs ~.1f ns",
