@@ -1,8 +1,8 @@
 #!/bin/sh
 # `make demo`: the probes on a stock VM, seen by a real tracer.
 #
-# A small key-value workload (examples/dtrace_demo.erl) wraps every get and
-# put in begin/end probes, and a log-writer process appends each put to disk
+# A small key-value workload (examples/dtrace_demo.erl) runs every get and
+# put as a span (dtrace:span_begin/1, span_end/1), and a log-writer process appends each put to disk
 # through dtrace_file, carrying the put's tag (spread with the request).
 # About one put in 400 waits for a merge of the log (8 MB written and synced):
 # the 99th-percentile spike from the seeds. bpftrace, attached with
@@ -64,7 +64,7 @@ until grep -q dtrace_nif.so "/proc/$node/maps" 2>/dev/null; do
 done
 echo "   node OS pid $node; attaching: bpftrace -p $node priv/span-latency.bt"
 echo "   (and, for steps 4 and 5, bpftrace -p $node priv/efile.bt and priv/message-latency.bt)"
-echo "   span kinds: 1 = get, 2 = put; the user tag names the request"
+echo "   span kinds: get and put; the user tag names the request"
 echo
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/efile.bt > "$work/efile.out" 2>&1 &
 efile=$!
@@ -77,7 +77,7 @@ wait "$latency" || true
 wait "$node"
 echo
 sed 's/^/   /' "$work/workload.log"
-echo "   (true: a tracer listened and got the event; false: nobody listened, before"
+echo "   (fired: a tracer listened and got the event; not: nobody listened, before"
 echo "    bpftrace attached and after it left.)"
 echo
 
@@ -150,11 +150,11 @@ elif [ "$lttng_sink" != true ]; then
     exit 0
 fi
 pgrep -x lttng-sessiond >/dev/null || lttng-sessiond --daemonize
-echo "== 7. The same spans recorded by an LTTng session (org_erlang_dtrace:user_trace_n), 4 s"
-echo "   lttng create dtrace_demo; lttng enable-event -u org_erlang_dtrace:user_trace_n; lttng start"
+echo "== 7. The same spans recorded by an LTTng session (org_erlang_dtrace:span_end), 4 s"
+echo "   lttng create dtrace_demo; lttng enable-event -u org_erlang_dtrace:span_end; lttng start"
 lttng destroy dtrace_demo >/dev/null 2>&1 || true
 lttng create dtrace_demo --output="$work/lttng" >/dev/null
-lttng enable-event -u org_erlang_dtrace:user_trace_n -s dtrace_demo >/dev/null
+lttng enable-event -u org_erlang_dtrace:span_end -s dtrace_demo >/dev/null
 lttng start dtrace_demo >/dev/null
 erl -noshell -pa "$ebin" -pa "$work" -eval 'dtrace_demo:run(4), halt().' > "$work/lttng-workload.log" 2>&1
 lttng stop dtrace_demo >/dev/null
@@ -162,16 +162,11 @@ lttng destroy dtrace_demo >/dev/null
 babeltrace2 --clock-seconds "$work/lttng" > "$work/lttng.txt"
 echo "   $(wc -l < "$work/lttng.txt") events recorded; the first one, as babeltrace2 prints it:"
 head -1 "$work/lttng.txt" | fold -w 96 | sed 's/^/     /'
-echo "   Spans over 10 ms (label 1 = begin, 2 = end, i2 = span id), from the trace:"
-awk -F'[][]' '{
-        ts = $2
-        match($0, /label = [0-9]+/); label = substr($0, RSTART + 8, RLENGTH - 8)
+echo "   Spans over 10 ms, from the trace (duration_ns is in the event):"
+awk '{
         match($0, /user_tag = "[^"]*"/); tag = substr($0, RSTART + 12, RLENGTH - 13)
-        match($0, / i2 = -?[0-9]+/); id = substr($0, RSTART + 6, RLENGTH - 6)
-        if (label == 1) start[id] = ts
-        else if (label == 2 && (id in start)) {
-            ms = (ts - start[id]) * 1000
-            if (ms > 10) { n++; if (n <= 8) printf("     %-22s %6.1f ms\n", tag, ms) }
-        }
+        match($0, /duration_ns = [0-9]+/); ns = substr($0, RSTART + 14, RLENGTH - 14)
+        ms = ns / 1000000
+        if (ms > 10) { n++; if (n <= 8) printf("     %-22s %6.1f ms\n", tag, ms) }
     } END { printf("   %d slow spans in all.\n", n) }' "$work/lttng.txt"
 echo "   (an LTTng event costs a fraction of a uprobe: see BENCHMARKS.md)"

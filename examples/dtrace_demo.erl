@@ -2,12 +2,11 @@
 %%% 99th-percentile latency spike nobody can reproduce, instrumented with
 %%% begin/end probes that cost nothing until a tracer attaches.
 %%%
-%%% Every operation runs as a "span":
-%%%   dtrace:pn(1, Kind, ReqId)  before (user_trace__n1)
-%%%   dtrace:pn(2, Kind, ReqId)  after  (user_trace__n2)
-%%% with Kind 1 = get, 2 = put, and the user tag naming the request
-%%% ("put user:1234"). priv/span-latency.bt turns these into a latency
-%%% histogram per operation and prints the slow requests by tag.
+%%% Every operation runs as a span, dtrace:span(get | put, Fun), which
+%%% fires span__begin before and span__end (with its duration) after, with
+%%% the user tag naming the request ("put user:1234").
+%%% priv/span-latency.bt turns these into a latency histogram per
+%%% operation and prints the slow requests by tag.
 %%%
 %%% Puts are also appended to a log on disk by a separate process, the
 %%% store's log writer, through dtrace_file. The worker spreads its tag
@@ -23,10 +22,6 @@
 
 -export([run/1]).
 
--define(BEGIN, 1).
--define(END, 2).
--define(GET, 1).
--define(PUT, 2).
 -define(WORKERS, 4).
 
 %% Runs the workload for Seconds, then prints how many probe calls returned
@@ -49,8 +44,8 @@ run(Seconds) ->
                                  receive {W, C} -> merge(C, Acc) end
                          end, #{}, Workers),
     Log ! stop,
-    io:format("workload: ~b operations; probe calls returned true ~b times, "
-              "false ~b times~n",
+    io:format("workload: ~b operations; span__end fired ~b times, "
+              "not ~b times~n",
               [maps:get(ops, Counts, 0), maps:get(true, Counts, 0),
                maps:get(false, Counts, 0)]).
 
@@ -59,25 +54,26 @@ worker(Table, Deadline, Counts) ->
         true -> Counts;
         false ->
             Key = rand:uniform(5000),
-            Kind = case rand:uniform(10) of 1 -> ?PUT; 2 -> ?PUT; _ -> ?GET end,
+            Kind = case rand:uniform(10) of 1 -> put; 2 -> put; _ -> get end,
             Counts1 = span(Kind, Key, fun() -> operation(Kind, Table, Key) end, Counts),
             %% A client's think time, so the demo does not burn both cores.
             timer:sleep(1),
             worker(Table, Deadline, Counts1)
     end.
 
+%% One request: a span of Kind under a tag naming it. Counts how often a
+%% tracer listened (the span's end probe fired).
 span(Kind, Key, Fun, Counts) ->
-    ReqId = erlang:unique_integer([positive]),
-    dtrace:put_tag([name(Kind), " user:", integer_to_list(Key)]),
-    R1 = dtrace:pn(?BEGIN, Kind, ReqId),
+    dtrace:put_tag([atom_to_list(Kind), " user:", integer_to_list(Key)]),
+    Span = dtrace:span_begin(Kind),
     Fun(),
-    R2 = dtrace:pn(?END, Kind, ReqId),
+    Fired = dtrace:span_end(Span),
     dtrace:put_tag(undefined),
-    count(R2, count(R1, Counts#{ops => maps:get(ops, Counts, 0) + 1})).
+    count(Fired, Counts#{ops => maps:get(ops, Counts, 0) + 1}).
 
-operation(?GET, Table, Key) ->
+operation(get, Table, Key) ->
     ets:lookup(Table, Key);
-operation(?PUT, Table, Key) ->
+operation(put, Table, Key) ->
     Value = term_to_binary({Key, erlang:unique_integer()}),
     ets:insert(Table, {Key, Value}),
     %% The log writer's I/O is done for this put: let the tag go with the
@@ -115,9 +111,6 @@ merge_log(Dir, Merged) ->
     ok = dtrace_file:write(Fd, Merged),
     ok = dtrace_file:datasync(Fd),
     ok = dtrace_file:close(Fd).
-
-name(?GET) -> "get";
-name(?PUT) -> "put".
 
 count(Result, Counts) ->
     Counts#{Result => maps:get(Result, Counts, 0) + 1}.

@@ -165,6 +165,37 @@ defmodule DTrace do
           "DTrace.lazy/1 takes a call to p/0..8 or pn/1..9, got: #{Macro.to_string(other)}"
   end
 
+  @typedoc "What a span is: an atom (passed as its name) or a binary/iolist."
+  @type span_kind :: atom() | iodata()
+
+  @doc """
+  Runs `fun` as a span of `kind` and returns its result (or raises what it
+  raises). While no tracer listens on `span__begin`/`span__end` this costs
+  one disabled probe and `fun` runs untouched; otherwise `span__begin`
+  fires before it and `span__end`, with the duration in nanoseconds,
+  after it. Spans nest within a process. See `:dtrace.span/2`.
+
+      iex> DTrace.span(:db_query, fn -> 1 + 1 end)
+      2
+  """
+  @spec span(span_kind(), (-> result)) :: result when result: var
+  def span(kind, fun), do: :dtrace.span(kind, fun)
+
+  @doc """
+  Begins a span that `span_end/1` ends, in this process or another: for
+  work that crosses processes. See `:dtrace.span_begin/1`.
+
+      iex> span = DTrace.span_begin("http GET")
+      iex> DTrace.span_end(span)
+      false
+  """
+  @spec span_begin(span_kind()) :: :dtrace.span()
+  def span_begin(kind), do: :dtrace.span_begin(kind)
+
+  @doc "Ends a span `span_begin/1` returned; `true` when `span__end` fired."
+  @spec span_end(:dtrace.span()) :: boolean()
+  def span_end(span), do: :dtrace.span_end(span)
+
   @doc """
   Sets the calling process's user tag (chardata), which every probe it fires
   passes as `user_tag`; `nil` or `:undefined` clears it. Returns the previous

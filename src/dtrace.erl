@@ -60,6 +60,7 @@
          pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
 -export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1]).
 -export([user_trace_i4s4/9]).
+-export([span/2, span_begin/1, span_end/1]).
 %% For dtrace_file: the file I/O probes.
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 %% The VM's own probes.
@@ -72,7 +73,7 @@
 
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1, user_trace_i4s4/9, i4s4/9,
-       user_trace_n/10, efile_enabled/0, efile_entry/10, efile_return/6,
+       user_trace_n/10, span_enabled/0, span_begin/4, span_end/5, efile_enabled/0, efile_entry/10, efile_return/6,
        enabled/3, trace/5, vm_listening/0, vm_call_probes/2,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1]).
@@ -97,6 +98,8 @@
             Fired__ -> Fired__
         end).
 -define(SPREAD_KEY, '$dtrace_spread').
+%% The id of the span/2 running in this process, the parent of the next.
+-define(SPAN_KEY, '$dtrace_span').
 -define(SPREADING, 1).
 -define(TOKEN_LABEL, dtrace_tag).
 
@@ -114,7 +117,14 @@
 -type tag_state() :: {non_neg_integer(), binary() | []}.
 %% What {@link spread_tag/1} returns and {@link restore_tag/1} takes.
 
--export_type([probe_arg/0, n_probe_label/0, probe_result/0, tag_state/0]).
+-type span_kind() :: atom() | iodata().
+%% What a span is: `db_query', `<<"http GET">>'. An atom is passed as its
+%% name; an iolist of at most 1024 bytes as is; anything else as NULL.
+-opaque span() :: {dtrace_span, Id :: non_neg_integer(), Parent :: non_neg_integer(),
+                   Kind :: iodata(), Start :: integer(), UserTag :: binary() | undef}.
+%% What {@link span_begin/1} returns and {@link span_end/1} takes.
+
+-export_type([probe_arg/0, n_probe_label/0, probe_result/0, tag_state/0, span_kind/0, span/0]).
 
 %%%===================================================================
 %%% NIF loading
@@ -637,6 +647,107 @@ pn(Label, I1, I2, I3, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_in
          probe_arg(), probe_arg(), probe_arg(), probe_arg()) -> probe_result().
 pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), is_integer(I3), is_integer(I4) ->
     ?FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4).
+
+%%%===================================================================
+%%% Spans: span__begin / span__end
+%%%===================================================================
+%%% A span is a piece of work: a kind, an id unique on the node, the id
+%%% of the span it runs inside (0: none) and, at its end, its duration.
+%%% `span__begin(proc, user_tag, span_id, parent_id, kind)' fires when it
+%%% starts and `span__end(proc, user_tag, span_id, parent_id, kind,
+%%% duration_ns)' when it ends; both are also the LTTng events
+%%% `org_erlang_dtrace:span_begin' and `span_end'. Not in OTP's dyntrace
+%%% (an extension); every argument is in arg0..arg5, so any bpftrace reads
+%%% them (priv/span-latency.bt).
+
+%% @doc Runs `Fun()' as a span of `Kind' and returns what it returns (or
+%% raises what it raises). While no tracer listens on `span__begin' or
+%% `span__end' this costs one disabled probe: `Fun' runs untouched, with no
+%% clock read. Otherwise `span__begin' fires before `Fun' runs and
+%% `span__end', with the duration in nanoseconds (monotonic clock), after
+%% it returns or raises. Spans nest: a span started inside `Fun' in the
+%% same process names this one as its parent. The user tag passed is the
+%% caller's ({@link get_tag_data/0}) when the span begins.
+%% ```
+%% dtrace:span(db_query, fun() -> db:query(Sql) end)
+%% '''
+-spec span(Kind, Fun) -> Result when
+      Kind :: span_kind(), Fun :: fun(() -> Result), Result :: term().
+span(Kind, Fun) when is_function(Fun, 0) ->
+    case span_enabled() of
+        false ->
+            Fun();
+        true ->
+            {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
+            Outer = put(?SPAN_KEY, Id),
+            try
+                Fun()
+            after
+                restore_span(Outer),
+                span_end(Span)
+            end
+    end.
+
+%% @doc Begins a span of `Kind' that another call (in this process or
+%% another, or another node) ends with {@link span_end/1}: for work that
+%% crosses processes. Fires `span__begin' if a tracer listens and returns
+%% the span; while nobody listens it returns a span that `span_end/1'
+%% ignores, at the cost of one disabled probe. Its parent is the span/2
+%% running in the caller, if any; it does not become the parent of later
+%% spans.
+-spec span_begin(Kind :: span_kind()) -> span().
+span_begin(Kind) ->
+    case span_enabled() of
+        false -> {dtrace_span, 0, 0, [], 0, undef};
+        true -> traced_span_begin(Kind)
+    end.
+
+%% @doc Ends a span {@link span_begin/1} returned: fires `span__end' with
+%% the span's id, parent, kind and user tag (those of its beginning), the
+%% calling process and the nanoseconds since it began. Returns `true' when
+%% fired, `false' when nobody listens or the span began while nobody
+%% listened. Raises `badarg' for anything that is not a span.
+-spec span_end(Span :: span()) -> boolean().
+span_end({dtrace_span, 0, _, _, _, _}) ->
+    false;
+span_end({dtrace_span, Id, Parent, Kind, Start, Tag}) when is_integer(Start) ->
+    span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag);
+span_end(Other) ->
+    erlang:error(badarg, [Other]).
+
+traced_span_begin(Kind) ->
+    Id = erlang:unique_integer([positive]),
+    Parent = case get(?SPAN_KEY) of
+                 undefined -> 0;
+                 P -> P
+             end,
+    K = if is_atom(Kind) -> atom_to_binary(Kind, utf8);
+           true -> Kind
+        end,
+    Tag = case get_tag_data() of
+              undefined -> undef;
+              T -> T
+          end,
+    _ = span_begin(Id, Parent, K, Tag),
+    {dtrace_span, Id, Parent, K, erlang:monotonic_time(nanosecond), Tag}.
+
+restore_span(undefined) -> erase(?SPAN_KEY);
+restore_span(Outer) -> put(?SPAN_KEY, Outer).
+
+%% Is a tracer listening on span__begin or span__end (any sink)?
+-spec span_enabled() -> boolean().
+span_enabled() ->
+    nif_stub(false).
+
+%% Fires span__begin with the caller's pid.
+-spec span_begin(integer(), integer(), iodata(), binary() | undef) -> boolean().
+span_begin(_Id, _Parent, _Kind, _UserTag) ->
+    nif_stub(false).
+
+%% Fires span__end with the caller's pid.
+-spec span_end(integer(), integer(), iodata(), integer(), binary() | undef) -> boolean().
+span_end(_Id, _Parent, _Kind, _DurationNs, _UserTag) ->
+    nif_stub(false).
 
 %%%===================================================================
 %%% User tags

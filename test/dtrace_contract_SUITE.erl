@@ -16,6 +16,7 @@
          tags_are_per_process/1,
          put_tag_converts_chardata/1,
          spread_and_restore_shapes/1,
+         spans_disabled/1,
          nif_missing_module_still_loads/1,
          reloading_the_module_keeps_the_nif/1]).
 
@@ -23,7 +24,7 @@ all() ->
     [available_on_linux, disabled_probes_return_false,
      disabled_probes_ignore_arguments, pn_label_checks_come_first,
      p_routing_clauses, user_trace_s1_disabled, tags_are_per_process,
-     put_tag_converts_chardata, spread_and_restore_shapes,
+     put_tag_converts_chardata, spread_and_restore_shapes, spans_disabled,
      nif_missing_module_still_loads, reloading_the_module_keeps_the_nif].
 
 init_per_suite(Config) ->
@@ -176,3 +177,18 @@ reloading_the_module_keeps_the_nif(_Config) ->
     after
         dtrace_test_lib:stop_peer(Peer)
     end.
+
+%% Spans with no tracer: span/2 returns what the work returns and raises
+%% what it raises, touching nothing (no span id left in the process);
+%% span_begin/1 returns a span that span_end/1 ignores (false); span_end/1
+%% raises badarg for anything else.
+spans_disabled(_Config) ->
+    ?assertEqual(42, dtrace:span(work, fun() -> 42 end)),
+    ?assertEqual({ok, x}, dtrace:span(<<"bin kind">>, fun() -> {ok, x} end)),
+    ?assertError(boom, dtrace:span(failing, fun() -> error(boom) end)),
+    ?assertThrow(t, dtrace:span(["io", $l], fun() -> throw(t) end)),
+    ?assertEqual(undefined, get('$dtrace_span')),
+    Span = dtrace:span_begin(cross),
+    ?assertEqual(false, dtrace:span_end(Span)),
+    ?assertError(badarg, dtrace:span_end(not_a_span)),
+    ?assertError(function_clause, dtrace:span(kind, not_a_fun)).

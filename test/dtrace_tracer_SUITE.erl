@@ -15,6 +15,7 @@
          bpftrace_sees_pid_tag_and_integers/1,
          bpftrace_counts_every_true/1,
          bpftrace_user_trace_s1/1,
+         bpftrace_sees_spans/1,
          dtrace_bpftrace_reads_every_argument/1,
          user_probe_bt_prints_otps_format/1,
          gdb_reads_all_ten_arguments/1,
@@ -31,6 +32,7 @@ all() ->
      bpftrace_sees_pid_tag_and_integers,
      bpftrace_counts_every_true,
      bpftrace_user_trace_s1,
+     bpftrace_sees_spans,
      dtrace_bpftrace_reads_every_argument,
      user_probe_bt_prints_otps_format,
      gdb_reads_all_ten_arguments,
@@ -72,7 +74,7 @@ in_peer(Config, Fun) ->
 
 %%--------------------------------------------------------------------
 
-%% The library's notes are the catalogue's: every probe of probes.d (980:
+%% The library's notes are the catalogue's: every probe of probes.d (982:
 %% 953 user probes, 4 file-driver probes, 23 VM probes) and no other, each with its own
 %% semaphore and exactly the argument specs the catalogue gives (sizes from
 %% the declared types, registers fixed); argument k sits in the same
@@ -80,7 +82,7 @@ in_peer(Config, Fun) ->
 notes_match_the_catalogue(_Config) ->
     Catalogue = dtrace_test_lib:catalogue(),
     Notes = [N || #{provider := <<"erlang">>} = N <- dtrace_test_lib:notes(dtrace_test_lib:nif_path())],
-    ?assertEqual(980, length(Catalogue)),
+    ?assertEqual(982, length(Catalogue)),
     ?assertEqual(lists:sort([{Name, [S || {_, _, _, S} <- Args]} || {Name, Args} <- Catalogue]),
                  lists:sort([{Name, Args} || #{name := Name, args := Args} <- Notes])),
     Semaphores = [S || #{semaphore := S} <- Notes],
@@ -461,3 +463,53 @@ perf_collect(Port, Acc) ->
     after 60000 ->
             ct:fail("perf did not stop: ~p", [lists:reverse(Acc)])
     end.
+
+%% Spans: span/2 fires span__begin and span__end with the caller's pid and
+%% tag, a unique id, the enclosing span as parent (nesting), the kind (an
+%% atom as its name, a binary as is) and the duration; the end fires when
+%% the work raises too; span_begin/1 + span_end/1 cross processes, the end
+%% in the ending process with the beginning's tag.
+bpftrace_sees_spans(Config) ->
+    Program = "
+        usdt:$SO:erlang:span__begin /str(arg4) != \"ready\"/ {
+            printf(\"B %s %s %ld %ld %s\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4)); }
+        usdt:$SO:erlang:span__end {
+            printf(\"E %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }",
+    {{Me, Other, Results}, Lines} =
+        dtrace_test_lib:bpftrace_window(
+          ?config(peer, Config), Program,
+          fun() -> dtrace:span(ready, fun() -> ok end) end,
+          [{contains, <<" ready ">>}],
+          fun() ->
+                  dtrace:put_tag(<<"req-7">>),
+                  R1 = dtrace:span(outer, fun() ->
+                                                  dtrace:span(<<"inner">>, fun() -> timer:sleep(20), 42 end)
+                                          end),
+                  R2 = try dtrace:span(failing, fun() -> error(boom) end)
+                       catch error:boom -> caught
+                       end,
+                  Span = dtrace:span_begin("cross"),
+                  Self = self(),
+                  P = spawn(fun() -> dtrace:put_tag(<<"other">>), Self ! {ended, dtrace:span_end(Span)} end),
+                  R3 = receive {ended, E} -> E end,
+                  timer:sleep(50),
+                  {pid_to_list(self()), pid_to_list(P), [R1, R2, R3]}
+          end),
+    ?assertEqual([42, caught, true], Results),
+    Events = [binary:split(L, <<" ">>, [global]) || <<K, " ", _/binary>> = L <- Lines,
+                                                    K =:= $B orelse K =:= $E,
+                                                    binary:match(L, <<" ready ">>) =:= nomatch],
+    ct:log("span events: ~p", [Events]),
+    M = list_to_binary(Me),
+    O = list_to_binary(Other),
+    [[<<"B">>, M, <<"req-7">>, OuterId, <<"0">>, <<"outer">>],
+     [<<"B">>, M, <<"req-7">>, InnerId, OuterId, <<"inner">>],
+     [<<"E">>, M, <<"req-7">>, InnerId, OuterId, <<"inner">>, InnerNs],
+     [<<"E">>, M, <<"req-7">>, OuterId, <<"0">>, <<"outer">>, OuterNs],
+     [<<"B">>, M, <<"req-7">>, FailId, <<"0">>, <<"failing">>],
+     [<<"E">>, M, <<"req-7">>, FailId, <<"0">>, <<"failing">>, _],
+     [<<"B">>, M, <<"req-7">>, CrossId, <<"0">>, <<"cross">>],
+     [<<"E">>, O, <<"req-7">>, CrossId, <<"0">>, <<"cross">>, _]] = Events,
+    ?assertEqual(4, length(lists:usort([OuterId, InnerId, FailId, CrossId]))),
+    ?assert(binary_to_integer(InnerNs) >= 20000000),
+    ?assert(binary_to_integer(OuterNs) >= binary_to_integer(InnerNs)).

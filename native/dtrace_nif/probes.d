@@ -43,6 +43,13 @@ provider erlang {
 	    int64_t i1, int64_t i2, int64_t i3, int64_t i4,
 	    char *s1, char *s2, char *s3, char *s4);
 
+	/* dtrace:span/2, span_begin/1 (not OTP's): span span_id of kind begins in proc, inside span parent_id (0: none). */
+	probe span__begin(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind);
+
+	/* dtrace:span/2, span_end/1 (not OTP's): span span_id of kind ends in proc, duration_ns nanoseconds after it began. */
+	probe span__end(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind,
+	    int64_t duration_ns);
+
 	/* dtrace_file: a file operation {thread_id, tag} starts (OTP 20's efile_drv). */
 	probe efile_drv__entry(int thread_id, int tag, char *user_tag, int command,
 	    char *s1, char *s2, int64_t i1, int64_t i2, int64_t i3, int64_t i4,

@@ -35,6 +35,8 @@ pub mod efile;
 #[cfg(not(any(test, feature = "sites-only")))]
 mod nif;
 #[cfg(not(any(test, feature = "sites-only")))]
+mod span;
+#[cfg(not(any(test, feature = "sites-only")))]
 mod user;
 // The VM's own probes, from erl_tracer callbacks; text and message sizes
 // for them.
