@@ -99,6 +99,7 @@
              rearm = undefined :: undefined | reference(),
              poll = undefined :: undefined | reference(),
              suppressed = 0 :: non_neg_integer(),
+             polls = 0 :: non_neg_integer(),
              failed = 0 :: non_neg_integer()}).
 
 %%% API
@@ -263,8 +264,9 @@ snapshots(Recorder) ->
 %% `degraded'), `error' (the last one, or `none'), `session', `dir',
 %% `triggers' (LTTng names), `snapshots' (count), `suppressed' (trigger
 %% snapshots deleted for coming within `min_interval_ms'), `failed'
-%% (snapshots LTTng could not write). `{error, not_found}' when there is no
-%% such recorder.
+%% (snapshots LTTng could not write), `polls' (looks for trigger snapshots
+%% on disk so far, every 250 ms while triggers are armed). `{error,
+%% not_found}' when there is no such recorder.
 -spec status(Recorder :: recorder()) -> map() | {error, not_found}.
 status(Recorder) ->
     try gen_server:call(Recorder, status, 5000)
@@ -402,12 +404,12 @@ handle_info(_Msg, St) ->
 %% @private
 %% Crash or stop: the session and triggers go. When lttng does not
 %% answer, what is left is removed by name by the next incarnation.
-terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session, triggers = Triggers}) ->
+terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session}) ->
     case Job of
         {Pid, _, _, _} -> exit(Pid, kill);
         none -> ok
     end,
-    _ = cleanup(Ctx, Session, [Name || #{name := Name} <- Triggers]),
+    _ = cleanup(Ctx, Session),
     ok.
 
 %%% Snapshots asked for
@@ -497,7 +499,7 @@ job_done({snapshot, _Info, From, Prev}, {error, Why}, St) ->
     logger:warning("dtrace_recorder ~p: snapshot failed: ~p", [maps:get(name, St#st.conf), Why]),
     lost_daemon(Why, St#st{last_snap = Prev, failed = St#st.failed + 1});
 job_done(poll, Found, St) when is_list(Found) ->
-    polled(Found, schedule_poll(St));
+    polled(Found, schedule_poll(St#st{polls = St#st.polls + 1}));
 job_done({adopt, _, _}, {ok, Snap}, St) ->
     keep([Snap], St);
 job_done({adopt, Name, _}, {error, Why}, St) ->
@@ -637,7 +639,8 @@ status_map(#st{} = St) ->
     #{phase => St#st.phase, error => St#st.error, session => list_to_binary(St#st.session),
       dir => unicode:characters_to_binary(St#st.dir),
       triggers => [list_to_binary(N) || #{name := N} <- St#st.triggers],
-      snapshots => length(St#st.snaps), suppressed => St#st.suppressed, failed => St#st.failed}.
+      snapshots => length(St#st.snaps), suppressed => St#st.suppressed, failed => St#st.failed,
+      polls => St#st.polls}.
 
 %%% The jobs' work (in the job's process)
 
@@ -662,19 +665,28 @@ setup(#{buffer := Buffer, events := Events, triggers := Specs} = _Conf, Ctx, Ses
                                 ok ->
                                     {ok, #{triggers => Armed, found => found(Dir)}};
                                 Error ->
-                                    _ = cleanup(Ctx, Session, [N || #{name := N} <- Armed]),
+                                    _ = cleanup(Ctx, Session),
                                     Error
                             end;
-                        {error, Why, Armed} ->
-                            _ = cleanup(Ctx, Session, [N || #{name := N} <- Armed]),
-                            {error, Why}
+                        {error, Why, _Armed} ->
+                            _ = cleanup(Ctx, Session),
+                            badopt_filter({error, Why}, Specs)
                     end;
                 Error ->
-                    Error
+                    badopt_filter(Error, Specs)
             end;
         Error ->
             Error
     end.
+
+%% A filter LTTng refused is a bad option: the trigger whose filter it is.
+badopt_filter({error, {bad_filter, Command, _}} = Error, Specs) ->
+    case [S || {_, _, F} = S <- Specs, F =/= <<>>, binary:match(Command, F) =/= nomatch] of
+        [Spec | _] -> {error, {badopt, triggers, Spec}};
+        [] -> Error
+    end;
+badopt_filter(Error, _Specs) ->
+    Error.
 
 run_steps([]) -> ok;
 run_steps([F | Rest]) ->
@@ -892,14 +904,21 @@ check(Ctx, Session, Triggers) ->
             Error
     end.
 
-%% Destroys the session and removes the triggers; stops at the first
-%% timeout (lttng hangs: the next incarnation removes the rest by name).
-cleanup(Ctx, Session, TriggerNames) ->
+%% Destroys the session and removes its triggers, found by name (a
+%% re-arming job killed half-way may have added one the state does not
+%% know); stops at the first timeout (lttng hangs: the next incarnation
+%% removes the rest by name).
+cleanup(Ctx, Session) ->
     case dtrace_recorder_lttng:destroy(Ctx, Session) of
         {error, {lttng_timeout, _}} = Error ->
             Error;
         _ ->
-            lists:foldl(fun(_, {error, {lttng_timeout, _}} = Error) -> Error;
-                           (N, _) -> dtrace_recorder_lttng:remove_trigger(Ctx, N)
-                        end, ok, TriggerNames)
+            case dtrace_recorder_lttng:triggers(Ctx) of
+                {ok, Ts} ->
+                    lists:foldl(fun(_, {error, {lttng_timeout, _}} = Error) -> Error;
+                                   (N, _) -> dtrace_recorder_lttng:remove_trigger(Ctx, N)
+                                end, ok, [N || {N, _} <- Ts, lists:prefix(Session ++ "-t", binary_to_list(N))]);
+                Error ->
+                    Error
+            end
     end.
