@@ -76,6 +76,10 @@
                   check_ms => pos_integer(),
                   lttng => file:filename()}.
 
+%% report/1,2 pass their arguments on to dtrace_recorder_report, whose
+%% errors are the contract; their specs say {error, term()}.
+-dialyzer({no_underspecs, [report/1, report/2]}).
+
 -define(SCOPE, dtrace_recorder_pg).
 -define(GROUP, dtrace_recorders).
 -define(POLL_MS, 250).
@@ -105,7 +109,7 @@
 %%% API
 
 %% @doc Starts a recorder with the default options: `start(#{})'.
--spec start() -> {ok, recorder()} | {error, term()}.
+-spec start() -> {ok, atom()} | {error, term()}.
 start() ->
     start(#{}).
 
@@ -156,7 +160,7 @@ start() ->
 %% `{bad_filter, Command, Output}', `{lttng_failed, Command, Output}',
 %% `{not_recording, Hint}'. After an error nothing of the recorder's is
 %% left in `lttng list' or `lttng list-triggers'.
--spec start(Opts :: opts()) -> {ok, recorder()} | {error, term()}.
+-spec start(Opts :: opts()) -> {ok, atom()} | {error, term()}.
 start(Opts) ->
     case dtrace_recorder_opts:validate(Opts) of
         {ok, #{name := Name, timeout_ms := Timeout} = Conf} ->
@@ -276,14 +280,14 @@ status(Recorder) ->
 %% @doc The report of snapshots `Paths' (paths, or snapshot maps from
 %% {@link snapshots/1}, of any nodes): `report(Paths, #{})'. See {@link
 %% dtrace_recorder_report:report/2}.
--spec report(Paths :: [file:filename_all() | snapshot()] | file:filename_all()) -> iodata() | {error, term()}.
+-spec report(Paths :: [file:filename_all() | snapshot()] | file:filename_all()) -> binary() | {error, term()}.
 report(Paths) ->
     dtrace_recorder_report:report(Paths, #{}).
 
 %% @doc The report of snapshots `Paths' with options `Opts'; see {@link
 %% dtrace_recorder_report:report/2}.
 -spec report(Paths :: [file:filename_all() | snapshot()] | file:filename_all(),
-             Opts :: dtrace_recorder_report:opts()) -> iodata() | {error, term()}.
+             Opts :: dtrace_recorder_report:opts()) -> binary() | {error, term()}.
 report(Paths, Opts) ->
     dtrace_recorder_report:report(Paths, Opts).
 
@@ -369,10 +373,13 @@ handle_cast({trigger, Info}, St) ->
     {noreply, request_snapshot(Info, none, St)}.
 
 %% @private
+handle_info({job_done, Pid, Result}, #st{job = {Pid, Ref, Op, TRef}} = St) ->
+    erlang:demonitor(Ref, [flush]),
+    _ = erlang:cancel_timer(TRef),
+    {noreply, maybe_run(job_done(Op, Result, St#st{job = none}))};
 handle_info({'DOWN', Ref, process, Pid, Reason}, #st{job = {Pid, Ref, Op, TRef}} = St) ->
     _ = erlang:cancel_timer(TRef),
     Result = case Reason of
-                 {job_done, R} -> R;
                  killed -> {error, job_timeout};
                  Other -> {error, {job_crashed, Other}}
              end,
@@ -444,7 +451,8 @@ maybe_run(#st{job = none, queue = Q} = St) ->
             Fun = job(Op, St),
             %% Linked: a recorder killed takes its job along (and the
             %% job's lttng call, see dtrace_recorder_cli).
-            {Pid, Ref} = spawn_opt(fun() -> exit({job_done, Fun()}) end, [link, monitor]),
+            Self = self(),
+            {Pid, Ref} = spawn_opt(fun() -> Self ! {job_done, self(), Fun()} end, [link, monitor]),
             TRef = erlang:start_timer(deadline(Op, St), self(), job_deadline),
             St#st{job = {Pid, Ref, Op, TRef}, queue = Q1};
         {empty, _} ->
@@ -828,8 +836,9 @@ wait_recording(Deadline) ->
             case erlang:monotonic_time(millisecond) > Deadline of
                 true ->
                     {error, {not_recording,
-                             <<"the session daemon did not enable the session's events in this node "
-                               "within 5 s: run lttng-sessiond as this node's user (or root)">>}};
+                             iolist_to_binary([<<"the session daemon did not enable the session's events in "
+                                                 "this node within 5 s: run lttng-sessiond as this node's "
+                                                 "user (or root)">>])}};
                 false ->
                     timer:sleep(10),
                     wait_recording(Deadline)
@@ -884,10 +893,10 @@ take_snapshot(Ctx, Session, Dir, Info, Meta0) ->
                     {error, {snapshot_not_found, unicode:characters_to_binary(Dir)}}
             end;
         {error, Why} ->
-            case dtrace_recorder_store:find_manual(Dir, Prefix) of
-                {ok, Name} -> _ = dtrace_recorder_store:delete(filename:join(Dir, Name));
-                error -> ok
-            end,
+            _ = case dtrace_recorder_store:find_manual(Dir, Prefix) of
+                    {ok, Name} -> dtrace_recorder_store:delete(filename:join(Dir, Name));
+                    error -> ok
+                end,
             {error, Why}
     end.
 

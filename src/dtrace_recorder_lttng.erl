@@ -36,10 +36,11 @@
                       | {bad_filter, binary(), binary()}
                       | {lttng_failed, binary(), binary()}.
 
--define(MISSING_HINT, <<"lttng not found (PATH, or the lttng option): install lttng-tools "
-                        "(Debian/Ubuntu: apt-get install lttng-tools)">>).
--define(DAEMON_HINT, <<"no LTTng session daemon for this user: start one as the node's user "
-                       "(or root), e.g. `lttng-sessiond --daemonize`">>).
+%% (Built at run time: their type is binary(), not a literal's size.)
+-define(MISSING_HINT, iolist_to_binary([<<"lttng not found (PATH, or the lttng option): install lttng-tools "
+                                          "(Debian/Ubuntu: apt-get install lttng-tools)">>])).
+-define(DAEMON_HINT, iolist_to_binary([<<"no LTTng session daemon for this user: start one as the node's "
+                                         "user (or root), e.g. `lttng-sessiond --daemonize`">>])).
 -define(CHANNEL, "dtrace-rec").
 
 %%% The catalogue

@@ -193,7 +193,7 @@ node_part() ->
     end.
 
 %% @doc The session name of recorder `Name' on this node.
--spec session_name(Name :: atom()) -> string().
+-spec session_name(Name :: atom()) -> nonempty_string().
 session_name(Name) ->
     "dtrace-rec-" ++ node_part() ++ "-" ++ clean(atom_to_list(Name)).
 

@@ -29,14 +29,14 @@
 %% the `bt2' module (default `/usr/bin/python3', where Debian's
 %% `python3-bt2' installs it, else `python3' from `PATH').
 
--define(BT2_HINT, <<"the report needs babeltrace2's Python bindings: apt-get install python3-bt2 "
-                    "(or the python option: a Python 3 that can import bt2)">>).
+-define(BT2_HINT, iolist_to_binary([<<"the report needs babeltrace2's Python bindings: apt-get install "
+                                      "python3-bt2 (or the python option: a Python 3 that can import bt2)">>])).
 
 %% @doc The report of the snapshots `Paths' (directories, as binaries or
 %% strings, or snapshot maps from {@link dtrace_recorder:snapshots/1}; one
 %% path alone is taken too) with options `Opts' (see {@link opts()}).
 %%
-%% Returns the report as text (iodata): the snapshots with their nodes and
+%% Returns the report as text (a binary): the snapshots with their nodes and
 %% reasons; the triggering event of each; per user tag, its spans, file
 %% operations and probes, in time order across the nodes, with durations
 %% (ms), node and process; the slowest operations; and the path of the SVG
@@ -45,7 +45,7 @@
 %% `{error, {no_trace, Output}}' (a path holds no LTTng trace), `{error,
 %% {report_failed, ExitStatus, Output}}', `{error, timeout}', `{error,
 %% {badopt, Key, Value}}'.
--spec report(Paths, Opts) -> iodata() | {error, term()} when
+-spec report(Paths, Opts) -> binary() | {error, term()} when
       Paths :: [file:filename_all() | dtrace_recorder:snapshot()] | file:filename_all(),
       Opts :: opts().
 report(Paths0, Opts) ->

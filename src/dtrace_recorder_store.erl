@@ -15,7 +15,9 @@
 -export([scan/1, dir_info/1, write_sidecar/2, read_sidecar/1, delete/1,
          check_writable/1, find_manual/2, json/1, json_decode/1]).
 
--export_type([entry/0]).
+-export_type([entry/0, json/0]).
+
+-type json() :: #{atom() | binary() => json()} | [json()] | integer() | binary() | atom().
 
 -type entry() :: #{name := string(), kind := manual | trigger, path := string()}.
 
@@ -110,19 +112,22 @@ check_writable(Dir) ->
 
 %% @doc `Term' as JSON text: maps (atom or binary keys), lists, binaries
 %% and atoms as strings (`true', `false', `null' as themselves), integers.
--spec json(Term :: term()) -> iodata().
-json(M) when is_map(M) ->
-    ["{", lists:join(",", [[json_string(key(K)), ":", json(V)]
+-spec json(Term :: json()) -> binary().
+json(Term) ->
+    iolist_to_binary(json_(Term)).
+
+json_(M) when is_map(M) ->
+    ["{", lists:join(",", [[json_string(key(K)), ":", json_(V)]
                            || {K, V} <- lists:sort(maps:to_list(M))]), "}"];
-json(L) when is_list(L) ->
-    ["[", lists:join(",", [json(V) || V <- L]), "]"];
-json(I) when is_integer(I) ->
+json_(L) when is_list(L) ->
+    ["[", lists:join(",", [json_(V) || V <- L]), "]"];
+json_(I) when is_integer(I) ->
     integer_to_binary(I);
-json(B) when is_boolean(B); B =:= null ->
+json_(B) when is_boolean(B); B =:= null ->
     atom_to_binary(B);
-json(A) when is_atom(A) ->
+json_(A) when is_atom(A) ->
     json_string(atom_to_binary(A));
-json(B) when is_binary(B) ->
+json_(B) when is_binary(B) ->
     json_string(B).
 
 key(K) when is_atom(K) -> atom_to_binary(K);

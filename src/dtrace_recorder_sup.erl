@@ -25,7 +25,7 @@ start_link() ->
     supervisor:start_link({local, ?MODULE}, ?MODULE, []).
 
 %% @doc The `pg' scope of the recorders (`dtrace_recorder_pg').
--spec scope() -> atom().
+-spec scope() -> dtrace_recorder_pg.
 scope() ->
     ?SCOPE.
 
