@@ -85,6 +85,7 @@
 -define(POLL_MS, 250).
 -define(READY_MS, 5000).
 -define(REASON_MAX, 1000).
+-define(TRIGGER_GRACE_MS, 100).
 
 -record(st, {conf :: dtrace_recorder_opts:conf(),
              session :: string(),
@@ -403,6 +404,15 @@ handle_info(check, #st{conf = #{check_ms := Ms}} = St) ->
         true -> {noreply, St};
         false -> {noreply, enqueue(Op, St)}
     end;
+handle_info({snapshot_request, Info, From}, #st{phase = running} = St) ->
+    St1 = case queued(poll, St) of
+              true -> St;
+              false -> St#st{queue = queue:in(poll, St#st.queue)}
+          end,
+    {noreply, enqueue({snapshot_request, Info, From}, St1)};
+handle_info({snapshot_request, _Info, From}, #st{error = Error} = St) ->
+    reply(From, {error, {not_recording, Error}}),
+    {noreply, St};
 handle_info({rearm, Ref}, #st{rearm = Ref} = St) ->
     {noreply, enqueue(rearm, St#st{rearm = undefined})};
 handle_info(_Msg, St) ->
@@ -421,18 +431,36 @@ terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session}) ->
 
 %%% Snapshots asked for
 
-request_snapshot(Info, From, #st{phase = running, conf = #{min_interval_ms := Min}} = St) ->
+%% With triggers armed, the disk is looked at first, ?TRIGGER_GRACE_MS
+%% later: a request that comes from the slow work a trigger just fired on
+%% (trigger_cluster/1 called by the slow request itself) then finds the
+%% trigger's snapshot being written (LTTng starts it within a millisecond
+%% here, 70 ms the first time), and is within the interval of it.
+request_snapshot(Info, From, #st{phase = running, triggers = [_ | _]} = St) ->
+    _ = erlang:send_after(?TRIGGER_GRACE_MS, self(), {snapshot_request, Info, From}),
+    St;
+request_snapshot(Info, From, #st{phase = running} = St) ->
+    enqueue({snapshot_request, Info, From}, St);
+request_snapshot(_Info, From, #st{error = Error} = St) ->
+    reply(From, {error, {not_recording, Error}}),
+    St.
+
+%% The request's turn: at most one snapshot per min_interval_ms, counting
+%% a trigger's snapshot still being written.
+decide({snapshot_request, Info, From}, #st{conf = #{min_interval_ms := Min}, seen = Seen} = St) ->
     Now = erlang:monotonic_time(millisecond),
     case St#st.last_snap of
         Last when is_integer(Last), Now - Last < Min ->
             reply(From, {error, {rate_limited, Last + Min - Now}}),
-            St;
+            skip;
+        _ when Min > 0, map_size(Seen) > 0 ->
+            reply(From, {error, {rate_limited, Min}}),
+            skip;
         Prev ->
-            enqueue({snapshot, Info, From, Prev}, St#st{last_snap = Now})
+            {{snapshot, Info, From, Prev}, St#st{last_snap = Now}}
     end;
-request_snapshot(_Info, From, #st{error = Error} = St) ->
-    reply(From, {error, {not_recording, Error}}),
-    St.
+decide(Op, St) ->
+    {Op, St}.
 
 reply(none, _) -> ok;
 reply(From, Msg) -> gen_server:reply(From, Msg).
@@ -445,21 +473,27 @@ enqueue(Op, #st{queue = Q} = St) ->
 queued(Op, #st{queue = Q, job = Job}) ->
     lists:member(Op, queue:to_list(Q)) orelse (is_tuple(Job) andalso element(3, Job) =:= Op).
 
-maybe_run(#st{job = none, queue = Q} = St) ->
+maybe_run(#st{job = none, queue = Q} = St0) ->
     case queue:out(Q) of
-        {{value, Op}, Q1} ->
-            Fun = job(Op, St),
-            %% Linked: a recorder killed takes its job along (and the
-            %% job's lttng call, see dtrace_recorder_cli).
-            Self = self(),
-            {Pid, Ref} = spawn_opt(fun() -> Self ! {job_done, self(), Fun()} end, [link, monitor]),
-            TRef = erlang:start_timer(deadline(Op, St), self(), job_deadline),
-            St#st{job = {Pid, Ref, Op, TRef}, queue = Q1};
+        {{value, Op0}, Q1} ->
+            case decide(Op0, St0#st{queue = Q1}) of
+                skip -> maybe_run(St0#st{queue = Q1});
+                {Op, St} -> run(Op, St)
+            end;
         {empty, _} ->
-            St
+            St0
     end;
 maybe_run(St) ->
     St.
+
+run(Op, St) ->
+    Fun = job(Op, St),
+    %% Linked: a recorder killed takes its job along (and the job's lttng
+    %% call, see dtrace_recorder_cli).
+    Self = self(),
+    {Pid, Ref} = spawn_opt(fun() -> Self ! {job_done, self(), Fun()} end, [link, monitor]),
+    TRef = erlang:start_timer(deadline(Op, St), self(), job_deadline),
+    St#st{job = {Pid, Ref, Op, TRef}}.
 
 %% A safety net only: each lttng call has its own timeout.
 deadline(setup, #st{ctx = #{timeout := T}, triggers = Ts}) -> (12 + 2 * length(Ts)) * T + ?READY_MS;

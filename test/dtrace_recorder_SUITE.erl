@@ -19,6 +19,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([catalogue_matches_the_nif/1, slow_request_triggers_one_snapshot/1, storm_is_rate_limited/1,
+         own_trigger_then_cluster_request/1,
          three_nodes_cluster_trigger/1, report_without_spans/1, bad_input/1, lttng_missing/1,
          lttng_hangs/1, recorder_killed_mid_run/1, unwritable_dir_and_full_disk/1,
          records_without_root/1, sessiond_stopped_mid_run/1, sessiond_hangs/1,
@@ -39,6 +40,7 @@ all() ->
 
 groups() ->
     [{root, [], [catalogue_matches_the_nif, slow_request_triggers_one_snapshot, storm_is_rate_limited,
+                 own_trigger_then_cluster_request,
                  three_nodes_cluster_trigger, report_without_spans, bad_input, lttng_missing,
                  lttng_hangs, recorder_killed_mid_run, unwritable_dir_and_full_disk]},
      {user, [], [records_without_root, sessiond_stopped_mid_run, sessiond_hangs,
@@ -252,6 +254,25 @@ storm_is_rate_limited(Config) ->
     ?assertEqual(lists:sort([filename:basename(binary_to_list(P)) || P <- lists:nthtail(2, All)]),
                  lists:sort([N || N <- list_dir(SessionDir), lists:prefix("snapshot-", N)])),
     ct:log("status ~p", [peer:call(Peer, dtrace_recorder, status, [R])]),
+    ok = peer:call(Peer, dtrace_recorder, stop, [R]),
+    ok.
+
+%% The slow request fires the node's trigger, then asks the cluster for
+%% a snapshot too: the node writes one snapshot, the trigger's.
+own_trigger_then_cluster_request(Config) ->
+    {Peer, _} = ?T:start_peer(#{}),
+    Dir = filename:join(?config(priv_dir, Config), "rec"),
+    {ok, R} = peer:call(Peer, dtrace_recorder, start,
+                        [#{dir => Dir, triggers => [{pn, 900, <<"i2 > 20000">>}], min_interval_ms => 5000}], 60000),
+    ok = peer:call(Peer, erlang, apply,
+                   [fun() -> _ = dtrace:put_tag(<<"slow-1">>),
+                             true = dtrace:pn(900, 1, 25000),
+                             dtrace_recorder:trigger_cluster(<<"slow request">>)
+                    end, []]),
+    ?T:wait_until(fun() -> length(snapshots(Peer, R)) =:= 1 end, 2000, "the trigger's snapshot"),
+    wait_polls(Peer, R, 3),
+    ?assertMatch([#{source := trigger}], snapshots(Peer, R)),
+    ?assertMatch(#{suppressed := 0}, peer:call(Peer, dtrace_recorder, status, [R])),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ok.
 
