@@ -350,7 +350,7 @@ init(#{name := Name, dir := Base, lttng := Lttng, timeout_ms := Timeout} = Conf)
     process_flag(trap_exit, true),
     Session = dtrace_recorder_opts:session_name(Name),
     ok = pg:join(?SCOPE, ?GROUP, self()),
-    St = #st{conf = Conf, session = Session, dir = filename:join(Base, Session),
+    St = #st{conf = Conf, session = Session, dir = filename:join(Base, dtrace_recorder_opts:dir_name(Name)),
              ctx = #{lttng => Lttng, timeout => Timeout}},
     _ = erlang:send_after(maps:get(check_ms, Conf), self(), check),
     {ok, enqueue(setup, St)}.
@@ -686,9 +686,9 @@ status_map(#st{} = St) ->
 
 %%% The jobs' work (in the job's process)
 
-setup(#{buffer := Buffer, events := Events, triggers := Specs} = _Conf, Ctx, Session, Dir) ->
+setup(#{buffer := Buffer, events := Events, triggers := Specs, name := Name}, Ctx, Session, Dir) ->
     Steps = [fun() -> sink() end,
-             fun() -> sweep(Ctx, Session) end,
+             fun() -> sweep(Ctx, Name) end,
              fun() -> case dtrace_recorder_store:check_writable(Dir) of
                           ok -> ok;
                           {error, Posix} -> {error, {dir, unicode:characters_to_binary(Dir), Posix}}
@@ -743,18 +743,18 @@ sink() ->
         #{lttng := {false, Why}} -> {error, {lttng_sink, Why}}
     end.
 
-%% What an earlier incarnation of this recorder left (same name), and
-%% what recorders of nodes without distribution whose OS process is gone
-%% left, is removed.
-sweep(Ctx, Session) ->
+%% What an earlier incarnation of this recorder left, and what recorders
+%% of dead nodes of this host left, is removed, by name (see
+%% dtrace_recorder_opts).
+sweep(Ctx, Recorder) ->
     case dtrace_recorder_lttng:sessions(Ctx) of
         {ok, Sessions} ->
-            Old = [S || S <- Sessions, leftover(S, Session)],
+            Old = [S || S <- Sessions, dtrace_recorder_opts:leftover(S, Recorder)],
             case destroy_all(Ctx, Old) of
                 ok ->
                     case dtrace_recorder_lttng:triggers(Ctx) of
                         {ok, Ts} ->
-                            remove_all(Ctx, [N || {N, _} <- Ts, leftover_trigger(N, Session)]);
+                            remove_all(Ctx, [N || {N, _} <- Ts, dtrace_recorder_opts:leftover(N, Recorder)]);
                         Error ->
                             Error
                     end;
@@ -763,21 +763,6 @@ sweep(Ctx, Session) ->
             end;
         Error ->
             Error
-    end.
-
-leftover(Name, Session) ->
-    binary_to_list(Name) =:= Session orelse dead_nonode(Name).
-
-leftover_trigger(Name, Session) ->
-    lists:prefix(Session ++ "-t", binary_to_list(Name)) orelse dead_nonode(Name).
-
-dead_nonode(Name) ->
-    case dtrace_recorder_opts:parse_session_name(Name) of
-        {_, "nonode_" ++ Pid, _} ->
-            Pid =/= os:getpid() andalso lists:all(fun(C) -> C >= $0 andalso C =< $9 end, Pid)
-                andalso not filelib:is_dir("/proc/" ++ Pid);
-        _ ->
-            false
     end.
 
 destroy_all(_Ctx, []) -> ok;

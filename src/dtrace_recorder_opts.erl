@@ -2,20 +2,31 @@
 %%% checked, completed with their defaults, and the names the recorder
 %%% gives its LTTng session, triggers and directory.
 %%%
-%%% Names. A recorder's session is `dtrace-rec-NODE-RECORDER', where NODE is
-%%% the node name (characters other than letters, digits and `_' turned
-%%% into `_', at most 40 of them) followed by `_' and 8 hex digits of a hash
-%%% of the full name, or `nonode_OSPID' on a node without distribution; and
-%%% RECORDER is the recorder's registered name, likewise cleaned. Its
-%%% triggers are `SESSION-tIgG' (trigger I of the options, generation G).
-%%% `-' separates the parts and appears in no part, so a name says whose it
-%%% is: a restarted recorder (or node) finds what an earlier incarnation
-%%% left behind by name alone, and nothing of anyone else's matches.
+%%% Names. A recorder's session is `dtrace-rec-NODE-RECORDER-OSPID', where
+%%% NODE is the node name (characters other than letters, digits and `_'
+%%% turned into `_', at most 40 of them) followed by `_' and 8 hex digits of
+%%% a hash of the full name, or `nonode' on a node without distribution;
+%%% RECORDER is the recorder's registered name, likewise cleaned; OSPID the
+%%% node's OS process id. Its triggers are `SESSION-tIgG' (trigger I of the
+%%% options, generation G). `-' separates the parts and appears in no part,
+%%% so a name says whose it is, and a recorder that starts removes by name:
+%%% <ul>
+%%% <li>what an earlier incarnation of itself left (same node name and
+%%%   recorder name, any OS pid: a node name is unique on a host while the
+%%%   node runs; for `nonode', the same OS pid);</li>
+%%% <li>what a recorder of a node of this host (its name ends with this
+%%%   host's name) or without distribution left when its OS process died
+%%%   (no `/proc/OSPID'): a node killed before it could stop its
+%%%   recorder.</li>
+%%% </ul>
+%%% Nothing else matches: not another tool's sessions, not a live node's,
+%%% not those of a node of another host (a container) sharing the session
+%%% daemon.
 %%% @end
 -module(dtrace_recorder_opts).
 
--export([validate/1, defaults/0, session_name/1, node_part/0, trigger_name/3,
-         parse_session_name/1, mark_label/0]).
+-export([validate/1, defaults/0, session_name/1, dir_name/1, node_part/0, trigger_name/3,
+         parse_session_name/1, leftover/2, mark_label/0]).
 
 -export_type([conf/0, trigger_spec/0]).
 
@@ -181,11 +192,11 @@ pow2(N) ->
 
 %% @doc The node part of this node's LTTng names (see the module
 %% documentation).
--spec node_part() -> string().
+-spec node_part() -> nonempty_string().
 node_part() ->
     case node() of
         nonode@nohost ->
-            "nonode_" ++ os:getpid();
+            "nonode";
         Node ->
             Full = atom_to_list(Node),
             Clean = lists:sublist(clean(Full), 40),
@@ -195,7 +206,19 @@ node_part() ->
 %% @doc The session name of recorder `Name' on this node.
 -spec session_name(Name :: atom()) -> nonempty_string().
 session_name(Name) ->
-    "dtrace-rec-" ++ node_part() ++ "-" ++ clean(atom_to_list(Name)).
+    "dtrace-rec-" ++ node_part() ++ "-" ++ clean(atom_to_list(Name)) ++ "-" ++ os:getpid().
+
+%% @doc The name of recorder `Name''s directory (under the `dir' option):
+%% the session name without the OS pid on a distributed node, so that the
+%% node's next incarnation finds its snapshots; with it on a node without
+%% distribution.
+-spec dir_name(Name :: atom()) -> nonempty_string().
+dir_name(Name) ->
+    Base = "dtrace-rec-" ++ node_part() ++ "-" ++ clean(atom_to_list(Name)),
+    case node() of
+        nonode@nohost -> Base ++ "-" ++ os:getpid();
+        _ -> Base
+    end.
 
 %% @doc The name of trigger `Index' (1, 2, ...), generation `Gen', of
 %% session `Session'.
@@ -204,18 +227,52 @@ trigger_name(Session, Index, Gen) ->
     Session ++ "-t" ++ integer_to_list(Index) ++ "g" ++ integer_to_list(Gen).
 
 %% @doc The parts of a session or trigger name of the recorder's:
-%% `{session, NodePart, Recorder}' or `{trigger, NodePart, Recorder}', or
-%% `other' for a name that is not the recorder's.
+%% `{session | trigger, NodePart, Recorder, OsPid}', or `other' for a name
+%% that is not the recorder's.
 -spec parse_session_name(Name :: binary() | string()) ->
-          {session | trigger, string(), string()} | other.
+          {session | trigger, string(), string(), string()} | other.
 parse_session_name(Name) ->
     case string:split(unicode:characters_to_list(Name), "-", all) of
-        ["dtrace", "rec", Node, Rec] when Node =/= [], Rec =/= [] ->
-            {session, Node, Rec};
-        ["dtrace", "rec", Node, Rec, [$t | _]] when Node =/= [], Rec =/= [] ->
-            {trigger, Node, Rec};
+        ["dtrace", "rec", Node, Rec, Pid] when Node =/= [], Rec =/= [], Pid =/= [] ->
+            {session, Node, Rec, Pid};
+        ["dtrace", "rec", Node, Rec, Pid, [$t | _]] when Node =/= [], Rec =/= [], Pid =/= [] ->
+            {trigger, Node, Rec, Pid};
         _ ->
             other
+    end.
+
+%% @doc Whether session or trigger `Name' is a leftover that recorder
+%% `Recorder' of this node removes when it starts (see the module
+%% documentation).
+-spec leftover(Name :: binary() | string(), Recorder :: atom()) -> boolean().
+leftover(Name, Recorder) ->
+    Mine = node_part(),
+    Me = os:getpid(),
+    case parse_session_name(Name) of
+        other ->
+            false;
+        {_, Mine, Rec, Pid} when Mine =/= "nonode" ->
+            Rec =:= clean(atom_to_list(Recorder)) orelse dead(Pid, Me);
+        {_, "nonode", Rec, Me} ->
+            Rec =:= clean(atom_to_list(Recorder));
+        {_, Node, _Rec, Pid} ->
+            (Node =:= "nonode" orelse this_host(Node)) andalso dead(Pid, Me)
+    end.
+
+dead(Pid, Me) ->
+    Pid =/= Me andalso Pid =/= [] andalso lists:all(fun(C) -> C >= $0 andalso C =< $9 end, Pid)
+        andalso not filelib:is_dir("/proc/" ++ Pid).
+
+%% NODE_HASH where NODE ends with this host's name (cleaned).
+this_host(NodePart) ->
+    case string:split(atom_to_list(node()), "@") of
+        [_, Host] ->
+            case string:split(NodePart, "_", trailing) of
+                [Clean, _Hash] -> lists:suffix("_" ++ clean(Host), Clean);
+                _ -> false
+            end;
+        _ ->
+            false
     end.
 
 clean(S) ->

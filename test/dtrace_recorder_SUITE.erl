@@ -19,7 +19,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([catalogue_matches_the_nif/1, slow_request_triggers_one_snapshot/1, storm_is_rate_limited/1,
-         own_trigger_then_cluster_request/1,
+         own_trigger_then_cluster_request/1, leftovers_of_dead_nodes/1,
          three_nodes_cluster_trigger/1, report_without_spans/1, bad_input/1, lttng_missing/1,
          lttng_hangs/1, recorder_killed_mid_run/1, unwritable_dir_and_full_disk/1,
          records_without_root/1, sessiond_stopped_mid_run/1, sessiond_hangs/1,
@@ -40,7 +40,7 @@ all() ->
 
 groups() ->
     [{root, [], [catalogue_matches_the_nif, slow_request_triggers_one_snapshot, storm_is_rate_limited,
-                 own_trigger_then_cluster_request,
+                 own_trigger_then_cluster_request, leftovers_of_dead_nodes,
                  three_nodes_cluster_trigger, report_without_spans, bad_input, lttng_missing,
                  lttng_hangs, recorder_killed_mid_run, unwritable_dir_and_full_disk]},
      {user, [], [records_without_root, sessiond_stopped_mid_run, sessiond_hangs,
@@ -210,7 +210,7 @@ slow_request_triggers_one_snapshot(Config) ->
     {ok, <<"<svg", _/binary>> = SvgText} = file:read_file(Svg),
     assert_contains(SvgText, [<<"trigger">>, <<"req-250">>]),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid)),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
     ok.
 
 %% 50 slow requests in 200 ms: one snapshot per min_interval_ms; and
@@ -276,6 +276,43 @@ own_trigger_then_cluster_request(Config) ->
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ok.
 
+%% A recorder that starts removes what recorders of dead nodes of this
+%% host (and without distribution) left, and nothing else.
+leftovers_of_dead_nodes(Config) ->
+    {Peer, Node} = ?T:start_peer(#{name => "dtrecl", cookie => "dtrace_rec_leftovers"}),
+    [_, Host] = string:split(atom_to_list(Node), "@"),
+    Dead = dead_pid(),
+    Live = os:getpid(),
+    Removed = ["dtrace-rec-ghost_" ++ Host ++ "_0badf00d-rec-" ++ Dead, "dtrace-rec-nonode-rec-" ++ Dead],
+    Kept = ["dtrace-rec-ghost_otherhost_0badf00d-rec-" ++ Dead, "dtrace-rec-nonode-rec-" ++ Live,
+            "dtrace-rec-ghost_" ++ Host ++ "_0badf00d-rec-" ++ Live],
+    Out = ?config(priv_dir, Config),
+    [{0, _} = ?T:run("lttng", ["create", S, "--snapshot", "--output=" ++ filename:join(Out, S)])
+     || S <- Removed ++ Kept],
+    Trigger = fun(S) -> {0, _} = ?T:run("lttng", ["add-trigger", "--name=" ++ S ++ "-t1g1",
+                                                  "--condition=event-rule-matches", "--type=user",
+                                                  "--name=org_erlang_dtrace:user_trace_n", "--filter=label == 1",
+                                                  "--action=snapshot-session", S]) end,
+    [Trigger(S) || S <- Removed ++ Kept],
+    try
+        {ok, R} = peer:call(Peer, dtrace_recorder, start, [#{dir => filename:join(Out, "rec")}], 60000),
+        Names = fun() -> {0, L} = ?T:run("lttng", ["list"]), {0, T} = ?T:run("lttng", ["list-triggers"]),
+                         iolist_to_binary([L, T]) end,
+        After = Names(),
+        [?assertEqual({S, nomatch}, {S, binary:match(After, list_to_binary(S))}) || S <- Removed],
+        [?assertMatch({S, {_, _}}, {S, binary:match(After, list_to_binary(S ++ " "))}) || S <- Kept],
+        [?assertMatch({S, {_, _}}, {S, binary:match(After, list_to_binary(S ++ "-t1g1"))}) || S <- Kept],
+        ok = peer:call(Peer, dtrace_recorder, stop, [R])
+    after
+        [begin ?T:run("lttng", ["destroy", S]), ?T:run("lttng", ["remove-trigger", S ++ "-t1g1"]) end
+         || S <- Kept]
+    end,
+    ok.
+
+%% An OS pid no process has.
+dead_pid() ->
+    hd([integer_to_list(P) || P <- lists:seq(4194000, 4194300), not filelib:is_dir("/proc/" ++ integer_to_list(P))]).
+
 %% Three nodes, a request crossing them with a spread tag, and
 %% trigger_cluster/1 from inside it: one snapshot on each node, each with
 %% the tag; the report shows the request's path in time order.
@@ -314,7 +351,10 @@ three_nodes_cluster_trigger(Config) ->
     Nodes = [N || Line <- Section, binary:match(Line, <<"span ">>) =/= nomatch,
                   N <- [atom_to_binary(X) || X <- [A, B, C]], binary:match(Line, N) =/= nomatch],
     ?assertEqual([atom_to_binary(X) || X <- [A, B, C]], dedup(Nodes)),
-    [ok = peer:call(P, dtrace_recorder, stop, [rec]) || {P, _} <- Peers],
+    [begin
+         ok = peer:call(P, dtrace_recorder, stop, [rec]),
+         ?assertEqual({[], []}, ?T:lttng_names(peer:call(P, os, getpid, [])))
+     end || {P, _} <- Peers],
     ok.
 
 %% A snapshot without span events (recording only the user and file
@@ -394,13 +434,13 @@ bad_input(_Config) ->
              {[{events, []}], {badopt, options, [{events, []}]}}],
     [?assertEqual({Opts, {error, Want}}, {Opts, Start(Opts)}) || {Opts, Want} <- Cases],
     %% The filters LTTng refused went as far as lttng: nothing is left.
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid)),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
     %% No recorder either, and a good start still works afterwards.
     ?assertEqual([dtrace_recorder_pg], [Id || {Id, _, _, _} <- peer:call(Peer, supervisor, which_children,
                                                                         [dtrace_recorder_sup])]),
     {ok, R} = Start(#{dir => "/tmp/dtrace-rec-test-" ++ OsPid}),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid)),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
     ok = file:del_dir_r("/tmp/dtrace-rec-test-" ++ OsPid),
     ok.
 
@@ -471,7 +511,7 @@ recorder_killed_mid_run(Config) ->
                   20000, "the restarted recorder recording"),
     #{triggers := [New]} = peer:call(Peer, dtrace_recorder, status, [R]),
     ?assertNotEqual(Old, New),
-    ?assertEqual({[Session], [New]}, ?T:lttng_names("nonode_" ++ OsPid)),
+    ?assertEqual({[Session], [New]}, ?T:lttng_names(OsPid)),
     %% The node and its probes went on.
     true = peer:call(Peer, erlang, is_process_alive, [peer:call(Peer, erlang, whereis, [busy])]),
     %% The earlier snapshot is still listed; a new one works.
@@ -480,7 +520,7 @@ recorder_killed_mid_run(Config) ->
     ?T:wait_until(fun() -> length(snapshots(Peer, R)) =:= 2 end, 2000, "a snapshot after the restart"),
     ?assert(peer:call(Peer, ?T, spin_until_stopped, [busy]) > 0),
     ok = peer:call(Peer, dtrace_recorder, stop, [Pid2]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid)),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
     ok.
 
 %% The snapshot directory read-only, then a full disk: errors, no partial
@@ -524,7 +564,7 @@ unwritable_dir_and_full_disk(Config) ->
     {ok, _} = trigger(Peer, R, <<"room again">>),
     ?assert(peer:call(Peer, ?T, spin_until_stopped, [busy]) > 0),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid)),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
     ok.
 
 %%--------------------------------------------------------------------
@@ -550,9 +590,9 @@ records_without_root(Config) ->
     Events = ?T:read_trace(binary_to_list(Path)),
     ?assert(length([T || <<"req-", _/binary>> = T <- ?T:tags_in(Events)]) >= 50),
     assert_contains(report([Path], #{}), [<<"pn(900) when i2 > 20000">>, <<"label=900 i1=1 i2=25000">>]),
-    ?assertMatch({[_], [_]}, ?T:lttng_names("nonode_" ++ OsPid, ?config(as_user, Config))),
+    ?assertMatch({[_], [_]}, ?T:lttng_names(OsPid, ?config(as_user, Config))),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid, ?config(as_user, Config))),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid, ?config(as_user, Config))),
     ok.
 
 %% The session daemon stops while the recorder runs: the recorder says so,
@@ -580,9 +620,9 @@ sessiond_stopped_mid_run(Config) ->
                   30000, "the recorder recording again"),
     {ok, _} = trigger(Peer, R, <<"daemon back">>),
     ?assert(peer:call(Peer, ?T, spin_until_stopped, [busy]) > 0),
-    ?assertMatch({[_], [_]}, ?T:lttng_names("nonode_" ++ OsPid, ?config(as_user, Config))),
+    ?assertMatch({[_], [_]}, ?T:lttng_names(OsPid, ?config(as_user, Config))),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid, ?config(as_user, Config))),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid, ?config(as_user, Config))),
     ok.
 
 %% The session daemon hangs (SIGSTOP): lttng calls time out and are
@@ -626,7 +666,7 @@ sessiond_hangs(Config) ->
                   end, 30000, "the recorder recording again"),
     ?assert(peer:call(Peer, ?T, spin_until_stopped, [busy]) > 0),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid, ?config(as_user, Config))),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid, ?config(as_user, Config))),
     ok.
 
 %% A directory the user cannot write: an error, then fine again.
@@ -650,7 +690,7 @@ unwritable_dir_as_user(Config) ->
     true = peer:call(Peer, dtrace, pn, [900, 2, 2]),
     ?T:wait_until(fun() -> length(snapshots(Peer, R)) =:= 2 end, 3000, "a trigger snapshot, writable again"),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
-    ?assertEqual({[], []}, ?T:lttng_names("nonode_" ++ OsPid, ?config(as_user, Config))),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid, ?config(as_user, Config))),
     ok.
 
 %%--------------------------------------------------------------------

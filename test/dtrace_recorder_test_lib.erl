@@ -163,13 +163,13 @@ read_trace(Path) ->
 tags_in(Events) ->
     lists:usort([T || {_, #{<<"user_tag">> := T}} <- Events, T =/= <<"(null)">>]).
 
-%% The recorder's sessions and triggers the session daemon has whose names
-%% contain Part: {Sessions, Triggers}. Run as root, or through Setpriv
-%% args (as_user/2) for a user's daemon.
-lttng_names(Part) ->
-    lttng_names(Part, []).
+%% The recorder's sessions and triggers the session daemon has for the
+%% node of OS process OsPid: {Sessions, Triggers}. Run as root, or
+%% through Setpriv args (as_user/2) for a user's daemon.
+lttng_names(OsPid) ->
+    lttng_names(OsPid, []).
 
-lttng_names(Part, Prefix) ->
+lttng_names(OsPid, Prefix) ->
     {Exe, Pre} = case Prefix of
                      [] -> {"lttng", []};
                      _ -> {os:find_executable("setpriv"), Prefix ++ [os:find_executable("lttng")]}
@@ -180,9 +180,15 @@ lttng_names(Part, Prefix) ->
                     Xml = iolist_to_binary(Lines),
                     [N || P <- tl(binary:split(Xml, Tag, [global])),
                           [N | _] <- [binary:split(P, <<"</name>">>)],
-                          binary:match(N, list_to_binary(Part)) =/= nomatch]
+                          pid_of(N) =:= OsPid]
             end,
     {Names(S, <<"<session><name>">>), Names(T, <<"<trigger><name>">>)}.
+
+pid_of(Name) ->
+    case dtrace_recorder_opts:parse_session_name(Name) of
+        {_, _, _, Pid} -> Pid;
+        other -> none
+    end.
 
 %%% babeltrace2's text output (as dtrace_lttng_lib reads it)
 %%% [08:21:32.630255804] (+0.000009680) host provider:event: { cpu_id = 1 }, { vpid = 12 }, { f1 = 1, f2 = "x" }
