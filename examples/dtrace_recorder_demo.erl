@@ -4,16 +4,16 @@
 %%%
 %%% - Node `front' runs the store's workers: gets and puts, each a span
 %%%   (dtrace:span_begin/span_end) under a user tag naming the request
-%%%   ("put user:1234").
+%%%   ("put user:1234 #5678": the key and a request number).
 %%% - Node `disk' runs the store's log writer. A put sends its record there
 %%%   with its tag spreading, so the writer's file I/O (through
 %%%   dtrace_file) carries the put's tag. Every ~400th append the writer
-%%%   "merges" the log: it rewrites an 8 MB file and syncs it, and the put
+%%%   "merges" the log: it rewrites a 16 MB file and syncs it, and the put
 %%%   waiting on it is slow.
 %%%
-%%% The front node's recorder has a trigger on the put spans over 20 ms
+%%% The front node's recorder has a trigger on the put spans over 10 ms
 %%% (`org_erlang_dtrace:span_end' with `kind == "put" && duration_ns >
-%%% 20000000'): LTTng takes the front node's snapshot itself, from inside
+%%% 10000000'): LTTng takes the front node's snapshot itself, from inside
 %%% the process, with no Erlang code on the path. The put that saw itself
 %%% slow also calls dtrace_recorder:trigger_cluster/1, so that the disk node
 %%% (where the time went) takes its own. The report merges the two by time:
@@ -24,7 +24,7 @@
 -export([run/2, writer_node/1, stop_writer/0]).
 
 -define(WORKERS, 4).
--define(SLOW_NS, 20000000).
+-define(SLOW_NS, 10000000).
 
 %% Runs the demo for Seconds with the recorders writing under Dir; prints
 %% what it does, then the report.
@@ -40,9 +40,9 @@ run(Seconds, Dir) ->
     ok = peer:call(Peer, ?MODULE, writer_node, [Opts]),
     true = net_kernel:connect_node(Disk),
     {ok, Front} = dtrace_recorder:start(Opts#{triggers => [{event, <<"org_erlang_dtrace:span_end">>,
-                                                            <<"kind == \"put\" && duration_ns > 20000000">>}]}),
+                                                            <<"kind == \"put\" && duration_ns > 10000000">>}]}),
     wait_members(2),
-    say("front node ~s: recorder ~p, trigger: put spans over 20 ms", [node(), Front]),
+    say("front node ~s: recorder ~p, trigger: put spans over 10 ms", [node(), Front]),
     say("disk node  ~s: the log writer, recorder without triggers", [Disk]),
     say("both record org_erlang_dtrace:* (spans, user probes, file I/O) in 8 x 1 MiB per CPU"),
     say("running the workload for ~b s; nobody is watching...", [Seconds]),
@@ -53,20 +53,26 @@ run(Seconds, Dir) ->
                || _ <- lists:seq(1, ?WORKERS)],
     {Ops, Slow} = lists:foldl(fun(W, {O, S}) -> receive {W, {O1, S1}} -> {O + O1, S + S1} end end,
                               {0, 0}, Workers),
-    say("~b operations, ~b puts over 20 ms", [Ops, Slow]),
+    say("~b operations, ~b puts over 10 ms", [Ops, Slow]),
+    [say("~s: ~p", [N, maps:with([snapshots, suppressed, failed], S)])
+     || {N, S} <- [{node(), dtrace_recorder:status(Front)},
+                   {Disk, peer:call(Peer, dtrace_recorder, status, [dtrace_recorder])}]],
     FrontSnaps = wait_snapshots(fun() -> dtrace_recorder:snapshots(Front) end),
     DiskSnaps = wait_snapshots(fun() -> peer:call(Peer, dtrace_recorder, snapshots, [dtrace_recorder]) end),
     say("snapshots on disk (at most one per 5 s, at most 3 kept per node):"),
     [say("  ~s ~-7s ~6b KiB  ~s  (~s)", [N, S, B div 1024, P, R])
      || #{node := N, source := S, bytes := B, path := P, reason := R} <- FrontSnaps ++ DiskSnaps],
     case {FrontSnaps, DiskSnaps} of
-        {[First | _], [_ | _]} ->
-            %% The disk node's snapshot nearest in time to the front's first.
-            #{time := T} = First,
+        {[_ | _], [_ | _]} ->
+            %% The front node's latest (the most history before it) and the
+            %% disk node's snapshot nearest to it in time.
+            #{time := T} = Last = lists:last(FrontSnaps),
             [Pair | _] = lists:sort(fun(#{time := A}, #{time := B}) -> abs(A - T) =< abs(B - T) end, DiskSnaps),
-            say("~nThe report of the front node's first snapshot and the disk node's of the same moment,~n"
-                "dtrace_recorder:report([Front, Disk], #{tags => 3, top => 8}):~n"),
-            case dtrace_recorder:report([First, Pair], #{tags => 3, top => 8, max_lines => 30}) of
+            Svg = filename:join(filename:dirname(Dir), "timeline.svg"),
+            say("~nThe report of the front node's latest snapshot and the disk node's of the same moment:~n"
+                "dtrace_recorder:report([FrontSnapshot, DiskSnapshot], #{tags => 3, top => 8, svg => ~p})~n",
+                [Svg]),
+            case dtrace_recorder:report([Last, Pair], #{tags => 3, top => 8, max_lines => 30, svg => Svg}) of
                 {error, Why} -> say("report failed: ~p", [Why]);
                 Text -> io:put_chars(Text)
             end;
@@ -95,7 +101,9 @@ worker(Table, Log, Deadline, Ops, Slow) ->
         false ->
             Key = rand:uniform(5000),
             Kind = case rand:uniform(10) of 1 -> put; 2 -> put; _ -> get end,
-            _ = dtrace:put_tag([atom_to_list(Kind), " user:", integer_to_list(Key)]),
+            %% The tag names the request: the key and a request number.
+            _ = dtrace:put_tag([atom_to_list(Kind), " user:", integer_to_list(Key), " #",
+                                integer_to_list(erlang:unique_integer([positive]))]),
             T0 = erlang:monotonic_time(nanosecond),
             Span = dtrace:span_begin(Kind),
             operation(Kind, Table, Log, Key),
@@ -123,7 +131,7 @@ operation(put, Table, Log, Key) ->
 
 log_writer(Dir) ->
     {ok, Fd} = dtrace_file:open(filename:join(Dir, "log"), [append, raw, binary]),
-    log_loop(Dir, Fd, crypto:strong_rand_bytes(8 bsl 20)).
+    log_loop(Dir, Fd, crypto:strong_rand_bytes(16 bsl 20)).
 
 log_loop(Dir, Fd, Merged) ->
     receive

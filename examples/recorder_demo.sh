@@ -3,9 +3,9 @@
 # nobody watching (examples/dtrace_recorder_demo.erl; docs/recorder.md).
 #
 # Two nodes run the demo's key-value store: the workers on a "front" node,
-# the log writer (with its occasional 8 MB merge and fdatasync) on a "disk"
+# the log writer (with its occasional 16 MB merge and fdatasync) on a "disk"
 # node. Each has a flight recorder: an LTTng snapshot session keeping its
-# node's last events in memory. A put over 20 ms fires the front node's
+# node's last events in memory. A put over 10 ms fires the front node's
 # trigger (LTTng writes the snapshot, no Erlang code involved), and the
 # put asks the cluster for a snapshot too (dtrace_recorder:trigger_cluster/1),
 # so the disk node writes its own. The report merges both: the slow put's
@@ -37,11 +37,15 @@ erlc -o "$work" examples/dtrace_recorder_demo.erl
 
 echo "== The flight recorder on two nodes, ${run_s} s of a key-value workload"
 echo "   dtrace_recorder:start(#{triggers => [{event, <<\"org_erlang_dtrace:span_end\">>,"
-echo "                                          <<\"kind == \\\"put\\\" && duration_ns > 20000000\">>}],"
+echo "                                          <<\"kind == \\\"put\\\" && duration_ns > 10000000\">>}],"
 echo "                           buffer => {8, 1 bsl 20}, min_interval_ms => 5000, max_snapshots => 3})"
 echo
+out=${DEMO_OUT:-${TMPDIR:-/tmp}/dtrace-recorder-demo}
+rm -rf "$out"; mkdir -p "$out"
 erl -noshell -sname "dtrace_recdemo_$$" -pa "$ebin" -pa "$work" \
-    -eval "dtrace_recorder_demo:run($run_s, \"$work/recorder\"), halt()."
+    -eval "dtrace_recorder_demo:run($run_s, \"$out/recorder\"), halt()."
 echo
-echo "   (the SVG timeline above is removed with the demo's directory; run"
-echo "    dtrace_recorder:report/2 with #{svg => \"FILE.svg\"} to keep one)"
+echo "   Open $out/timeline.svg in a browser: a lane per node and process, the spans and"
+echo "   file operations as bars by tag, the trigger in red. The snapshots stay in $out/recorder"
+echo "   (DEMO_OUT=DIR to put them elsewhere); the report script reads them again:"
+echo "   /usr/bin/python3 priv/dtrace-recorder-report --tags 5 $out/recorder/*/t*-*"

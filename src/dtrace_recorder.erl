@@ -85,7 +85,7 @@
 -define(POLL_MS, 250).
 -define(READY_MS, 5000).
 -define(REASON_MAX, 1000).
--define(TRIGGER_GRACE_MS, 100).
+-define(TRIGGER_GRACE_MS, 300).
 
 -record(st, {conf :: dtrace_recorder_opts:conf(),
              session :: string(),
@@ -103,6 +103,8 @@
              triggers = [] :: [map()],
              rearm = undefined :: undefined | reference(),
              poll = undefined :: undefined | reference(),
+             armed = true :: boolean(),
+             stamp = "0" :: string(),
              suppressed = 0 :: non_neg_integer(),
              polls = 0 :: non_neg_integer(),
              failed = 0 :: non_neg_integer()}).
@@ -435,7 +437,8 @@ terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session}) ->
 %% later: a request that comes from the slow work a trigger just fired on
 %% (trigger_cluster/1 called by the slow request itself) then finds the
 %% trigger's snapshot being written (LTTng starts it within a millisecond
-%% here, 70 ms the first time), and is within the interval of it.
+%% here, 70 ms the first time, later under load), and is within the
+%% interval of it.
 request_snapshot(Info, From, #st{phase = running, triggers = [_ | _]} = St) ->
     _ = erlang:send_after(?TRIGGER_GRACE_MS, self(), {snapshot_request, Info, From}),
     St;
@@ -501,9 +504,9 @@ deadline(_, #st{ctx = #{timeout := T}}) -> 8 * T + 5000.
 
 job(setup, #st{conf = Conf, ctx = Ctx, session = Session, dir = Dir}) ->
     fun() -> setup(Conf, Ctx, Session, Dir) end;
-job({snapshot, Info, _From, _Prev}, #st{ctx = Ctx, session = Session, dir = Dir} = St) ->
+job({snapshot, Info, _From, _Prev}, #st{ctx = Ctx, session = Session, dir = Dir, stamp = Stamp} = St) ->
     Meta = meta(Info, St),
-    fun() -> take_snapshot(Ctx, Session, Dir, Info, Meta) end;
+    fun() -> take_snapshot(Ctx, Session, {Dir, Stamp}, Info, Meta) end;
 job(poll, #st{dir = Dir}) ->
     fun() -> [{N, dtrace_recorder_store:dir_info(P)} || #{name := N, kind := trigger, path := P}
                                                             <- dtrace_recorder_store:scan(Dir)] end;
@@ -519,12 +522,15 @@ job({delete, Paths}, _St) ->
     fun() -> [dtrace_recorder_store:delete(P) || P <- Paths] end;
 job(check, #st{ctx = Ctx, session = Session, triggers = Triggers}) ->
     fun() -> check(Ctx, Session, Triggers) end;
-job(rearm, #st{ctx = Ctx, session = Session, triggers = Triggers}) ->
-    fun() -> rearm(Ctx, Session, Triggers) end.
+job(rearm, #st{ctx = Ctx, session = Session, triggers = Triggers, armed = Armed}) ->
+    fun() -> rearm(Ctx, Session, Triggers, Armed) end;
+job(disarm, #st{ctx = Ctx, triggers = Triggers}) ->
+    fun() -> remove_all(Ctx, [N || #{name := N} <- Triggers]) end.
 
-job_done(setup, {ok, #{triggers := Triggers, found := Found}}, St) ->
+job_done(setup, {ok, #{triggers := Triggers, found := Found, stamp := Stamp}}, St) ->
     [gen_server:reply(W, ok) || W <- St#st.waiters],
-    St1 = St#st{phase = running, error = none, waiters = [], triggers = Triggers, seen = #{}},
+    St1 = St#st{phase = running, error = none, waiters = [], triggers = Triggers, seen = #{}, armed = true,
+                stamp = Stamp},
     Known = [P || #{path := P} <- St#st.snaps],
     keep([S || #{path := P} = S <- Found, not lists:member(P, Known)], schedule_poll(St1));
 job_done(setup, {error, Why}, St) ->
@@ -533,9 +539,15 @@ job_done(setup, {error, Why}, St) ->
         logger:warning("dtrace_recorder ~p: not recording: ~p; trying again in ~b ms",
                        [maps:get(name, St#st.conf), Why, maps:get(check_ms, St#st.conf)]),
     St#st{phase = degraded, error = Why, waiters = []};
-job_done({snapshot, _Info, From, _Prev}, {ok, Snap}, St) ->
+job_done({snapshot, _Info, From, _Prev}, {ok, Snap}, #st{triggers = Ts, conf = #{min_interval_ms := Min}} = St) ->
     reply(From, {ok, Snap}),
-    keep([Snap], St);
+    %% The triggers rest until the interval is over: one firing now would
+    %% write a snapshot only to have it deleted.
+    St1 = case Ts =/= [] andalso Min > 0 andalso St#st.armed of
+              true -> schedule_rearm(erlang:monotonic_time(millisecond) + Min, enqueue(disarm, St));
+              false -> St
+          end,
+    keep([Snap], St1);
 job_done({snapshot, _Info, From, Prev}, {error, Why}, St) ->
     reply(From, {error, Why}),
     logger:warning("dtrace_recorder ~p: snapshot failed: ~p", [maps:get(name, St#st.conf), Why]),
@@ -551,7 +563,12 @@ job_done({adopt, Name, _}, {error, Why}, St) ->
 job_done(check, {ok, Check}, St) ->
     checked(Check, St);
 job_done(rearm, {ok, Triggers}, St) ->
-    St#st{triggers = Triggers};
+    St#st{triggers = Triggers, armed = true};
+job_done(disarm, ok, St) ->
+    St#st{armed = false};
+job_done(disarm, {error, _} = Error, St) ->
+    %% Those still there fire once at most, as before.
+    job_done(rearm, Error, St);
 job_done(Op, {error, Why}, St) when Op =:= check; Op =:= rearm ->
     logger:warning("dtrace_recorder ~p: ~p failed: ~p", [maps:get(name, St#st.conf), Op, Why]),
     St#st{phase = degraded, error = Why};
@@ -624,7 +641,8 @@ checked(#{session := active, triggers := Triggers}, #st{triggers = Ours} = St) -
     %% snapshot on disk to tell: re-arm it after the interval.
     Failed = [N || #{name := N, failures := F0} <- Ours,
                    {_, F} <- [lists:keyfind(list_to_binary(N), 1, Triggers)], F > F0],
-    Missing = [N || #{name := N} <- Ours, not lists:keymember(list_to_binary(N), 1, Triggers)],
+    %% (Disarmed on purpose after a snapshot asked for: none is missing.)
+    Missing = [N || St#st.armed, #{name := N} <- Ours, not lists:keymember(list_to_binary(N), 1, Triggers)],
     case {Failed, Missing} of
         {[], []} ->
             St;
@@ -699,13 +717,15 @@ setup(#{buffer := Buffer, events := Events, triggers := Specs, name := Name}, Ct
             Pid = os:getpid(),
             Triggers = [trigger_state(Session, I, 1, Spec, Pid)
                         || {I, Spec} <- lists:zip(lists:seq(1, length(Specs)), Specs)],
-            case dtrace_recorder_lttng:create(Ctx, Session, Dir, Buffer, rules(Events, Triggers, Pid)) of
+            Stamp = integer_to_list(erlang:system_time(millisecond)),
+            case dtrace_recorder_lttng:create(Ctx, Session, {Dir, "t" ++ Stamp}, Buffer,
+                                              rules(Events, Triggers, Pid)) of
                 ok ->
                     case arm(Ctx, Session, Triggers, []) of
                         {ok, Armed} ->
                             case wait_recording() of
                                 ok ->
-                                    {ok, #{triggers => Armed, found => found(Dir)}};
+                                    {ok, #{triggers => Armed, found => found(Dir), stamp => Stamp}};
                                 Error ->
                                     _ = cleanup(Ctx, Session),
                                     Error
@@ -828,13 +848,13 @@ arm(Ctx, Session, [#{name := Name, event := Event, lttng_filter := F} = T | Rest
     end.
 
 %% Each trigger again, as a new generation, added before the old one is
-%% removed: no moment without it.
-rearm(Ctx, Session, Triggers) ->
+%% removed (unless disarmed): no moment without it.
+rearm(Ctx, Session, Triggers, WereArmed) ->
     Pid = os:getpid(),
     New = [trigger_state(Session, I, G + 1, Spec, Pid) || #{index := I, gen := G, spec := Spec} <- Triggers],
     case arm(Ctx, Session, New, []) of
         {ok, Armed} ->
-            _ = remove_all(Ctx, [N || #{name := N} <- Triggers]),
+            _ = WereArmed andalso remove_all(Ctx, [N || #{name := N} <- Triggers]),
             {ok, Armed};
         {error, Why, Armed} ->
             _ = remove_all(Ctx, [N || #{name := N} <- Armed]),
@@ -882,7 +902,7 @@ found_snapshot(Path, M) ->
       node => binary_to_atom(maps:get(<<"node">>, M, atom_to_binary(node()))),
       bytes => element(1, dtrace_recorder_store:dir_info(Path))}.
 
-take_snapshot(Ctx, Session, Dir, Info, Meta0) ->
+take_snapshot(Ctx, Session, {Dir, Stamp}, Info, Meta0) ->
     Id = erlang:unique_integer([positive]),
     Meta = case Info of
                #{mark_node := N, mark_id := MarkId} when N =:= node() ->
@@ -895,7 +915,7 @@ take_snapshot(Ctx, Session, Dir, Info, Meta0) ->
                                  maps:get(reason, Info), atom_to_binary(maps:get(origin, Info))),
                    Meta0#{mark_id => Id}
            end,
-    Prefix = "m" ++ integer_to_list(Id),
+    Prefix = "m" ++ Stamp ++ "n" ++ integer_to_list(Id),
     case dtrace_recorder_lttng:snapshot(Ctx, Session, Prefix) of
         ok ->
             case dtrace_recorder_store:find_manual(Dir, Prefix) of

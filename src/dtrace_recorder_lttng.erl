@@ -285,20 +285,22 @@ unescape(B) ->
                  {<<"&apos;">>, <<"'">>}, {<<"&amp;">>, <<"&">>}]).
 
 %% @doc Creates snapshot-mode session `Name' writing its snapshots under
-%% `Dir', with one user-space channel of `{SubBuffers, Bytes}' per CPU
-%% (per-user buffers, overwrite mode), the `vpid' context, and one event
-%% rule per `{Patterns, Filter}' of `Rules' (patterns joined with commas);
-%% then starts it. On any failure the session is destroyed again.
--spec create(Ctx, Name, Dir, Buffer, Rules) -> ok | {error, error_reason()} when
+%% `Dir' as `OutName-DATE-TIME-N' (the snapshot output's name), with one
+%% user-space channel of `{SubBuffers, Bytes}' per CPU (per-user buffers,
+%% overwrite mode), the `vpid' context, and one event rule per `{Patterns,
+%% Filter}' of `Rules' (patterns joined with commas); then starts it. On
+%% any failure the session is destroyed again.
+-spec create(Ctx, Name, {Dir, OutName}, Buffer, Rules) -> ok | {error, error_reason()} when
       Ctx :: ctx(),
       Name :: string(),
       Dir :: file:filename(),
+      OutName :: string(),
       Buffer :: {pos_integer(), pos_integer()},
       Rules :: [{[binary()], binary()}].
-create(Ctx, Name, Dir, {N, Size}, Rules) ->
-    case cmd(Ctx, ["create", Name, "--snapshot", "--output=" ++ Dir]) of
+create(Ctx, Name, {Dir, OutName}, {N, Size}, Rules) ->
+    case cmd(Ctx, ["create", Name, "--snapshot", "--no-output"]) of
         {ok, _} ->
-            Steps = [["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ integer_to_list(Size),
+            Steps = [["snapshot", "add-output", "-s", Name, "--name=" ++ OutName, "file://" ++ Dir],["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ integer_to_list(Size),
                       "--num-subbuf=" ++ integer_to_list(N), "--overwrite", "--buffers-uid", ?CHANNEL],
                      ["add-context", "-u", "-s", Name, "-c", ?CHANNEL, "-t", "vpid"]]
                 ++ [["enable-event", "-u", "-s", Name, "-c", ?CHANNEL,

@@ -2,9 +2,12 @@
 %%%
 %%% A recorder writes into a directory of its own, `DIR/SESSION' (see
 %%% {@link dtrace_recorder_opts}). LTTng writes each snapshot there as a
-%%% directory: `mID-DATE-TIME-N' for one the recorder asked for
-%%% (`lttng snapshot record --name=mID'), `snapshot-1-DATE-TIME-N' for one a
-%%% trigger took. Next to LTTng's files the recorder writes
+%%% directory: `mSTAMPnID-DATE-TIME-N' for one the recorder asked for
+%%% (`lttng snapshot record --name=mSTAMPnID'), `tSTAMP-DATE-TIME-N' for one
+%%% a trigger took (the session's snapshot output, named when the session
+%%% was created: STAMP, the creation time in ms, keeps the names of two
+%%% incarnations of the session apart, as LTTng's counter N starts at 0
+%%% again). Next to LTTng's files the recorder writes
 %%% `dtrace-recorder.json', the snapshot's sidecar: the node, the reason,
 %%% the time, and what triggered it, for {@link dtrace_recorder:report/1}
 %%% (and for a person: it is plain JSON, read by the report script too).
@@ -35,10 +38,10 @@ scan(Dir) ->
             []
     end.
 
-kind("snapshot-" ++ _) -> trigger;
-kind([$m, D | _] = Name) when D >= $0, D =< $9 ->
+kind([K, D | _] = Name) when (K =:= $m orelse K =:= $t), D >= $0, D =< $9 ->
     case string:split(Name, "-") of
-        [_, _] -> manual;
+        [_, _] when K =:= $m -> manual;
+        [_, _] -> trigger;
         _ -> other
     end;
 kind(_) -> other.

@@ -188,7 +188,7 @@ slow_request_triggers_one_snapshot(Config) ->
     #{path := Path, source := trigger} = Snap,
     SessionDir = filename:dirname(binary_to_list(Path)),
     ?assertEqual([filename:basename(binary_to_list(Path))],
-                 [N || N <- list_dir(SessionDir), lists:prefix("snapshot-", N) orelse lists:prefix("m", N)]),
+                 [N || #{name := N} <- dtrace_recorder_store:scan(SessionDir)]),
     %% What the snapshot holds, read with babeltrace2's CLI.
     Events = ?T:read_trace(binary_to_list(Path)),
     Tagged = fun(Name, Tag) -> [F || {E, #{<<"user_tag">> := T} = F} <- Events,
@@ -252,7 +252,7 @@ storm_is_rate_limited(Config) ->
     ?assert(B - A >= 1000),
     SessionDir = filename:dirname(binary_to_list(hd(All))),
     ?assertEqual(lists:sort([filename:basename(binary_to_list(P)) || P <- lists:nthtail(2, All)]),
-                 lists:sort([N || N <- list_dir(SessionDir), lists:prefix("snapshot-", N)])),
+                 lists:sort([N || #{name := N, kind := trigger} <- dtrace_recorder_store:scan(SessionDir)])),
     ct:log("status ~p", [peer:call(Peer, dtrace_recorder, status, [R])]),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ok.
