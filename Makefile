@@ -5,7 +5,7 @@ REBAR3 ?= rebar3
 CARGO  ?= cargo
 MIX    ?= mix
 
-.PHONY: all deps build nif test demo bench soak clean readme-probes check-aarch64
+.PHONY: all deps build nif test demo demo-recorder bench soak clean readme-probes check-aarch64
 
 all: build
 
@@ -33,6 +33,12 @@ demo: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh examples/demo.sh
+
+# The flight recorder (docs/recorder.md): two nodes, a slow put caught by
+# an LTTng snapshot with nobody watching, the merged report (~40 s).
+demo-recorder: deps
+	$(REBAR3) compile
+	sh examples/recorder_demo.sh
 
 bench: deps
 	@scripts/tracefs.sh
