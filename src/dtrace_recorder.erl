@@ -30,9 +30,17 @@
 %%% Disk: at most `max_snapshots' snapshots (default 10), each at most the
 %%% buffers' size plus a few KiB of metadata; the oldest are deleted. At
 %%% most one snapshot per `min_interval_ms' (default 60000), whatever asks
-%%% for it: a trigger fires once, then is re-armed when the interval is
-%%% over, and a snapshot that still comes within it (two triggers at once)
-%%% is deleted; {@link trigger/3} gets `{error, {rate_limited, Ms}}'.
+%%% for it: a trigger fires once (LTTng rate policy `once-after:1'), then
+%%% is re-armed when the interval is over; after a snapshot asked for, the
+%%% triggers are removed until it is over; a snapshot that still comes
+%%% within it (two triggers firing at once) is deleted and counted as
+%%% `suppressed'; {@link trigger/3} gets `{error, {rate_limited, Ms}}'.
+%%% While triggers are armed, a snapshot asked for waits 300 ms and looks
+%%% at the disk first: when the slow request that fired a trigger also
+%%% calls {@link trigger_cluster/1}, its node keeps the trigger's snapshot
+%%% and takes no second one. The recorder itself costs a directory listing
+%%% every 250 ms while triggers are armed, and one `lttng' call (about 3 ms)
+%%% every `check_ms'.
 %%%
 %%% == Failing safely ==
 %%% Every `lttng' call runs in a process of its own with a timeout
@@ -423,12 +431,14 @@ handle_info(_Msg, St) ->
 %% @private
 %% Crash or stop: the session and triggers go. When lttng does not
 %% answer, what is left is removed by name by the next incarnation.
-terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session}) ->
+terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session} = St) ->
     case Job of
         {Pid, _, _, _} -> exit(Pid, kill);
         none -> ok
     end,
     _ = cleanup(Ctx, Session),
+    %% Snapshots stay; an empty directory goes.
+    _ = file:del_dir(St#st.dir),
     ok.
 
 %%% Snapshots asked for
@@ -534,6 +544,8 @@ job_done(setup, {ok, #{triggers := Triggers, found := Found, stamp := Stamp}}, S
     Known = [P || #{path := P} <- St#st.snaps],
     keep([S || #{path := P} = S <- Found, not lists:member(P, Known)], schedule_poll(St1));
 job_done(setup, {error, Why}, St) ->
+    %% The recorder's directory, if it made it and nothing is in it.
+    _ = St#st.snaps =:= [] andalso file:del_dir(St#st.dir),
     [gen_server:reply(W, {error, Why}) || W <- St#st.waiters],
     St#st.waiters =:= [] andalso
         logger:warning("dtrace_recorder ~p: not recording: ~p; trying again in ~b ms",

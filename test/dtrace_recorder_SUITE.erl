@@ -401,10 +401,13 @@ report_without_spans(Config) ->
     ok.
 
 %% Bad options: {badopt, Key, Value}, and nothing created.
-bad_input(_Config) ->
+bad_input(Config) ->
     {Peer, _} = ?T:start_peer(#{}),
     OsPid = peer:call(Peer, os, getpid, []),
-    Start = fun(Opts) -> peer:call(Peer, dtrace_recorder, start, [Opts], 60000) end,
+    Dir = filename:join(?config(priv_dir, Config), "rec_bad_input"),
+    Start = fun(Opts) when is_map(Opts) -> peer:call(Peer, dtrace_recorder, start, [maps:merge(#{dir => Dir}, Opts)], 60000);
+               (Opts) -> peer:call(Peer, dtrace_recorder, start, [Opts], 60000)
+            end,
     Cases = [{#{triggers => [{pn, 900, <<"i2 >>> 3">>}]}, {badopt, triggers, {pn, 900, <<"i2 >>> 3">>}}},
              {#{triggers => [{pn, 900, <<"(i2 > 3">>}]}, {badopt, triggers, {pn, 900, <<"(i2 > 3">>}}},
              {#{triggers => [{pn, 900, <<"nosuchfield > 3">>}]}, {badopt, triggers, {pn, 900, <<"nosuchfield > 3">>}}},
@@ -438,21 +441,24 @@ bad_input(_Config) ->
     %% No recorder either, and a good start still works afterwards.
     ?assertEqual([dtrace_recorder_pg], [Id || {Id, _, _, _} <- peer:call(Peer, supervisor, which_children,
                                                                         [dtrace_recorder_sup])]),
-    {ok, R} = Start(#{dir => "/tmp/dtrace-rec-test-" ++ OsPid}),
+    %% A refused filter got as far as lttng, and the recorder's directory
+    %% was made: it went again, empty.
+    ?assertEqual([], list_dir(Dir)),
+    {ok, R} = Start(#{}),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
-    ok = file:del_dir_r("/tmp/dtrace-rec-test-" ++ OsPid),
+    ?assertEqual([], list_dir(Dir)),
     ok.
 
 %% No lttng: a clear error naming the fix, and the probes go on.
 lttng_missing(_Config) ->
     {Peer, _} = ?T:start_peer(#{}),
     {error, {lttng_missing, Hint}} = peer:call(Peer, dtrace_recorder, start,
-                                               [#{lttng => "/nonexistent/lttng"}], 60000),
+                                               [#{lttng => "/nonexistent/lttng", dir => "/nonexistent"}], 60000),
     assert_contains(Hint, [<<"lttng-tools">>]),
     Path = peer:call(Peer, os, getenv, ["PATH"]),
     true = peer:call(Peer, os, putenv, ["PATH", "/nonexistent"]),
-    ?assertMatch({error, {lttng_missing, _}}, peer:call(Peer, dtrace_recorder, start, [#{}], 60000)),
+    ?assertMatch({error, {lttng_missing, _}}, peer:call(Peer, dtrace_recorder, start, [#{dir => "/nonexistent"}], 60000)),
     true = peer:call(Peer, os, putenv, ["PATH", Path]),
     ?assertEqual(false, peer:call(Peer, dtrace, p, [1, 2, "still", "here"])),
     ok.
@@ -467,7 +473,7 @@ lttng_hangs(Config) ->
     ok = peer:call(Peer, ?T, busy_loop, [busy]),
     T0 = erlang:monotonic_time(millisecond),
     {error, {lttng_timeout, Cmd}} = peer:call(Peer, dtrace_recorder, start,
-                                              [#{lttng => Fake, timeout_ms => 1000}], 60000),
+                                              [#{lttng => Fake, timeout_ms => 1000, dir => "/nonexistent"}], 60000),
     Took = erlang:monotonic_time(millisecond) - T0,
     ct:log("start gave up after ~b ms on ~s", [Took, Cmd]),
     ?assert(Took < 5000),
