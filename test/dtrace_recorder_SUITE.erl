@@ -19,7 +19,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([catalogue_matches_the_nif/1, slow_request_triggers_one_snapshot/1, storm_is_rate_limited/1,
-         own_trigger_then_cluster_request/1, leftovers_of_dead_nodes/1,
+         own_trigger_then_cluster_request/1, leftovers_of_dead_nodes/1, recorder_from_app_env/1,
          three_nodes_cluster_trigger/1, report_without_spans/1, bad_input/1, lttng_missing/1,
          lttng_hangs/1, recorder_killed_mid_run/1, unwritable_dir_and_full_disk/1,
          records_without_root/1, sessiond_stopped_mid_run/1, sessiond_hangs/1,
@@ -40,7 +40,7 @@ all() ->
 
 groups() ->
     [{root, [], [catalogue_matches_the_nif, slow_request_triggers_one_snapshot, storm_is_rate_limited,
-                 own_trigger_then_cluster_request, leftovers_of_dead_nodes,
+                 own_trigger_then_cluster_request, leftovers_of_dead_nodes, recorder_from_app_env,
                  three_nodes_cluster_trigger, report_without_spans, bad_input, lttng_missing,
                  lttng_hangs, recorder_killed_mid_run, unwritable_dir_and_full_disk]},
      {user, [], [records_without_root, sessiond_stopped_mid_run, sessiond_hangs,
@@ -274,6 +274,24 @@ own_trigger_then_cluster_request(Config) ->
     ?assertMatch([#{source := trigger}], snapshots(Peer, R)),
     ?assertMatch(#{suppressed := 0}, peer:call(Peer, dtrace_recorder, status, [R])),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
+    ok.
+
+%% {dtrace, [{recorder, Opts}]}: a recorder starts with the application,
+%% and goes with it.
+recorder_from_app_env(Config) ->
+    {Peer, _} = ?T:start_peer(#{}),
+    OsPid = peer:call(Peer, os, getpid, []),
+    Dir = filename:join(?config(priv_dir, Config), "rec_app_env"),
+    ok = peer:call(Peer, application, stop, [dtrace]),
+    ok = peer:call(Peer, application, set_env, [dtrace, recorder, #{dir => Dir, triggers => [{pn, 900, <<>>}]}]),
+    {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+    ?T:wait_until(fun() -> maps:get(phase, peer:call(Peer, dtrace_recorder, status, [dtrace_recorder])) =:= running end,
+                  20000, "the recorder of the application environment recording"),
+    true = peer:call(Peer, dtrace, pn, [900, 1, 1]),
+    ?T:wait_until(fun() -> length(snapshots(Peer, dtrace_recorder)) =:= 1 end, 2000, "its trigger's snapshot"),
+    ?assertMatch({[_], [_]}, ?T:lttng_names(OsPid)),
+    ok = peer:call(Peer, application, stop, [dtrace]),
+    ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
     ok.
 
 %% A recorder that starts removes what recorders of dead nodes of this
