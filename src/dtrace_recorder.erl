@@ -356,6 +356,7 @@ cut(B) ->
 %%% gen_server
 
 %% @private
+-spec init(Conf :: dtrace_recorder_opts:conf()) -> {ok, #st{}}.
 init(#{name := Name, dir := Base, lttng := Lttng, timeout_ms := Timeout} = Conf) ->
     process_flag(trap_exit, true),
     Session = dtrace_recorder_opts:session_name(Name),
@@ -366,6 +367,9 @@ init(#{name := Name, dir := Base, lttng := Lttng, timeout_ms := Timeout} = Conf)
     {ok, enqueue(setup, St)}.
 
 %% @private
+-spec handle_call(Request :: await_ready | snapshots | status | {trigger, map()},
+                  From :: gen_server:from(), St :: #st{}) ->
+          {reply, term(), #st{}} | {noreply, #st{}}.
 handle_call(await_ready, From, #st{phase = setup} = St) ->
     {noreply, St#st{waiters = [From | St#st.waiters]}};
 handle_call(await_ready, _From, #st{phase = running} = St) ->
@@ -380,10 +384,12 @@ handle_call({trigger, Info}, From, St) ->
     {noreply, request_snapshot(Info, From, St)}.
 
 %% @private
+-spec handle_cast(Msg :: {trigger, map()}, St :: #st{}) -> {noreply, #st{}}.
 handle_cast({trigger, Info}, St) ->
     {noreply, request_snapshot(Info, none, St)}.
 
 %% @private
+-spec handle_info(Msg :: term(), St :: #st{}) -> {noreply, #st{}}.
 handle_info({job_done, Pid, Result}, #st{job = {Pid, Ref, Op, TRef}} = St) ->
     erlang:demonitor(Ref, [flush]),
     _ = erlang:cancel_timer(TRef),
@@ -431,6 +437,7 @@ handle_info(_Msg, St) ->
 %% @private
 %% Crash or stop: the session and triggers go. When lttng does not
 %% answer, what is left is removed by name by the next incarnation.
+-spec terminate(Reason :: term(), St :: #st{}) -> ok.
 terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session} = St) ->
     case Job of
         {Pid, _, _, _} -> exit(Pid, kill);

@@ -54,6 +54,7 @@ stop_recorder(Name) ->
     end.
 
 %% @private
+-spec init([]) -> {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
 init([]) ->
     Scope = #{id => ?SCOPE, start => {pg, start_link, [?SCOPE]},
               restart => permanent, shutdown => 5000, type => worker},
