@@ -287,9 +287,10 @@ unescape(B) ->
 %% @doc Creates snapshot-mode session `Name' writing its snapshots under
 %% `Dir' as `OutName-DATE-TIME-N' (the snapshot output's name), with one
 %% user-space channel of `{SubBuffers, Bytes}' per CPU (per-user buffers,
-%% overwrite mode), the `vpid' context, and one event rule per `{Patterns,
-%% Filter}' of `Rules' (patterns joined with commas); then starts it. On
-%% any failure the session is destroyed again.
+%% overwrite mode), the `vpid' context, this node's process as the only
+%% one tracked, and one event rule per `{Patterns, Filter}' of `Rules'
+%% (patterns joined with commas); then starts it. On any failure the
+%% session is destroyed again.
 -spec create(Ctx, Name, {Dir, OutName}, Buffer, Rules) -> ok | {error, error_reason()} when
       Ctx :: ctx(),
       Name :: string(),
@@ -302,7 +303,13 @@ create(Ctx, Name, {Dir, OutName}, {N, Size}, Rules) ->
         {ok, _} ->
             Steps = [["snapshot", "add-output", "-s", Name, "--name=" ++ OutName, "file://" ++ Dir],["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ integer_to_list(Size),
                       "--num-subbuf=" ++ integer_to_list(N), "--overwrite", "--buffers-uid", ?CHANNEL],
-                     ["add-context", "-u", "-s", Name, "-c", ?CHANNEL, "-t", "vpid"]]
+                     ["add-context", "-u", "-s", Name, "-c", ?CHANNEL, "-t", "vpid"],
+                     %% Track this node's process only: the session's events
+                     %% are then enabled in it and in no other process of the
+                     %% host, whose probes keep their disabled cost (a filter
+                     %% alone would enable them everywhere and drop the
+                     %% events in each probe).
+                     ["track", "-u", "-s", Name, "--vpid=" ++ os:getpid()]]
                 ++ [["enable-event", "-u", "-s", Name, "-c", ?CHANNEL,
                      lists:join(",", Patterns), "--filter=" ++ binary_to_list(Filter)]
                     || {Patterns, Filter} <- Rules]
