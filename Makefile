@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif test test-repeat demo bench soak clean generated check-aarch64
+.PHONY: all deps build nif test test-repeat demo demo-recorder bench soak clean generated check-aarch64
 
 all: build
 
@@ -60,6 +60,12 @@ demo: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh examples/demo.sh
+
+# The flight recorder (docs/recorder.md): two nodes, a slow put caught by
+# an LTTng snapshot with nobody watching, the merged report (~40 s).
+demo-recorder: deps
+	$(REBAR3) compile
+	sh examples/recorder_demo.sh
 
 bench: deps
 	@scripts/tracefs.sh

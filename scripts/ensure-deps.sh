@@ -10,9 +10,12 @@ need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftra
 # Erlang applications (no command to look for) -> Debian package
 need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-dialyzer runtime_tools:erlang-runtime-tools"
 # Header files (no command, no application to look for) -> Debian package;
-# Debian keeps lttng-ust's headers in the multiarch directory.
+# Debian keeps lttng-ust's headers in the multiarch directory. python3-bt2:
+# babeltrace2's Python bindings, for the flight recorder's report
+# (priv/dtrace-recorder-report), in the system Python's dist-packages.
 need_files="/usr/lib/erlang/lib/proper-*/include/proper.hrl:erlang-proper-dev
-  /usr/include/*/lttng/tracepoint.h:liblttng-ust-dev"
+  /usr/include/*/lttng/tracepoint.h:liblttng-ust-dev
+  /usr/lib/python3/dist-packages/bt2/__init__.py:python3-bt2"
 
 missing=
 for pair in $need; do

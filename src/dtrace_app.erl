@@ -24,4 +24,7 @@ stop(_State) ->
 init([]) ->
     Vm = #{id => dtrace_vm, start => {dtrace_vm, start_link, []},
            restart => permanent, shutdown => 5000, type => worker},
-    {ok, {#{strategy => one_for_one, intensity => 5, period => 10}, [Vm]}}.
+    %% The flight recorders (dtrace_recorder) and their pg scope.
+    Recorders = #{id => dtrace_recorder_sup, start => {dtrace_recorder_sup, start_link, []},
+                  restart => permanent, shutdown => infinity, type => supervisor},
+    {ok, {#{strategy => one_for_one, intensity => 5, period => 10}, [Vm, Recorders]}}.
