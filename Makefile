@@ -6,7 +6,7 @@ CARGO  ?= cargo
 MIX    ?= mix
 
 # OTP=27: the same targets with OTP 27.3.4.1, Elixir 1.18.3 and PropEr
-# 1.5.0, built from Debian 13's sources into ~/.cache/dtrace-toolchains by
+# 1.5.0, built from Debian 13's sources into /var/cache/dtrace-toolchains by
 # scripts/otp27.sh on first use (about 13 minutes), in build directories
 # of their own (_build/otp27, _build/otp27_mix). OTP= (default): the
 # system's OTP.

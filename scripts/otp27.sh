@@ -6,8 +6,10 @@
 # mix). rebar3 stays Debian's (3.19, an escript: it runs on OTP 27 too;
 # trixie's rebar3 source tarball is not served here).
 #   scripts/otp27.sh              build if needed, print the bin directory
-# Cache: $DTRACE_TOOLCHAINS (default ~/.cache/dtrace-toolchains). About 13
-# minutes on 2 cores the first time, nothing after that.
+# Cache: $DTRACE_TOOLCHAINS (default /var/cache/dtrace-toolchains as root,
+# else ~/.cache/dtrace-toolchains), readable by every user: the suites start
+# nodes as a user of their own too (the flight recorder without root). About
+# 13 minutes on 2 cores the first time, nothing after that.
 #
 # Why from source: no Debian 12 package carries OTP 27, hex.pm and GitHub
 # are not reachable from the machines this project is built on, and Debian's
@@ -17,7 +19,12 @@ set -eu
 otp_vsn=27.3.4.1
 elixir_vsn=1.18.3
 proper_vsn=1.5.0
-cache=${DTRACE_TOOLCHAINS:-$HOME/.cache/dtrace-toolchains}
+if [ "$(id -u)" -eq 0 ]; then
+    default_cache=/var/cache/dtrace-toolchains
+else
+    default_cache=$HOME/.cache/dtrace-toolchains
+fi
+cache=${DTRACE_TOOLCHAINS:-$default_cache}
 prefix=$cache/otp-$otp_vsn
 bin=$prefix/bin
 log() { echo "otp27: $*" >&2; }
@@ -129,6 +136,7 @@ if [ ! -f "$lib/ebin/proper.app" ]; then
     rm -rf "$build/proper"
 fi
 
+chmod -R a+rX "$cache"
 touch "$prefix/.complete"
 log "ready: $bin"
 echo "$bin"

@@ -78,7 +78,7 @@
 -dialyzer({no_match, [apply_meta/2, clear_meta/1, legacy_counts/0, set_new/4, ours/1]}).
 %% The trace module exists from OTP 27 on; where it does not, these
 %% functions are never called (tracing =:= legacy).
--dialyzer({nowarn_function, [sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
+-dialyzer({nowarn_function, [sessions/0, create_sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
                              apply_meta/2, clear_meta/1, set_pattern/4, session_counts/1]}).
 
 -type flags() :: {Processes :: [atom()], Ports :: [atom()]}.
@@ -159,11 +159,9 @@ init([]) ->
     %% The tracer module must be loaded (with its NIFs) before a session
     %% can name it.
     _ = code:ensure_loaded(dtrace),
-    Tracing = case sessions() of
-                  true ->
-                      destroy_leftovers(),
-                      {session, trace:session_create(?SESSION, ?SESSION_TRACER, []),
-                       trace:session_create(?META_SESSION, ?META, [])};
+    Tracing = case sessions() andalso create_sessions() of
+                  {session, _, _} = T ->
+                      T;
                   false ->
                       clear_all(),
                       legacy
@@ -353,6 +351,22 @@ clear_all() ->
     _ = (catch set_new(legacy, new_processes, Procs, [])),
     _ = (catch set_new(legacy, new_ports, Ports, [])),
     ok.
+
+%% Our two sessions, after removing an earlier instance's; false (and a
+%% warning: automatic mode then uses the legacy session) if the VM refuses
+%% them, as it does when the tracer module `dtrace' has no NIFs.
+create_sessions() ->
+    destroy_leftovers(),
+    try
+        {session, trace:session_create(?SESSION, ?SESSION_TRACER, []),
+         trace:session_create(?META_SESSION, ?META, [])}
+    catch
+        error:Why ->
+            destroy_leftovers(),
+            logger:warning("dtrace: no trace session for the VM probes (~p); "
+                           "automatic mode uses the legacy session", [Why]),
+            false
+    end.
 
 %% With sessions: an earlier instance's sessions, if a copy of a handle
 %% kept them alive after it died, by name.

@@ -176,7 +176,14 @@ ours() ->
     Sessions = erlang:function_exported(erts_internal, trace_session_create, 3),
     [T || T <- processes() ++ erlang:ports(),
           case Sessions of
-              true -> [x || {dtrace_auto, _} <- trace:session_info(T)] =/= [];
+              true -> [x || {dtrace_auto, _} <- sessions_of(T)] =/= [];
               false -> erlang:trace_info(T, tracer) =:= {tracer, {dtrace, []}}
                            andalso erlang:trace_info(T, flags) =/= {flags, []}
           end].
+
+%% The trace sessions that trace T (none once it is gone).
+sessions_of(T) ->
+    case trace:session_info(T) of
+        L when is_list(L) -> L;
+        _ -> []
+    end.

@@ -290,7 +290,14 @@ ports_clear() ->
     Sessions = erlang:function_exported(erts_internal, trace_session_create, 3),
     [] =:= [P || P <- erlang:ports(),
                  case Sessions of
-                     true -> [x || {dtrace_auto, _} <- trace:session_info(P)] =/= [];
+                     true -> [x || {dtrace_auto, _} <- sessions_of(P)] =/= [];
                      false -> erlang:trace_info(P, tracer) =:= {tracer, {dtrace, []}}
                                   andalso erlang:trace_info(P, flags) =/= {flags, []}
                  end].
+
+%% The trace sessions that trace T (none once it is gone).
+sessions_of(T) ->
+    case trace:session_info(T) of
+        L when is_list(L) -> L;
+        _ -> []
+    end.

@@ -198,8 +198,15 @@ wait_until(Cond, Deadline, false) ->
 our_traced() ->
     case erlang:function_exported(erts_internal, trace_session_create, 3) of
         true ->
-            [P || P <- processes(), {dtrace_auto, _} <- trace:session_info(P)];
+            [P || P <- processes(), {dtrace_auto, _} <- sessions_of(P)];
         false ->
             [P || P <- processes(), erlang:trace_info(P, tracer) =:= {tracer, {dtrace, []}},
                   erlang:trace_info(P, flags) =/= {flags, []}]
+    end.
+
+%% The trace sessions that trace T (none once it is gone).
+sessions_of(T) ->
+    case trace:session_info(T) of
+        L when is_list(L) -> L;
+        _ -> []
     end.

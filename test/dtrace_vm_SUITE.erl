@@ -195,7 +195,8 @@ flat_sizes_are_erts_debugs(Config) ->
     Terms = [T || _ <- lists:seq(1, 300), {ok, T} <- [proper_gen:pick(sized_term(), 12)]]
         ++ [binary:copy(<<"x">>, 65), binary:copy(<<"y">>, 1 bsl 20), <<1:3>>, fun() -> ok end,
             fun lists:map/2, maps:from_list([{K, K} || K <- lists:seq(1, 40)]), 1 bsl 64],
-    SenderText = in_peer(Config,
+    {SenderText, ReceiverText} =
+                 in_peer(Config,
                          fun() ->
                                  R = spawn(fun dtrace_test_workload:sink/0),
                                  S = spawn(fun Loop() ->
@@ -205,9 +206,11 @@ flat_sizes_are_erts_debugs(Config) ->
                                                    end
                                            end),
                                  register(vm_sizes_sender, S),
-                                 pid_to_list(S)
+                                 {pid_to_list(S), pid_to_list(R)}
                          end),
-    Program = "usdt:$SO:erlang:message__send /str(arg0) == \"" ++ SenderText ++ "\"/ {
+    %% The messages from the sender to the receiver (not its `sent' reply).
+    Program = "usdt:$SO:erlang:message__send /str(arg0) == \"" ++ SenderText ++ "\" &&
+                                              str(arg1) == \"" ++ ReceiverText ++ "\"/ {
                    printf(\"SIZE %lu %ld\\n\", nsecs, arg2); }",
     {Expected, Lines} =
         dtrace_test_tracer:bpftrace_window(
@@ -220,7 +223,8 @@ flat_sizes_are_erts_debugs(Config) ->
                   Sizes
           end,
           fun(_, Ls) -> length([L || <<"SIZE ", _/binary>> = L <- Ls]) >= length(Terms) + 1 end),
-    %% After the marker `go' (0 words), in time order.
+    %% In time order, the last ones (the ready loop's `ready' and the marker
+    %% `go' come first).
     Sizes = [binary_to_integer(N) || {_, N} <- lists:sort([{binary_to_integer(T), N}
                                                            || <<"SIZE ", L/binary>> <- Lines,
                                                               [T, N] <- [binary:split(L, <<" ">>)]])],

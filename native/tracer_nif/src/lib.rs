@@ -12,8 +12,8 @@
 //! once per tracer module, named after the module (`priv/tracer/dtrace.so`,
 //! `priv/compat/dyntrace.so`): each copy is a separate object, and its
 //! entry takes its module name from its own file name. It finds
-//! `dtrace_nif.so` one directory up, already loaded by module `dtrace_nif`,
-//! and keeps it loaded (a reference from `dlopen`).
+//! `dtrace_nif.so` one directory up (loaded by module `dtrace_nif`, or
+//! opened here first) and keeps it loaded (a reference from `dlopen`).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::ffi::{CStr, CString, c_int, c_void};
@@ -68,10 +68,14 @@ fn build() -> Option<Entry> {
 /// library in `dir`'s parent.
 fn dtrace_tracer_nifs(dir: &Path) -> Option<&'static [ErlNifFunc]> {
     let path = CString::new(dir.parent()?.join("dtrace_nif.so").to_str()?).ok()?;
-    // SAFETY: dlopen with RTLD_NOLOAD only returns a handle if the library
-    // is already loaded (by module dtrace), adding a reference we never
-    // release, so its code and data stay mapped for good.
-    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    // Opened here if module dtrace_nif has not loaded it yet (a release in
+    // embedded mode loads `dtrace' first): the dynamic loader keeps one
+    // copy per file, so dtrace_nif's load_nif gets this same one, with the
+    // same semaphores, and its load step sets it up. Until then the
+    // callbacks answer `discard' (no trace tag is known yet).
+    // SAFETY: dlopen of the library next to this one; the reference it
+    // adds is never released, so its code and data stay mapped for good.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
     if handle.is_null() {
         return None;
     }
