@@ -127,17 +127,18 @@ dyntrace_is_a_tracer(Config) ->
     true = call(Config, dtrace_compat, installed, []),
     Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
     {{Traced, Tracer, Child}, Lines} =
-        dtrace_test_tracer:bpftrace_window(
+        dtrace_test_tracer:bpftrace_marked(
           ?config(peer, Config), Program, fun() -> ok end, [],
           fun() ->
-                  timer:sleep(300),
+                  %% A poll has run while bpftrace listens: manual mode
+                  %% set nothing.
+                  ok = dtrace_vm:sync(),
                   Self = self(),
                   P = spawn(fun() -> receive go -> Self ! {child, spawn(fun() -> ok end)} end end),
                   N = erlang:trace(P, true, [{tracer, dyntrace, []}, procs]),
                   T = erlang:trace_info(P, tracer),
                   P ! go,
                   C = receive {child, C0} -> C0 end,
-                  timer:sleep(100),
                   {N, T, pid_to_list(C)}
           end),
     ?assertEqual(1, Traced),

@@ -135,11 +135,12 @@ wait_auto_flags(Flags, Ms) ->
     wait_auto_flags(ProcFlags, PortFlags, erlang:monotonic_time(millisecond) + Ms).
 
 wait_auto_flags(ProcFlags, PortFlags, Deadline) ->
+    %% After a poll, the status shows the flags set on the processes and
+    %% ports that exist and on new ones.
+    ok = dtrace_vm:sync(),
     #{flags := #{processes := Procs, ports := Ports}} = Status = dtrace:vm_probes(),
     case {ProcFlags -- Procs, PortFlags -- Ports} of
         {[], []} ->
-            %% Set on the processes and ports that exist and on new ones.
-            timer:sleep(50),
             ok;
         _ ->
             case erlang:monotonic_time(millisecond) > Deadline of
@@ -191,10 +192,14 @@ procs_workload() ->
     Self = self(),
     Pid = spawn_link(fun ?MODULE:waiter/0),
     %% Let it wait in its receive: it is scheduled out there.
-    timer:sleep(20),
+    %% process_info(Pid, status) of a waiting process does not schedule it
+    %% (no in/out trace events, seen on OTP 25 and 27).
+    ok = dtrace_test_workload:wait_until(
+           fun() -> erlang:process_info(Pid, status) =:= {status, waiting} end, 5000),
     Pid ! {Self, ok},
     Child = receive {Pid, ok, C} -> C end,
-    timer:sleep(100),
+    %% Their exit events come before their 'DOWN' messages.
+    ok = wait_exited([Pid, Child]),
     {Self, Pid, Child}.
 
 waiter() ->
@@ -218,7 +223,10 @@ port_workload() ->
                           receive {Port, {exit_status, 0}} -> ok end,
                           Self ! {self(), Port}
                   end),
-    receive {Owner, Port} -> timer:sleep(100), {Owner, Port} end.
+    receive {Owner, Port} -> ok end,
+    ok = wait_exited([Owner]),
+    ok = dtrace_test_workload:wait_until(fun() -> erlang:port_info(Port) =:= undefined end, 5000),
+    {Owner, Port}.
 
 gcfier(N) ->
     receive
@@ -232,8 +240,14 @@ gc_workload(N) ->
     Pid = spawn_link(fun() -> ?MODULE:gcfier(N) end),
     Pid ! {self(), ok},
     receive {Pid, ok} -> ok end,
-    timer:sleep(50),
+    ok = wait_exited([Pid]),
     Pid.
+
+%% Waits until the processes Pids have exited (a monitor's 'DOWN').
+wait_exited(Pids) ->
+    Refs = [{erlang:monitor(process, P), P} || P <- Pids],
+    [receive {'DOWN', R, process, P, _} -> ok after 10000 -> error({still_alive, P}) end || {R, P} <- Refs],
+    ok.
 
 foo_clause_exception({1, 2}) -> badness.
 
@@ -410,7 +424,7 @@ all_flags(Config) ->
 %% flags it needs; when the session is destroyed they come off.
 flags_follow_the_session(Config) ->
     Peer = ?config(peer, Config),
-    timer:sleep(300),
+    ok = peer:call(Peer, dtrace_vm, sync, []),
     ?assertMatch(#{flags := #{processes := [], ports := []}}, peer:call(Peer, dtrace, vm_probes, [])),
     S = session(Config, ["org_erlang_dyntrace:message_send", "org_erlang_dyntrace:port_open"],
                 ["org_erlang_dyntrace:message_send", "org_erlang_dyntrace:port_open"]),
@@ -599,7 +613,12 @@ turned_off(Config) ->
                                [{vpid, dtrace_test_peer:os_pid(Peer)}]),
     try
         {Sinks, P} = peer:call(Peer, erlang, apply,
-                               [fun() -> timer:sleep(300), {dtrace:sinks(), dtrace:p(1)} end, []]),
+                               [fun() ->
+                                        %% LTTng would enable the event a moment
+                                        %% after the library registered it.
+                                        timeout = dtrace_test_workload:wait_until(fun() -> dtrace:p(1) end, 300),
+                                        {dtrace:sinks(), dtrace:p(1)}
+                                end, []]),
         ?assertEqual(#{sdt => true, lttng => {false, <<"turned off (DTRACE_LTTNG=off)">>}}, Sinks),
         ?assertEqual(false, P),
         {Events, _} = dtrace_lttng_lib:stop_and_read(S),

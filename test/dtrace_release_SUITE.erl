@@ -65,7 +65,7 @@ loop(N) ->
     Rel = filename:join([Dir, "_build", "default", "rel", "rebar_consumer"]),
     ?assert(filelib:is_file(filename:join([Rel, "lib", "dtrace-" ++ vsn(), "priv", "dtrace_nif.so"]))),
     ?assertNotEqual([], filelib:wildcard(filename:join([Rel, "lib", "runtime_tools-*"]))),
-    Counts = run_and_trace(filename:join([Rel, "bin", "rebar_consumer"]), ["foreground"], [], Dir),
+    Counts = run_and_trace(filename:join([Rel, "bin", "rebar_consumer"]), ["foreground"], [], Dir, [1, 3]),
     ?assert(maps:get(1, Counts, 0) > 0),
     ?assert(maps:get(3, Counts, 0) > 0),
     ct:log("events per source: ~p", [Counts]).
@@ -113,7 +113,7 @@ end
     Rel = filename:join([Dir, "_build", "prod", "rel", "mix_consumer"]),
     ?assertNotEqual([], filelib:wildcard(filename:join([Rel, "lib", "runtime_tools-*"]))),
     Counts = run_and_trace(filename:join([Rel, "bin", "mix_consumer"]), ["start"],
-                           [{"RELEASE_DISTRIBUTION", "none"}], Dir),
+                           [{"RELEASE_DISTRIBUTION", "none"}], Dir, [1, 2, 3, 4]),
     ct:log("events per source: ~p", [Counts]),
     [?assert(maps:get(K, Counts, 0) > 0) || K <- [1, 2, 3, 4]].
 
@@ -173,9 +173,9 @@ collect(Port, Acc) ->
     end.
 
 %% Starts a release in the foreground, waits for its OS pid, attaches
-%% bpftrace for two seconds, stops the release, and returns the events
-%% counted per i1 (the source of the call).
-run_and_trace(Script, Args, Env, Dir) ->
+%% bpftrace until it has seen an event from each source in Want (the i1 of
+%% the calls), stops the release, and returns the events counted per i1.
+run_and_trace(Script, Args, Env, Dir, Want) ->
     PidFile = filename:join(Dir, "release.pid"),
     _ = file:delete(PidFile),
     Port = open_port({spawn_executable, Script},
@@ -184,9 +184,13 @@ run_and_trace(Script, Args, Env, Dir) ->
     Pid = wait_pidfile(PidFile, Port, 300),
     try
         Tracer = dtrace_test_tracer:bpftrace_start(Pid, "
-            usdt::erlang:user_trace__i4s4 { @[arg2] = count(); }"),
-        timer:sleep(2000),
-        Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
+            usdt::erlang:user_trace__i4s4 {
+                @[arg2] = count();
+                if (!@seen[arg2]) { @seen[arg2] = 1; printf(\"SEEN %ld\\n\", arg2); }
+            }"),
+        Seen = dtrace_test_tracer:bpftrace_await(Tracer, [iolist_to_binary(["SEEN ", integer_to_list(I)])
+                                                          || I <- Want]),
+        Lines = dtrace_test_tracer:bpftrace_stop(Seen),
         maps:from_list([{binary_to_integer(K), binary_to_integer(string:trim(V))}
                         || L <- Lines,
                            {match, [K, V]} <- [re:run(L, "^@\\[(\\d+)\\]: (\\d+)",

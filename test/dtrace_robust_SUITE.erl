@@ -174,6 +174,8 @@ tracer_churn_under_load(Config) ->
                    [<<"SEEN i4s4">>, <<"SEEN n3">>],
                    fun() ->
                            dtrace_test_workload:churn_open(E),
+                           %% The workload: 100 ms of firing in window E
+                           %% (the counts are maps, complete at once).
                            timer:sleep(100),
                            {dtrace_test_workload:churn_close(E), ok}
                    end),

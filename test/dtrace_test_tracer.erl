@@ -5,7 +5,8 @@
 
 -export([require_tracer/1, with_tracer/2, in_ci/0,
          bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
-         bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_map/2, bpftrace_map/3,
+         bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_marked/5, bpftrace_await/2,
+         bpftrace_map/2, bpftrace_map/3,
          gdb_run/3, gdb_events/2, gdb_events/3, run/2]).
 
 -define(TIMEOUT, 60000).
@@ -66,6 +67,12 @@ bpftrace_start(Tool, OsPid, Program) ->
         {exit, Status, Lines} ->
             ct:fail("bpftrace exited (~p) before attaching: ~p", [Status, Lines])
     end.
+
+%% Waits (at most a minute) until the bpftrace started with
+%% bpftrace_start/2,3 has printed every line in SeenLines (binaries, or
+%% {contains, Part}); returns the tracer with the lines so far.
+bpftrace_await({Port, Lines}, SeenLines) ->
+    {Port, collect_lines(Port, SeenLines, Lines)}.
 
 %% Stops bpftrace with SIGINT (it then prints its maps) and returns all the
 %% lines it printed.
@@ -148,6 +155,28 @@ bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload, Until) ->
     Lines2 = collect_while(Port, fun(Ls) -> not Until(Result, Ls) end, Lines1,
                            erlang:monotonic_time(millisecond) + 30000),
     {Result, bpftrace_stop({Port, Lines2})}.
+
+%% bpftrace_window/5 for a workload whose events end with a marker: the
+%% program also prints "WINDOW MARK <where> I" for dtrace:pn(950, I), from
+%% a clause before its own and one after (bpftrace 0.17 attaches clauses
+%% last to first, later versions may not: once both printed, every clause
+%% between is attached). The ready loop fires pn(950, 0) with Ready()
+%% (both lines are awaited with SeenLines), and once Workload() returns
+%% (after every event it waits for has fired: processes it started are
+%% gone, replies received) the peer fires pn(950, 1). bpftrace is stopped
+%% once it printed that: what the workload fired before was read with it,
+%% and an event that did not come by then (a probe that must stay silent)
+%% never will.
+bpftrace_marked(Peer, Program, Ready, SeenLines, Workload) ->
+    Mark = fun(Where) -> "
+        usdt:$SO:erlang:user_trace__n950 { printf(\"WINDOW MARK " ++ Where ++ " %ld\\n\", arg2); }
+" end,
+    Marks = fun(I) -> [<<"WINDOW MARK before ", I>>, <<"WINDOW MARK after ", I>>] end,
+    bpftrace_window(bpftrace, Peer, Mark("before") ++ Program ++ Mark("after"),
+                    fun() -> _ = (catch Ready()), dtrace:pn(950, 0) end,
+                    SeenLines ++ Marks($0),
+                    fun() -> R = Workload(), true = dtrace:pn(950, 1), R end,
+                    fun(_, Lines) -> Marks($1) -- Lines =:= [] end).
 
 %% Collects Port's lines while Continue(Lines) holds, at most until
 %% Deadline.

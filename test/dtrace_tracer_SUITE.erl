@@ -366,14 +366,18 @@ perf_counts_every_true(Config) ->
                                                 end) || _ <- lists:seq(1, 4)],
                                lists:sum([receive {W, N} -> N end || W <- Ws])
                        end], 120000),
-    timer:sleep(300),
+    %% perf stat -I prints the counts of each 100 ms interval: it is
+    %% stopped once they add up to the true returns (or after 30 s).
+    Counts = fun(Ls) -> lists:sum([binary_to_integer(N) || L <- Ls,
+                                                           [_, N, _, <<"sdt_erlang:user_trace__n5">> | _] <-
+                                                               [binary:split(string:trim(L), <<",">>, [global])],
+                                                           N =/= <<"<not counted>">>])
+             end,
+    Counting = perf_until(Port, fun(Ls) -> Counts(Ls) >= Trues end, Seen,
+                          erlang:monotonic_time(millisecond) + 30000),
     {os_pid, PerfPid} = erlang:port_info(Port, os_pid),
     _ = os:cmd("kill -INT " ++ integer_to_list(PerfPid)),
-    Lines = Seen ++ perf_collect(Port, []),
-    Counted = lists:sum([binary_to_integer(N) || L <- Lines,
-                                                 [_, N, _, <<"sdt_erlang:user_trace__n5">> | _] <-
-                                                     [binary:split(string:trim(L), <<",">>, [global])],
-                                                 N =/= <<"<not counted>">>]),
+    Counted = Counts(Counting ++ perf_collect(Port, [])),
     ?assertEqual(40000, Trues),
     ?assertEqual(Trues, Counted).
 
@@ -391,23 +395,32 @@ perf_shows_the_arguments(Config) ->
     Def = ["p:dtrace_erlang/n7 ", Where, " pid=+0(%di):string tag=+0(%si):string i1=%dx:s64"
            " s1=+0(%r10):string s4=+0(%r13):string\n"],
     ok = file:write_file("/sys/kernel/tracing/uprobe_events", Def, [append]),
-    Data = filename:join(?config(priv_dir, Config), "perf.data"),
+    Priv = ?config(priv_dir, Config),
+    Data = filename:join(Priv, "perf.data"),
+    %% perf raises the semaphores when it opens its events, and enables
+    %% them a moment later; nothing it prints tells when. So it opens them
+    %% disabled (-D -1) and is told to enable them through a control FIFO:
+    %% its "ack" says they are.
+    [Ctl, Ack] = [filename:join(Priv, F) || F <- ["perf-ctl", "perf-ack"]],
+    {0, _} = dtrace_test_tracer:run("mkfifo", [Ctl, Ack]),
     Port = open_port({spawn_executable, os:find_executable("perf")},
-                     [{args, ["record", "-o", Data, "-e", "sdt_erlang:user_trace__n7",
+                     [{args, ["record", "-o", Data, "-D", "-1", "--control", "fifo:" ++ Ctl ++ "," ++ Ack,
+                              "-e", "sdt_erlang:user_trace__n7",
                               "-e", "dtrace_erlang:n7", "-p", ?config(os_pid, Config)]},
                       {line, 4096}, stderr_to_stdout, exit_status, binary]),
+    %% Both FIFOs are open on perf's side (read and write, non-blocking):
+    %% the command waits in the FIFO until perf reads it.
+    {0, [<<"ack">>]} = dtrace_test_tracer:run("sh", ["-c", "echo enable > \"$0\" && timeout 60 head -n 1 \"$1\"",
+                                                    Ctl, Ack]),
     Pid = in_peer(Config,
                   fun() ->
                           1 = dtrace_test_workload:fire_until_true(fun() -> dtrace:is_enabled(7) end),
-                          %% perf enables its events a moment after raising
-                          %% the semaphores; no line tells when.
-                          timer:sleep(1000),
                           dtrace:put_tag(<<"perf-tag">>),
                           true = dtrace:pn(7, 9223372036854775807, -5, 6, 7, "s-one", "b", "c", "s-four"),
                           dtrace:put_tag(undefined),
                           pid_to_list(self())
                   end),
-    timer:sleep(300),
+    %% perf record drains the kernel's buffers as it exits.
     {os_pid, PerfPid} = erlang:port_info(Port, os_pid),
     _ = os:cmd("kill -INT " ++ integer_to_list(PerfPid)),
     _ = perf_collect(Port, []),
@@ -455,6 +468,19 @@ perf_wait_count(Port, Event, Acc) ->
             ct:fail("perf counted no ~s: ~p", [Event, lists:reverse(Acc)])
     end.
 
+%% Port's lines, after Acc, until Done(Lines) holds or Deadline passes.
+perf_until(Port, Done, Acc, Deadline) ->
+    case Done(Acc) of
+        true -> Acc;
+        false ->
+            receive
+                {Port, {data, {eol, Line}}} -> perf_until(Port, Done, Acc ++ [Line], Deadline);
+                {Port, {exit_status, S}} -> ct:fail("perf exited (~p): ~p", [S, Acc])
+            after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+                    Acc
+            end
+    end.
+
 perf_collect(Port, Acc) ->
     receive
         {Port, {data, {eol, Line}}} -> perf_collect(Port, [Line | Acc]);
@@ -475,9 +501,13 @@ bpftrace_sees_spans(Config) ->
             printf(\"B %s %s %ld %ld %s\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4)); }
         usdt:$SO:erlang:span__end {
             printf(\"E %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }",
+    SpanEvents = fun(Ls) -> [binary:split(L, <<" ">>, [global]) || <<K, " ", _/binary>> = L <- Ls,
+                                                                   K =:= $B orelse K =:= $E,
+                                                                   binary:match(L, <<" ready ">>) =:= nomatch]
+                 end,
     {{Me, Other, Results}, Lines} =
         dtrace_test_tracer:bpftrace_window(
-          ?config(peer, Config), Program,
+          bpftrace, ?config(peer, Config), Program,
           fun() -> dtrace:span(ready, fun() -> ok end) end,
           [{contains, <<" ready ">>}],
           fun() ->
@@ -492,13 +522,11 @@ bpftrace_sees_spans(Config) ->
                   Self = self(),
                   P = spawn(fun() -> dtrace:put_tag(<<"other">>), Self ! {ended, dtrace:span_end(Span)} end),
                   R3 = receive {ended, E} -> E end,
-                  timer:sleep(50),
                   {pid_to_list(self()), pid_to_list(P), [R1, R2, R3]}
-          end),
+          end,
+          fun(_, Ls) -> length(SpanEvents(Ls)) >= 8 end),
     ?assertEqual([42, caught, true], Results),
-    Events = [binary:split(L, <<" ">>, [global]) || <<K, " ", _/binary>> = L <- Lines,
-                                                    K =:= $B orelse K =:= $E,
-                                                    binary:match(L, <<" ready ">>) =:= nomatch],
+    Events = SpanEvents(Lines),
     ct:log("span events: ~p", [Events]),
     M = list_to_binary(Me),
     O = list_to_binary(Other),

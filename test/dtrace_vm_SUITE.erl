@@ -62,7 +62,8 @@ events(Lines) ->
 no_tracer_no_flags(Config) ->
     {Ours, Status, Flags} =
         in_peer(Config, fun() ->
-                                timer:sleep(300),
+                                %% A poll of the semaphores has run.
+                                ok = dtrace_vm:sync(),
                                 {dtrace_test_workload:our_traced(), dtrace:vm_probes(),
                                  erlang:trace_info(self(), flags)}
                         end),
@@ -81,10 +82,13 @@ process_events_in_otps_order(Config) ->
         usdt:$SO:erlang:process__unscheduled { printf(\"EV %lu unscheduled %s\\n\", nsecs, str(arg0)); }
         usdt:$SO:erlang:process__hibernate { printf(\"EV %lu hibernate %s %s\\n\", nsecs, str(arg0), str(arg1)); }
         usdt:$SO:erlang:process__exit { printf(\"EV %lu exit %s %s\\n\", nsecs, str(arg0), str(arg1)); }",
-    %% No signal may reach the hibernating process before its message: a
+    %% No signal but its message may reach the hibernating process: a
     %% monitor set later, or process_info/2, wakes it to handle the signal
-    %% (an extra in/out pair). So it is monitored from its spawn, says
-    %% when it is about to hibernate, and is left alone for a moment.
+    %% (an extra in/out pair). So it is monitored from its spawn and says
+    %% when it is about to hibernate. Its message may come before it
+    %% hibernates: erlang:hibernate/3 schedules it out all the same (erts
+    %% sets F_HIBERNATE_SCHED, "needed also when woken"), so the events are
+    %% the same.
     Hibernating = fun() ->
                           Self = self(),
                           {P, Ref} = spawn_monitor(fun() ->
@@ -92,12 +96,11 @@ process_events_in_otps_order(Config) ->
                                                            erlang:hibernate(dtrace_test_workload, terminate_self, [])
                                                    end),
                           receive {hibernating, P} -> ok end,
-                          timer:sleep(20),
                           {P, Ref}
                   end,
     {Pid, Lines} =
         dtrace_test_tracer:bpftrace_window(
-          ?config(peer, Config), Program,
+          bpftrace, ?config(peer, Config), Program,
           fun() -> {P, Ref} = Hibernating(), P ! wake, receive {'DOWN', Ref, _, _, _} -> ok end end,
           [{contains, <<" spawn ">>}, {contains, <<" scheduled ">>}, {contains, <<" hibernate ">>},
            {contains, <<" unscheduled ">>}, {contains, <<" exit ">>}],
@@ -105,11 +108,13 @@ process_events_in_otps_order(Config) ->
                   {P, Ref} = Hibernating(),
                   P ! wake,
                   receive {'DOWN', Ref, _, _, _} -> ok end,
-                  timer:sleep(50),
                   pid_to_list(P)
-          end),
+          end,
+          %% Its last event (unscheduled, as it exits) may come after the
+          %% 'DOWN' message: the window stays open until the seven came.
+          fun(P, Ls) -> length(events_of(P, Ls)) >= 7 end),
     Bin = list_to_binary(Pid),
-    Mine = [Fields || {_, [_Kind, P | _] = Fields} <- events(Lines), P =:= Bin],
+    Mine = events_of(Pid, Lines),
     ct:log("events of ~s: ~p", [Pid, Mine]),
     Reason = iolist_to_binary(["{terminated,", Pid, "}"]),
     ?assertMatch([[<<"spawn">>, Bin, <<"erlang:apply/2">>],
@@ -120,11 +125,17 @@ process_events_in_otps_order(Config) ->
                   [<<"exit">>, Bin, Reason],
                   [<<"unscheduled">>, Bin]], Mine).
 
+%% The fields of the events of the process whose pid_to_list/1 is Pid, in
+%% time order.
+events_of(Pid, Lines) ->
+    Bin = list_to_binary(Pid),
+    [Fields || {_, [_Kind, P | _] = Fields} <- events(Lines), P =:= Bin].
+
+%% Waits (at most 5 s) until P hibernates (process_info/2 wakes it).
 wait_hibernating(P) ->
-    case erlang:process_info(P, current_function) of
-        {current_function, {erlang, hibernate, 3}} -> ok;
-        _ -> timer:sleep(1), wait_hibernating(P)
-    end.
+    ok = dtrace_test_workload:wait_until(
+           fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
+           5000).
 
 %% N sends between two known processes give N message__send events with
 %% their pids and the messages' flat sizes in words (erts_debug:flat_size/1),
@@ -137,6 +148,7 @@ sends_and_queues_with_flat_sizes(Config) ->
                                 S = spawn(fun Loop() ->
                                                   receive
                                                       {send, Msgs} -> [R ! M || M <- Msgs], Loop();
+                                                      {send, Msgs, From} -> [R ! M || M <- Msgs], From ! sent, Loop();
                                                       ping -> R ! ready, Loop()
                                                   end
                                           end),
@@ -151,7 +163,7 @@ sends_and_queues_with_flat_sizes(Config) ->
             printf(\"QUEUED %s %ld\\n\", str(arg0), arg1); }",
     Rounds = 20,
     {Expected, Lines} =
-        dtrace_test_tracer:bpftrace_window(
+        dtrace_test_tracer:bpftrace_marked(
           ?config(peer, Config), Program,
           fun() -> vm_sender ! ping end,
           [{contains, <<"SEND ">>}, {contains, <<"QUEUED ">>}],
@@ -165,9 +177,9 @@ sends_and_queues_with_flat_sizes(Config) ->
                                false -> erts_debug:flat_size(M)
                            end || M <- Msgs],
                   [vm_sender ! {send, Msgs} || _ <- lists:seq(1, Rounds)],
-                  vm_sender ! {send, [done]},
-                  wait_queue_empty(whereis(vm_sender)),
-                  timer:sleep(100),
+                  vm_sender ! {send, [done], self()},
+                  receive sent -> ok end,
+                  ok = wait_queue_empty(whereis(vm_receiver)),
                   Sizes
           end),
     Sends = [binary:split(L, <<" ">>, [global]) || <<"SEND ", L/binary>> <- Lines],
@@ -298,11 +310,10 @@ links_and_unlinks(Config) ->
                              [<<"unlink">>, Ab, Bb, <<"unlink">>], [<<"unlink">>, Bb, Ab, <<"getting_unlinked">>]]),
                  lists:sort(Mine)).
 
+%% Waits (at most 10 s) until P's message queue is empty.
 wait_queue_empty(P) ->
-    case erlang:process_info(P, message_queue_len) of
-        {message_queue_len, 0} -> ok;
-        _ -> timer:sleep(5), wait_queue_empty(P)
-    end.
+    dtrace_test_workload:wait_until(
+      fun() -> erlang:process_info(P, message_queue_len) =:= {message_queue_len, 0} end, 10000).
 
 %% A send to a process on a second node fires message__send__remote with
 %% that node's name, for a pid and for {Name, Node}.
@@ -317,23 +328,27 @@ remote_send_names_the_node(_Config) ->
         Program = "
             usdt:$SO:erlang:message__send__remote {
                 printf(\"REMOTE %s %s %s %ld\\n\", str(arg0), str(arg1), str(arg2), arg3); }",
+        Mine = fun(Sender, Lines) ->
+                       [binary:split(L, <<" ">>, [global]) || <<"REMOTE ", L/binary>> = L0 <- Lines,
+                                                             binary:match(L0, list_to_binary(Sender)) =/= nomatch]
+               end,
         {Sender, Lines} =
             dtrace_test_tracer:bpftrace_window(
-              PeerA, Program,
+              bpftrace, PeerA, Program,
               fun() -> {vm_remote_sink, NodeB} ! ready end,
               [{contains, <<"REMOTE ">>}],
               fun() ->
                       [RemotePid ! {to_pid, I} || I <- lists:seq(1, 10)],
                       [{vm_remote_sink, NodeB} ! {to_name, I} || I <- lists:seq(1, 10)],
-                      timer:sleep(100),
                       pid_to_list(self())
-              end),
+              end,
+              fun(S, Ls) -> length(Mine(S, Ls)) >= 20 end),
         Node = atom_to_binary(NodeB),
-        Mine = [binary:split(L, <<" ">>, [global]) || <<"REMOTE ", L/binary>> = L0 <- Lines,
-                                                     binary:match(L0, list_to_binary(Sender)) =/= nomatch],
+        Sent = Mine(Sender, Lines),
         %% {to_pid, I}: a 2-tuple of immediates, 3 words.
-        ?assertEqual(10, length([x || [_, N, <<"vm_remote_sink">>, <<"3">>] <- Mine, N =:= Node])),
-        ?assertEqual(10, length([x || [_, N, <<"<", _/binary>>, <<"3">>] <- Mine, N =:= Node]))
+        ?assertEqual(10, length([x || [_, N, <<"vm_remote_sink">>, <<"3">>] <- Sent, N =:= Node])),
+        ?assertEqual(10, length([x || [_, N, <<"<", _/binary>>, <<"3">>] <- Sent, N =:= Node])),
+        ?assertEqual(20, length(Sent))
     after
         dtrace_test_peer:stop_peer(PeerA),
         dtrace_test_peer:stop_peer(PeerB)
@@ -354,27 +369,26 @@ major_gcs_pair_up(Config) ->
                                   register(vm_gc, P),
                                   pid_to_list(P)
                           end),
+    %% The ready loop collects its own heap: only vm_gc's events are the
+    %% workload's.
     Program = "
-        usdt:$SO:erlang:gc_major__start /str(arg0) == \"" ++ Pid ++ "\"/ {
+        usdt:$SO:erlang:gc_major__start {
             printf(\"EV %lu start %s %ld\\n\", nsecs, str(arg0), arg1); }
-        usdt:$SO:erlang:gc_major__end /str(arg0) == \"" ++ Pid ++ "\"/ {
+        usdt:$SO:erlang:gc_major__end {
             printf(\"EV %lu end %s %ld\\n\", nsecs, str(arg0), arg1); }",
     {ok, Lines} =
         dtrace_test_tracer:bpftrace_window(
-          ?config(peer, Config), Program,
-          fun() -> vm_gc ! {gc, 1, self()}, receive {done, _} -> ok end end,
+          bpftrace, ?config(peer, Config), Program,
+          fun() -> erlang:garbage_collect() end,
           [{contains, <<" start ">>}, {contains, <<" end ">>}],
           fun() ->
-                  timer:sleep(50),
                   vm_gc ! {gc, N, self()},
                   receive {done, _} -> ok end,
                   ok
-          end),
-    Events = [K || {_, [K | _]} <- events(Lines)],
-    %% Ready GCs come first; the last 2N events are the workload's.
-    Work = lists:nthtail(length(Events) - 2 * N, Events),
-    ?assertEqual(lists:append(lists:duplicate(N, [<<"start">>, <<"end">>])), Work),
-    ?assert(length(Events) rem 2 =:= 0).
+          end,
+          fun(ok, Ls) -> length(events_of(Pid, Ls)) >= 2 * N end),
+    Work = [K || [K | _] <- events_of(Pid, Lines)],
+    ?assertEqual(lists:append(lists:duplicate(N, [<<"start">>, <<"end">>])), Work).
 
 %% A pattern on one function gives exactly its calls, entry and return
 %% paired; nothing while no tracer listens (no trace pattern is set), and
@@ -383,7 +397,7 @@ function_probes_follow_the_tracer(Config) ->
     MFA = {dtrace_test_workload, double, 1},
     ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_workload),
                                   dtrace:function_probes([MFA]) end),
-    ?assertEqual({traced, false}, in_peer(Config, fun() -> timer:sleep(300), erlang:trace_info(MFA, traced) end)),
+    ?assertEqual({traced, false}, in_peer(Config, fun() -> ok = dtrace_vm:sync(), erlang:trace_info(MFA, traced) end)),
     ?assertEqual({error, {all_modules, {'_', '_', '_'}}},
                  in_peer(Config, fun() -> dtrace:function_probes([{'_', '_', '_'}]) end)),
     ?assertEqual({error, {bad_pattern, {a, b, -1}}},
@@ -393,7 +407,7 @@ function_probes_follow_the_tracer(Config) ->
         usdt:$SO:erlang:function__return { printf(\"EV %lu return %s %s %ld\\n\", nsecs, str(arg0), str(arg1), arg2); }",
     N = 40,
     {{Pid, Results, Cleared, ClearedPid}, Lines} =
-        dtrace_test_tracer:bpftrace_window(
+        dtrace_test_tracer:bpftrace_marked(
           ?config(peer, Config), Program,
           fun() -> dtrace_test_workload:double(0) end,
           [{contains, <<" entry ">>}, {contains, <<" return ">>}],
@@ -402,8 +416,8 @@ function_probes_follow_the_tracer(Config) ->
                   Me = pid_to_list(self()),
                   ok = dtrace:function_probes([]),
                   ok = wait_traced(MFA, false),
-                  Other = spawn(fun() -> [dtrace_test_workload:double(I) || I <- lists:seq(1, N)] end),
-                  timer:sleep(100),
+                  {Other, Ref} = spawn_monitor(fun() -> [dtrace_test_workload:double(I) || I <- lists:seq(1, N)] end),
+                  receive {'DOWN', Ref, process, Other, normal} -> ok end,
                   {Me, R, erlang:trace_info(MFA, traced), pid_to_list(Other)}
           end),
     ?assertEqual([2 * I || I <- lists:seq(1, N)], Results),
@@ -415,15 +429,11 @@ function_probes_follow_the_tracer(Config) ->
                  Mine),
     ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(ClearedPid)) =/= nomatch]),
     %% The tracer gone, the pattern is not set again.
-    ?assertEqual({traced, false}, in_peer(Config, fun() -> timer:sleep(300), erlang:trace_info(MFA, traced) end)).
+    ?assertEqual({traced, false}, in_peer(Config, fun() -> ok = dtrace_vm:sync(), erlang:trace_info(MFA, traced) end)).
 
+%% Waits (at most 5 s) until trace_info(MFA, traced) is {traced, Want}.
 wait_traced(MFA, Want) ->
-    case erlang:trace_info(MFA, traced) of
-        {traced, Want} -> ok;
-        {traced, false} when Want =/= false -> timer:sleep(5), wait_traced(MFA, Want);
-        {traced, _} when Want =:= false -> timer:sleep(5), wait_traced(MFA, Want);
-        _ -> ok
-    end.
+    dtrace_test_workload:wait_until(fun() -> erlang:trace_info(MFA, traced) =:= {traced, Want} end, 5000).
 
 %% Attaching a tracer sets the flags within one poll and detaching clears
 %% them; 50 attach/detach cycles under load leave the node alive, no flag
@@ -468,7 +478,7 @@ attach_detach_cycles_leave_operators_alone(Config) ->
     ?assertEqual([], [W || {_, _, W} <- Cycles, W =/= DbgTracer]),
     {Ours, DbgAfter, Status} =
         in_peer(Config, fun() ->
-                                timer:sleep(300),
+                                ok = dtrace_vm:sync(),
                                 {dtrace_test_workload:our_traced(),
                                  {erlang:trace_info(Watched, tracer), erlang:trace_info(Watched, flags)},
                                  dtrace:vm_probes()}
@@ -484,11 +494,12 @@ manual_mode_and_user_tracer(Config) ->
     ok = in_peer(Config, fun() -> dtrace:vm_probes(manual) end),
     Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
     {{Flags, Child, Untraced}, Lines} =
-        dtrace_test_tracer:bpftrace_window(
+        dtrace_test_tracer:bpftrace_marked(
           ?config(peer, Config), Program,
           fun() -> ok end, [],
           fun() ->
-                  timer:sleep(300),
+                  %% A poll has run while bpftrace listens.
+                  ok = dtrace_vm:sync(),
                   F = dtrace_test_workload:our_traced(),
                   Self = self(),
                   Traced = spawn(fun() ->
@@ -500,7 +511,6 @@ manual_mode_and_user_tracer(Config) ->
                   Traced ! go,
                   C = receive {child, C0} -> C0 end,
                   U = spawn(fun() -> ok end),
-                  timer:sleep(100),
                   {F, pid_to_list(C), pid_to_list(U)}
           end),
     ?assertEqual([], Flags),
@@ -515,7 +525,7 @@ manual_mode_and_user_tracer(Config) ->
 spawn_alone_sets_no_flag(Config) ->
     Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
     {{Status, Ours, Spawned}, Lines} =
-        dtrace_test_tracer:bpftrace_window(
+        dtrace_test_tracer:bpftrace_marked(
           ?config(peer, Config), Program,
           fun() -> spawn(fun() -> ok end) end, [{contains, <<"SPAWN">>}],
           fun() ->
@@ -525,7 +535,6 @@ spawn_alone_sets_no_flag(Config) ->
                   P4 = proc_lib:spawn(fun() -> ok end),
                   P5 = spawn_link(fun() -> ok end),
                   P6 = spawn_opt(fun() -> ok end, [{priority, low}]),
-                  timer:sleep(100),
                   {dtrace:vm_probes(), dtrace_test_workload:our_traced(),
                    [pid_to_list(P) || P <- [P1, P2, P3, P4, P5, P6]]}
           end),
@@ -540,7 +549,8 @@ spawn_alone_sets_no_flag(Config) ->
                        lists:any(fun(P) -> binary:match(L, list_to_binary([P, " "])) =/= nomatch end, Spawned)]),
     ?assertEqual([{meta, false}, {meta, false}, {meta, false}],
                  in_peer(Config, fun() ->
-                                         timer:sleep(300),
+                                         %% bpftrace has exited: a poll clears them.
+                                         ok = dtrace_vm:sync(),
                                          [erlang:trace_info(MFA, meta)
                                           || MFA <- [{erlang, spawn, 3}, {erlang, spawn_link, 3},
                                                      {erlang, spawn_opt, 4}]]
@@ -566,7 +576,8 @@ stopping_leaves_nothing(Config) ->
                   On = dtrace_test_workload:wait_flags([arity, call, send], 5000),
                   Old = whereis(dtrace_vm),
                   exit(Old, kill),
-                  timer:sleep(500),
+                  ok = dtrace_test_workload:wait_until(
+                         fun() -> not lists:member(whereis(dtrace_vm), [Old, undefined]) end, 5000),
                   New = whereis(dtrace_vm),
                   Again = dtrace_test_workload:wait_flags([arity, call, send], 5000),
                   Running = lists:keymember(dtrace, 1, application:which_applications()),
@@ -588,107 +599,152 @@ stopping_leaves_nothing(Config) ->
 shipped_scripts(Config) ->
     Priv = code:priv_dir(dtrace),
     Peer = ?config(peer, Config),
-    Run = fun(Script, Ready, Seen, Work) ->
-                  dtrace_test_tracer:bpftrace_window(bpftrace, Peer, {file, filename:join(Priv, Script)},
-                                                  Ready, Seen, Work)
+    %% Runs Script in a window; Expect(WorkloadResult) lists the lines (a
+    %% binary, or {contains, Part}) the workload must make it print: the
+    %% window stays open until they came, and each must be there.
+    Run = fun(Script, Ready, Seen, Work, Expect) ->
+                  %% filename:join/2 keeps an absolute Script as it is.
+                  {R, Lines} = dtrace_test_tracer:bpftrace_window(
+                                 bpftrace, Peer, {file, filename:join(Priv, Script)}, Ready, Seen, Work,
+                                 fun(R, Ls) -> missing(Expect(R), Ls) =:= [] end),
+                  ?assertEqual({Script, []}, {Script, missing(Expect(R), Lines)}),
+                  {R, Lines}
           end,
     %% spawn-exit.bt
-    {SpawnPid, L1} = Run("spawn-exit.bt", fun() -> spawn(fun() -> ok end) end,
-                         [{contains, <<"mfa">>}, {contains, <<"reason">>}],
-                         fun() ->
-                                 P = spawn(fun() -> exit(shipped) end),
-                                 timer:sleep(50),
-                                 pid_to_list(P)
-                         end),
-    ?assert(lists:member(iolist_to_binary(["pid ", SpawnPid, " mfa erlang:apply/2"]), L1)),
-    ?assert(lists:member(iolist_to_binary(["pid ", SpawnPid, " reason shipped"]), L1)),
+    Run("spawn-exit.bt", fun() -> spawn(fun() -> ok end) end,
+        [{contains, <<"mfa">>}, {contains, <<"reason">>}],
+        fun() ->
+                {P, Ref} = spawn_monitor(fun() -> exit(shipped) end),
+                receive {'DOWN', Ref, process, P, shipped} -> pid_to_list(P) end
+        end,
+        fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
+                   iolist_to_binary(["pid ", P, " reason shipped"])]
+        end),
     %% process-scheduling.bt
-    {HibPid, L2} = Run("process-scheduling.bt",
-                       fun() -> P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
-                                timer:sleep(2), P ! wake end,
-                       [{contains, <<"  Schedule pid">>}, {contains, <<"Unschedule pid">>},
-                        {contains, <<"Hibernate pid">>}],
-                       fun() ->
-                               P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
-                               wait_hibernating(P),
-                               P ! wake,
-                               timer:sleep(50),
-                               pid_to_list(P)
-                       end),
-    ?assert(lists:member(iolist_to_binary([" Hibernate pid ", HibPid, " resume mfa erlang:hibernate/3"]), L2)),
-    ?assert(lists:member(iolist_to_binary(["Unschedule pid ", HibPid]), L2)),
-    ?assert(lists:member(iolist_to_binary(["  Schedule pid ", HibPid, " mfa erlang:apply/2"]), L2)),
+    Run("process-scheduling.bt",
+        fun() -> P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
+                 wait_hibernating(P), P ! wake end,
+        [{contains, <<"  Schedule pid">>}, {contains, <<"Unschedule pid">>},
+         {contains, <<"Hibernate pid">>}],
+        fun() ->
+                P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
+                wait_hibernating(P),
+                P ! wake,
+                pid_to_list(P)
+        end,
+        fun(P) -> [iolist_to_binary([" Hibernate pid ", P, " resume mfa erlang:hibernate/3"]),
+                   iolist_to_binary(["Unschedule pid ", P]),
+                   iolist_to_binary(["  Schedule pid ", P, " mfa erlang:apply/2"])]
+        end),
     %% messages.bt
-    {{From, To}, L3} = Run("messages.bt",
-                           fun() -> self() ! ready, receive ready -> ok end end,
-                           [{contains, <<"send:">>}, {contains, <<"queued:">>}],
-                           fun() ->
-                                   S = spawn(fun dtrace_test_workload:sink/0),
-                                   S ! {a, b, c},
-                                   timer:sleep(50),
-                                   {pid_to_list(self()), pid_to_list(S)}
-                           end),
-    ?assert(lists:member(iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]), L3)),
-    ?assert(lists:member(iolist_to_binary(["queued: ", To, ": 4 words"]), L3)),
-    %% garbage-collection.bt
-    {GcPid, L4} = Run("garbage-collection.bt", fun() -> erlang:garbage_collect() end,
-                      [{contains, <<"GC major start">>}, {contains, <<"GC major end">>}],
-                      fun() ->
-                              P = spawn(fun() -> erlang:garbage_collect(), receive stop -> ok end end),
-                              timer:sleep(50),
-                              pid_to_list(P)
-                      end),
-    ?assert(lists:any(fun(L) -> binary:match(L, iolist_to_binary(["GC major start pid ", GcPid, " need "])) =/= nomatch end, L4)),
-    ?assert(lists:any(fun(L) -> binary:match(L, iolist_to_binary(["GC major end pid ", GcPid, " reclaimed "])) =/= nomatch end, L4)),
+    Run("messages.bt",
+        fun() -> self() ! ready, receive ready -> ok end end,
+        [{contains, <<"send:">>}, {contains, <<"queued:">>}],
+        fun() ->
+                S = spawn(fun dtrace_test_workload:sink/0),
+                S ! {a, b, c},
+                {pid_to_list(self()), pid_to_list(S)}
+        end,
+        fun({From, To}) -> [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),
+                            iolist_to_binary(["queued: ", To, ": 4 words"])]
+        end),
+    %% garbage-collection.bt: its per-process times are a map, printed as
+    %% bpftrace exits.
+    {_, L4} = Run("garbage-collection.bt", fun() -> erlang:garbage_collect() end,
+                  [{contains, <<"GC major start">>}, {contains, <<"GC major end">>}],
+                  fun() ->
+                          Self = self(),
+                          P = spawn(fun() -> erlang:garbage_collect(), Self ! {collected, self()},
+                                             receive stop -> ok end end),
+                          receive {collected, P} -> pid_to_list(P) end
+                  end,
+                  fun(P) -> [{contains, iolist_to_binary(["GC major start pid ", P, " need "])},
+                             {contains, iolist_to_binary(["GC major end pid ", P, " reclaimed "])}]
+                  end),
     ?assert(lists:member(<<"Time in garbage collection (us), per process:">>, L4)),
     %% function-calls.bt
     ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_workload, double, 1}, {erlang, phash2, 1}]]),
-    {CallPid, L5} = Run("function-calls.bt",
-                        fun() -> dtrace_test_workload:double(1), erlang:phash2(x) end,
-                        [{contains, <<"enter (global)">>}, {contains, <<" return ">>},
-                         {contains, <<"BIF entry">>}, {contains, <<"BIF return">>}],
-                        fun() ->
-                                6 = dtrace_test_workload:double(3),
-                                _ = erlang:phash2(y),
-                                pid_to_list(self())
-                        end),
+    Run("function-calls.bt",
+        fun() -> dtrace_test_workload:double(1), erlang:phash2(x) end,
+        [{contains, <<"enter (global)">>}, {contains, <<" return ">>},
+         {contains, <<"BIF entry">>}, {contains, <<"BIF return">>}],
+        fun() ->
+                6 = dtrace_test_workload:double(3),
+                _ = erlang:phash2(y),
+                pid_to_list(self())
+        end,
+        fun(P) -> [iolist_to_binary(["pid ", P, " enter (global)  dtrace_test_workload:double/1 depth -1"]),
+                   iolist_to_binary(["pid ", P, " return dtrace_test_workload:double/1 depth -1"]),
+                   iolist_to_binary(["pid ", P, " BIF entry  mfa erlang:phash2/1"]),
+                   iolist_to_binary(["pid ", P, " BIF return mfa erlang:phash2/1"])]
+        end),
     ok = peer:call(Peer, dtrace, function_probes, [[]]),
-    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " enter (global)  dtrace_test_workload:double/1 depth -1"]), L5)),
-    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " return dtrace_test_workload:double/1 depth -1"]), L5)),
-    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " BIF entry  mfa erlang:phash2/1"]), L5)),
-    ?assert(lists:member(iolist_to_binary(["pid ", CallPid, " BIF return mfa erlang:phash2/1"]), L5)),
     %% port1.bt
-    {{Owner, PortText}, L6} = Run("port1.bt",
-                                  fun() ->
-                                          P = open_port({spawn, "cat >/dev/null"}, []),
-                                          port_command(P, "x"),
-                                          catch port_close(P)
-                                  end,
-                                  [{contains, <<"port open">>}, {contains, <<"port command">>},
-                                   {contains, <<"port exit">>}],
-                                  fun() ->
-                                          P = open_port({spawn, "cat >/dev/null"}, [binary]),
-                                          true = port_command(P, <<"hi">>),
-                                          true = port_close(P),
-                                          timer:sleep(50),
-                                          {pid_to_list(self()), erlang:port_to_list(P)}
-                                  end),
-    ?assert(lists:member(iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", PortText]), L6)),
-    ?assert(lists:member(iolist_to_binary(["port command pid ", Owner, " port ", PortText,
-                                           " port name  command type command"]), L6)),
-    ?assert(lists:any(fun(L) -> binary:match(L, iolist_to_binary(["port exit pid  port ", PortText])) =/= nomatch end, L6)),
-    %% message-latency.bt
-    {ok, L7} = Run("message-latency.bt",
-                   fun() -> self() ! ready, receive ready -> ok end end,
-                   [{contains, <<"Tracing message send">>}],
+    Run("port1.bt",
+        fun() ->
+                P = open_port({spawn, "cat >/dev/null"}, []),
+                port_command(P, "x"),
+                catch port_close(P)
+        end,
+        [{contains, <<"port open">>}, {contains, <<"port command">>},
+         {contains, <<"port exit">>}],
+        fun() ->
+                P = open_port({spawn, "cat >/dev/null"}, [binary]),
+                true = port_command(P, <<"hi">>),
+                true = port_close(P),
+                {pid_to_list(self()), erlang:port_to_list(P)}
+        end,
+        fun({Owner, Port}) ->
+                [iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", Port]),
+                 iolist_to_binary(["port command pid ", Owner, " port ", Port, " port name  command type command"]),
+                 {contains, iolist_to_binary(["port exit pid  port ", Port])}]
+        end),
+    %% message-latency.bt: its histograms are maps, updated in the kernel
+    %% at each event and printed as bpftrace exits, and its one line before
+    %% then comes from BEGIN, which bpftrace runs before it attaches the
+    %% probes. So the script runs between clauses that print once their
+    %% probe fired, added before and after it: bpftrace 0.17 attaches the
+    %% clauses last to first (bpftrace -v shows it), later versions in
+    %% either order, so once all four printed, the script's are attached.
+    {ok, Latency} = file:read_file(filename:join(Priv, "message-latency.bt")),
+    <<"#!", _/binary>> = Latency,
+    [_Shebang, Body] = binary:split(Latency, <<"\n">>),
+    ReadyClauses = fun(Where) ->
+                           ["usdt::erlang:message__send /!@", Where, "_send/ { @", Where, "_send = 1; ",
+                            "printf(\"READY ", Where, " send\\n\"); }\n",
+                            "usdt::erlang:process__scheduled /!@", Where, "_in/ { @", Where, "_in = 1; ",
+                            "printf(\"READY ", Where, " scheduled\\n\"); }\n"]
+                   end,
+    LatencyReady = filename:join(?config(priv_dir, Config), "message-latency-ready.bt"),
+    ok = file:write_file(LatencyReady, [ReadyClauses("before"), Body, $\n, ReadyClauses("after")]),
+    {ok, L7} = Run(LatencyReady,
                    fun() ->
-                           S = spawn(fun dtrace_test_workload:sink/0),
-                           [begin S ! I, timer:sleep(1) end || I <- lists:seq(1, 50)],
-                           timer:sleep(50),
+                           Self = self(),
+                           E = spawn(fun() -> receive ping -> Self ! pong end end),
+                           E ! ping,
+                           receive pong -> ok end
+                   end,
+                   [<<"READY before send">>, <<"READY before scheduled">>,
+                    <<"READY after send">>, <<"READY after scheduled">>],
+                   fun() ->
+                           Self = self(),
+                           E = spawn(fun Echo() -> receive {Self, I} -> Self ! {echo, I}, Echo() end end),
+                           [begin E ! {Self, I}, receive {echo, I} -> ok end end || I <- lists:seq(1, 50)],
                            ok
-                   end),
+                   end,
+                   fun(ok) -> [] end),
     ?assert(lists:member(<<"@wait_us: ">>, L7) orelse lists:any(fun(L) -> binary:match(L, <<"@wait_us:">>) =/= nomatch end, L7)),
     ?assert(lists:any(fun(L) -> binary:match(L, <<"@max_wait_us[<">>) =/= nomatch end, L7)).
+
+%% The entries of Wanted (a binary: a line equal to it; {contains, Part}:
+%% a line containing Part) that no line of Lines matches.
+missing(Wanted, Lines) ->
+    [W || W <- Wanted,
+          not lists:any(fun(L) -> case W of
+                                      {contains, Part} -> binary:match(L, Part) =/= nomatch;
+                                      Line -> L =:= Line
+                                  end
+                        end, Lines)].
 
 %% OTP's D scripts for these probes (runtime_tools' examples) name probes
 %% and argument indexes this library has, except the probes a stock VM
