@@ -18,16 +18,17 @@
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
+-include_lib("proper/include/proper.hrl").
 
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([procs/1, ports/1, running_process/1, running_port/1, call/1, call_return_to/1,
          call_silent/1, send/1, 'receive'/1, garbage_collection/1, all_flags/1,
-         flags_follow_the_session/1,
+         flags_follow_the_session/1, message_texts/1,
          user_probe_fields/1, exact_counts_under_load/1, file_probes/1, both_sinks_at_once/1,
          without_liblttng_ust/1, turned_off/1]).
 %% Run in the traced peer.
--export([waiter/0, gcfier/1, foo_clause_exception/1, wait_auto_flags/2]).
+-export([waiter/0, gcfier/1, foo_clause_exception/1, wait_auto_flags/2, printf_t/1]).
 
 suite() ->
     [{timetrap, {minutes, 3}}].
@@ -39,7 +40,7 @@ groups() ->
     Otp = [procs, ports, running_process, running_port, call, call_return_to, call_silent,
            send, 'receive', garbage_collection, all_flags],
     [{otp, [], Otp},
-     {auto, [], [flags_follow_the_session | Otp -- [call_return_to, call_silent]]},
+     {auto, [], [flags_follow_the_session, message_texts | Otp -- [call_return_to, call_silent]]},
      {user, [], [user_probe_fields, exact_counts_under_load, file_probes, both_sinks_at_once]},
      {absent, [], [without_liblttng_ust, turned_off]}].
 
@@ -367,6 +368,98 @@ call_silent(Config) ->
     Events = read(S),
     Ours = [E || {E, F} <- Events, lists:member(maps:get(<<"pid">>, F, none), [bin(Dont), bin(Pid)])],
     ?assertEqual([], Ours).
+
+%% message_send's message is the term as erts_printf's `%.*T' writes it
+%% with the library's precision (printf_t/1, a model of it), cut to 255
+%% bytes: for 300 terms PropEr makes of atoms (quoted ones too), small
+%% integers, `[]', pids and ports, and tuples of them, flat (the library
+%% puts their text together from the cached texts of their elements) or
+%% nested, long and cut (written by the VM's formatter).
+message_texts(Config) ->
+    Shapes = [T || _ <- lists:seq(1, 300), {ok, T} <- [proper_gen:pick(shape(), 6)]]
+        ++ [list_to_tuple(lists:duplicate(N, 'a rather long atom that needs quotes, 40b')) || N <- [1, 2, 3, 9]]
+        ++ [{a, list_to_atom(lists:duplicate(70, $x))}, list_to_atom(lists:duplicate(70, $y)),
+            {lists:duplicate(60, $z), b}],
+    S = session(Config, ["org_erlang_dyntrace:message_send"], ["org_erlang_dyntrace:message_send"]),
+    {Sender, Sink, Want} =
+        in_peer(Config,
+                fun() ->
+                        ok = ?MODULE:wait_auto_flags([send], 5000),
+                        Port = hd(erlang:ports()),
+                        Terms = [fill(T, self(), Port) || T <- Shapes],
+                        Sink = spawn(fun dtrace_test_workload:sink/0),
+                        [Sink ! T || T <- Terms],
+                        Sink ! stop,
+                        {self(), Sink, [printf_t(T) || T <- Terms ++ [stop]]}
+                end),
+    Events = read(S),
+    Got = [maps:get(<<"message">>, F) || {<<"org_erlang_dyntrace:message_send">>, F} <- Events,
+                                         maps:get(<<"from">>, F) =:= bin(Sender),
+                                         maps:get(<<"to">>, F) =:= bin(Sink)],
+    ?assertEqual([], [{W, G} || {W, G} <- lists:zip(Want, Got), W =/= G]),
+    ?assertEqual(length(Want), length(Got)).
+
+%% What erts_printf's `%.*T' writes with the library's precision, 64
+%% (erts/emulator/beam/erl_printf_term.c), for the shapes of shape/0: each
+%% term spends 1 of the precision, each atom also its name's length; a
+%% term is written only while precision is left before it (the comma
+%% before an element comes first), an atom whole; once spent, nothing more is
+%% written (no closing brace either), and `... ' ends the text. Cut to 255
+%% bytes, the buffer.
+printf_t(T) ->
+    {Out, D, _} = pt(T, 64),
+    Text = iolist_to_binary([Out, [<<"... ">> || D =< 0]]),
+    binary:part(Text, 0, min(255, byte_size(Text))).
+
+pt(_T, D) when D =< 0 ->
+    {[], D - 1, stop};
+pt(T, D) when is_tuple(T) ->
+    case pt_elements(tuple_to_list(T), D - 1, []) of
+        {Out, D1, go} -> {["{", Out, "}"], D1, go};
+        {Out, D1, stop} -> {["{", Out], D1, stop}
+    end;
+pt(T, D) when is_atom(T) ->
+    %% Written whole; nothing more once that spent the precision.
+    D1 = D - 1 - byte_size(atom_to_binary(T)),
+    {io_lib:format("~w", [T]), D1, if D1 =< 0 -> stop; true -> go end};
+pt(T, D) when is_list(T), T =/= [] ->
+    %% A printable string: 1 per character.
+    {Chars, D1} = lists:foldl(fun(C, {Acc, Dc}) when Dc > 0 -> {[C | Acc], Dc - 1};
+                                 (_, {Acc, Dc}) -> {Acc, Dc}
+                              end, {[], D - 1}, T),
+    case length(Chars) =:= length(T) of
+        true -> {[$", lists:reverse(Chars), $"], D1, go};
+        false -> {[$", lists:reverse(Chars)], D1 - 1, stop}
+    end;
+pt(T, D) ->
+    {io_lib:format("~w", [T]), D - 1, go}.
+
+pt_elements([], D, Acc) ->
+    {lists:reverse(Acc), D, go};
+pt_elements([E | Es], D, Acc) ->
+    Sep = [$, || Acc =/= []],
+    case pt(E, D) of
+        {[], D1, stop} -> {lists:reverse([Sep | Acc]), D1, stop};
+        {Out, D1, stop} -> {lists:reverse([[Sep, Out] | Acc]), D1, stop};
+        {Out, D1, go} -> pt_elements(Es, D1, [[Sep, Out] | Acc])
+    end.
+
+%% In the peer: Shape with its placeholders for a pid and a port filled in.
+fill(pid, Pid, _Port) -> Pid;
+fill(port, _Pid, Port) -> Port;
+fill(T, Pid, Port) when is_tuple(T) -> list_to_tuple([fill(E, Pid, Port) || E <- tuple_to_list(T)]);
+fill(T, _Pid, _Port) -> T.
+
+shape() ->
+    ?SIZED(S, shape(S)).
+
+shape(S) when S =< 1 ->
+    oneof([pid, port, [], ok, 'hello world', 'Quoted', '', 'a.b', true, 'don\'t',
+           integer(-1000, 1000), exactly((1 bsl 59) - 1), exactly(-(1 bsl 59))]);
+shape(S) ->
+    frequency([{2, shape(1)},
+               {3, ?LET(N, range(1, 10), ?LET(L, vector(N, shape(1)), list_to_tuple(L)))},
+               {1, ?LAZY(?LET(N, range(1, 4), ?LET(L, vector(N, shape(S div 2)), list_to_tuple(L))))}]).
 
 send(Config) ->
     S = session(Config, ["org_erlang_dyntrace:message_send"], ["org_erlang_dyntrace:message_send"]),

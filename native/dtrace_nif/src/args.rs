@@ -8,7 +8,7 @@
 //! - an integer argument is any integer that fits a signed 64-bit word;
 //!   anything else (a bignum, an atom, a string) is passed as 0;
 //! - the pid is the calling process, formatted like `pid_to_list/1`
-//!   (`text::IdText`, the one pid and port formatter).
+//!   (`text::TextBuf::self_pid`, the one term formatter).
 //!
 //! One deliberate difference, for bounded work: OTP flattens the whole
 //! iolist (`enif_inspect_iolist_as_binary`) before it checks the size, so a

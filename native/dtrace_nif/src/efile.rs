@@ -58,7 +58,7 @@ mod nifs {
     use crate::args::{StrBuf, int64_or_zero};
     use crate::nif::{LoadStep, NifArgs, NifCall, NoArgs, nif_args, raw_nif};
     use crate::probes::{efile_drv__entry, efile_drv__int_entry, efile_drv__int_return, efile_drv__return};
-    use crate::text::IdText;
+    use crate::text::TextBuf;
 
     raw_nif!("efile_enabled", NoArgs => efile_enabled);
     raw_nif!("efile_entry", EntryArgs => efile_entry);
@@ -127,8 +127,8 @@ mod nifs {
             let Some(a) = EntryArgs::from_slice(args) else { return 0.encode(env) };
             let op = EfileOp::next(int32_or_zero(a.thread_id), int32_or_zero(a.command));
             if efile_drv__entry::enabled() {
-                let (mut s1, mut s2, mut user_tag, mut port) = (StrBuf::new(), StrBuf::new(), StrBuf::new(), IdText::new());
-                let port = if a.device.is_pid() { port.id(env, a.device) } else { port.self_pid(env) };
+                let (mut s1, mut s2, mut user_tag, mut port) = (StrBuf::new(), StrBuf::new(), StrBuf::new(), TextBuf::new());
+                let port = if a.device.is_pid() { port.term(a.device) } else { port.self_pid(env) };
                 efile_drv__entry::fire(
                     op.thread_id,
                     op.op_id,

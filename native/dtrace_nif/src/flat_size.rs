@@ -100,6 +100,11 @@ pub fn flat_size(term: Term<'_>) -> Option<u64> {
         if visits > MAX_VISITS {
             return None;
         }
+        // Immediates (atoms, small integers, local pids and ports, `[]`)
+        // take no words: no call into the VM for them.
+        if crate::nif::immediate_bits(raw).is_some() {
+            continue;
+        }
         // SAFETY: `raw` is the message or a part of it, a term of `env`.
         let t = unsafe { Term::new(env, raw) };
         size += match t.get_type() {
@@ -165,7 +170,7 @@ fn list_words<'a>(list: Term<'a>, pending: &mut ArrayVec<Pending, MAX_PENDING>, 
                 if *visits > MAX_VISITS {
                     return None;
                 }
-                if !matches!(head.get_type(), TermType::Atom) && !is_small(head) {
+                if crate::nif::immediate_bits(head.as_c_arg()).is_none() {
                     pending.try_push(Pending::Term(head.as_c_arg())).ok()?;
                 }
                 cell = tail;
@@ -177,10 +182,6 @@ fn list_words<'a>(list: Term<'a>, pending: &mut ArrayVec<Pending, MAX_PENDING>, 
             }
         }
     }
-}
-
-fn is_small(t: Term<'_>) -> bool {
-    matches!(t.get_type(), TermType::Integer) && integer_words(t) == Some(0)
 }
 
 /// A flatmap: 4 + 2 × keys words (`#{}`: 3), with its keys and values

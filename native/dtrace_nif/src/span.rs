@@ -14,7 +14,7 @@ use rustler::types::atom::{false_, true_};
 use crate::args::{StrBuf, int64_or_zero};
 use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
 use crate::probes::{span__begin, span__end};
-use crate::text::IdText;
+use crate::text::TextBuf;
 
 raw_nif!("span_enabled", NoArgs => span_enabled);
 raw_nif!("span_begin", BeginArgs => span_begin);
@@ -44,7 +44,7 @@ fn span_begin(call: NifCall) -> ErlNifTerm {
     }
     call.run(|env, args| {
         let Some(a) = BeginArgs::from_slice(args) else { return false_().to_term(env) };
-        let (mut pid, mut tag, mut kind) = (IdText::new(), StrBuf::new(), StrBuf::new());
+        let (mut pid, mut tag, mut kind) = (TextBuf::new(), StrBuf::new(), StrBuf::new());
         span__begin::fire(
             pid.self_pid(env),
             tag.iolist_or_null(a.user_tag),
@@ -64,7 +64,7 @@ fn span_end(call: NifCall) -> ErlNifTerm {
     }
     call.run(|env, args| {
         let Some(a) = EndArgs::from_slice(args) else { return false_().to_term(env) };
-        let (mut pid, mut tag, mut kind) = (IdText::new(), StrBuf::new(), StrBuf::new());
+        let (mut pid, mut tag, mut kind) = (TextBuf::new(), StrBuf::new(), StrBuf::new());
         span__end::fire(
             pid.self_pid(env),
             tag.iolist_or_null(a.user_tag),

@@ -7,16 +7,26 @@
 //!
 //! Work is bounded: a buffer holds [`TEXT_BYTES`] bytes (OTP's
 //! `DTRACE_TERM_BUF_SIZE`), longer text is cut, and `%T` is given a
-//! precision of [`MAX_NODES`] terms, after which the VM's formatter stops
-//! walking the term and writes `...`, whatever the term's size or depth.
+//! precision of [`MAX_NODES`], which the VM's formatter spends as it walks
+//! the term (1 per term, plus the name's length per atom) and, once spent,
+//! stops and writes `...`, whatever the term's size or depth.
+//!
+//! The common texts do not go through the VM's formatter: immediates
+//! (pids and ports of this node, atoms, small integers) are cached per
+//! scheduler thread, and tuples of them (`{<0.84.0>,ping}`) and mfas are
+//! put together from the cached texts, exactly as `%T` writes them (an
+//! LTTng-recorded ping-pong: 900 ns a message with `%T` for every text,
+//! 690 ns so; BENCHMARKS.md has the run).
 //! Buffers are not cleared first: only the bytes written are read.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint};
 use std::mem::MaybeUninit;
 
 use rustler::sys::ErlNifTerm;
-use rustler::{Env, Term, TermType};
+use rustler::{Env, Term};
+
+use crate::nif::immediate_bits;
 
 use crate::probes::Str;
 
@@ -24,7 +34,10 @@ use crate::probes::Str;
 /// `DTRACE_TERM_BUF_SIZE`).
 pub const TEXT_BYTES: usize = 256;
 
-/// The most terms `%T` visits for one text; it then writes `...`.
+/// The precision given to `%T`: the VM's formatter spends 1 per term and
+/// the name's length per atom (erts/emulator/beam/erl_printf_term.c,
+/// `dcount`), and stops once it is spent (an atom alone is always written
+/// whole).
 pub const MAX_NODES: c_int = 64;
 
 /// A text kept for later: its bytes, NUL included, and their number.
@@ -51,7 +64,17 @@ impl TextBuf {
     /// An empty buffer (its bytes are not cleared).
     #[inline(always)]
     pub fn new() -> Self {
-        Self { bytes: [MaybeUninit::uninit(); TEXT_BYTES], len: 0 }
+        // Written field by field: `Self { bytes: [MaybeUninit::uninit();
+        // N], len: 0 }` makes rustc 1.95 clear the whole struct with a
+        // memset (it merges the uninitialised bytes with the zero), which
+        // was 2.3% of an enabled message__send.
+        let mut buf = MaybeUninit::<Self>::uninit();
+        // SAFETY: writes the one field that needs a value through a raw
+        // pointer into our own uninitialised struct, without reading it.
+        unsafe { std::ptr::addr_of_mut!((*buf.as_mut_ptr()).len).write(0) };
+        // SAFETY: `len` is initialised, and `bytes` is an array of
+        // MaybeUninit, valid uninitialised.
+        unsafe { buf.assume_init() }
     }
 
     /// The bytes written, NUL included.
@@ -88,41 +111,172 @@ impl TextBuf {
         self.str()
     }
 
-    /// Any term as `~p` text (`%T`), at most [`MAX_NODES`] terms of it.
+    /// Any term as `%T` writes it (`<0.84.0>`, `#Port<0.5>`, `ping`,
+    /// `{<0.84.0>,ping}`, `"abc"`), at most [`MAX_NODES`] terms of it.
+    /// Immediates (pids and ports of this node, atoms, small integers,
+    /// `[]`) come from a per-scheduler cache, and a tuple of at most
+    /// [`FLAT_TUPLE`] immediates is put together from their texts; the
+    /// rest goes through the VM's formatter.
     pub fn term(&mut self, term: Term<'_>) -> Str<'_> {
+        let raw = term.as_c_arg();
+        if let Some(bits) = immediate_bits(raw) {
+            return self.immediate(raw, bits);
+        }
+        if self.flat_tuple(term.get_env().as_c_arg(), raw) {
+            return self.str();
+        }
+        self.printf(raw)
+    }
+
+    /// The calling process of `env`, like `pid_to_list/1` (`<0.84.0>`);
+    /// NULL if the VM cannot say (no calling process).
+    pub fn self_pid(&mut self, env: Env<'_>) -> Str<'_> {
+        let mut pid = MaybeUninit::uninit();
+        // SAFETY: enif_self writes the pid of the calling process, if there
+        // is one, into our struct, and returns NULL otherwise.
+        if unsafe { rustler::sys::enif_self(env.as_c_arg(), pid.as_mut_ptr()) }.is_null() {
+            return Str::NULL;
+        }
+        // SAFETY: enif_self initialised it; enif_make_pid only reads it.
+        let raw = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_ptr()) };
+        match immediate_bits(raw) {
+            Some(bits) => self.immediate(raw, bits),
+            None => self.printf(raw),
+        }
+    }
+
+    /// `raw` through the VM's formatter: `%.*T`, at most [`MAX_NODES`]
+    /// terms, cut to [`TEXT_BYTES`].
+    fn printf(&mut self, raw: ErlNifTerm) -> Str<'_> {
         // SAFETY: enif_snprintf writes at most TEXT_BYTES bytes, NUL
         // included, into our buffer of that size; `%.*T` consumes an int
-        // precision and one term, which we pass, and the term is a valid
-        // term of its env for this call.
+        // precision and one term, which we pass, and `raw` is a valid term
+        // of the calling NIF's env for this call.
         let res = unsafe {
             rustler::sys::get_enif_snprintf()(
                 self.bytes.as_mut_ptr().cast::<c_char>(),
                 TEXT_BYTES,
                 c"%.*T".as_ptr(),
                 MAX_NODES,
-                term.as_c_arg(),
+                raw,
             )
         };
         self.after_snprintf(res)
     }
 
-    /// `m:f/arity`, as OTP's probes write an mfa.
-    pub fn mfa(&mut self, module: Term<'_>, function: Term<'_>, arity: u32) -> Str<'_> {
-        // SAFETY: as in `term`; the format consumes two bounded terms and
-        // an unsigned int, which we pass.
-        let res = unsafe {
-            rustler::sys::get_enif_snprintf()(
-                self.bytes.as_mut_ptr().cast::<c_char>(),
-                TEXT_BYTES,
-                c"%.*T:%.*T/%u".as_ptr(),
-                MAX_NODES,
-                module.as_c_arg(),
-                MAX_NODES,
-                function.as_c_arg(),
-                arity as c_uint,
-            )
+    /// An immediate's text (its raw bits `bits`): from the cache, or
+    /// written by `%T` and cached.
+    fn immediate(&mut self, raw: ErlNifTerm, bits: usize) -> Str<'_> {
+        let hit = IMMEDIATES.with_borrow(|c| {
+            let slot = c.keys.iter().position(|&k| k == bits)?;
+            self.copy(&c.texts[slot][..c.lens[slot]]);
+            Some(())
+        });
+        if hit.is_none() && !self.printf(raw).is_null() && self.len <= CACHED_BYTES {
+            let text = self.written();
+            let len = text.len() - 1;
+            IMMEDIATES.with_borrow_mut(|c| {
+                let slot = c.next;
+                c.keys[slot] = bits;
+                c.texts[slot][..len].copy_from_slice(&text[..len]);
+                c.lens[slot] = len;
+                c.next = (slot + 1) % CACHED_TEXTS;
+            });
+        }
+        self.str()
+    }
+
+    /// `{A, B, ...}` for a tuple of 1 to [`FLAT_TUPLE`] immediates, as `%T`
+    /// writes a tuple (braces, commas, no spaces), each element's text from
+    /// the cache: `true` once written. `false` (nothing written) for
+    /// anything else, or when the text would not fit in the buffer.
+    fn flat_tuple(&mut self, env: *mut rustler::sys::ErlNifEnv, raw: ErlNifTerm) -> bool {
+        let mut arity: c_int = 0;
+        let mut elements: *const ErlNifTerm = std::ptr::null();
+        // SAFETY: enif_get_tuple only reads the term and, for a tuple,
+        // writes its arity and a pointer to its elements, valid during this
+        // call; it returns 0 for any other term.
+        if unsafe { rustler::sys::enif_get_tuple(env, raw, &mut arity, &mut elements) } == 0 {
+            return false;
+        }
+        let arity = match usize::try_from(arity) {
+            Ok(n @ 1..=FLAT_TUPLE) => n,
+            _ => return false,
         };
-        self.after_snprintf(res)
+        // SAFETY: `elements` points to the tuple's `arity` elements.
+        let elements = unsafe { std::slice::from_raw_parts(elements, arity) };
+        let mut bits = [0usize; FLAT_TUPLE];
+        for (b, &e) in bits.iter_mut().zip(elements) {
+            match immediate_bits(e) {
+                Some(x) => *b = x,
+                None => return false,
+            }
+        }
+        let mut out = [0u8; TEXT_BYTES];
+        out[0] = b'{';
+        let mut at = 1;
+        // What `%.*T` would spend of its precision (see MAX_NODES): 1 for
+        // the tuple, and for each element 1 + its text's length, at least
+        // what the VM counts (1 for a term, plus the name's length for an
+        // atom, whose text may add quotes). While the whole is under the
+        // precision, `%T` writes the tuple whole and nothing after it; past
+        // it, `%T` cuts the text and writes `... `, and so does the VM's
+        // formatter, which is left to do it.
+        let mut spent = 1;
+        for (i, (&e, &b)) in elements.iter().zip(&bits).enumerate() {
+            let mut part = TextBuf::new();
+            let text = part.immediate(e, b);
+            if text.is_null() {
+                return false;
+            }
+            let text = &part.written()[..part.len - 1];
+            // The text, a comma or the closing brace, and the NUL must fit.
+            spent += 1 + text.len();
+            if spent >= MAX_NODES as usize || at + text.len() + 2 > TEXT_BYTES {
+                return false;
+            }
+            out[at..at + text.len()].copy_from_slice(text);
+            at += text.len();
+            out[at] = if i + 1 == arity { b'}' } else { b',' };
+            at += 1;
+        }
+        self.copy(&out[..at]);
+        true
+    }
+    /// `m:f/arity`, as OTP's probes write an mfa (`%T` for the atoms:
+    /// quoted where Erlang quotes them), the atoms' texts from the cache.
+    pub fn mfa<'t>(&mut self, module: Term<'t>, function: Term<'t>, arity: u32) -> Str<'_> {
+        let mut out = [0u8; TEXT_BYTES];
+        let mut at = 0;
+        for (term, sep) in [(module, b':'), (function, b'/')] {
+            let mut part = TextBuf::new();
+            if part.term(term).is_null() {
+                return self.copy(b"");
+            }
+            let text = &part.written()[..part.len - 1];
+            let n = text.len().min(TEXT_BYTES - 1 - at);
+            out[at..at + n].copy_from_slice(&text[..n]);
+            at += n;
+            if at < TEXT_BYTES - 1 {
+                out[at] = sep;
+                at += 1;
+            }
+        }
+        let mut digits = [0u8; 10];
+        let mut i = digits.len();
+        let mut n = arity;
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let n = (digits.len() - i).min(TEXT_BYTES - 1 - at);
+        out[at..at + n].copy_from_slice(&digits[i..i + n]);
+        at += n;
+        self.copy(&out[..at])
     }
 
     /// A fixed text.
@@ -150,7 +304,7 @@ impl TextBuf {
                 self.len = n;
                 self.str()
             }
-            _ => self.term(atom),
+            _ => self.printf(atom.as_c_arg()),
         }
     }
 
@@ -173,95 +327,42 @@ impl TextBuf {
     }
 }
 
-/// Pid and port texts, the one formatter of them (the calling process of
-/// a user probe, the pids and ports of the VM probes), with a small
-/// per-scheduler cache: a process or port is usually named by many events
-/// in a row (a ping-pong names the same two pids on every message), and
-/// formatting is the costliest step.
-pub struct IdText {
-    buf: TextBuf,
+/// Texts of immediates kept per scheduler thread.
+const CACHED_TEXTS: usize = 8;
+
+/// The longest text of an immediate that is cached, without its NUL
+/// (`<0.N.S>`, `#Port<0.N>`, most atoms and integers).
+const CACHED_BYTES: usize = 40;
+
+/// The most elements of a tuple put together from its elements' texts.
+pub const FLAT_TUPLE: usize = 8;
+
+/// Recently written texts of immediates.
+struct ImmediateTexts {
+    /// The raw terms' bits; 0 (never an immediate: its primary tag is a
+    /// header's) marks a free slot.
+    keys: [usize; CACHED_TEXTS],
+    /// Their texts, without NUL, and the texts' lengths.
+    texts: [[u8; CACHED_BYTES]; CACHED_TEXTS],
+    lens: [usize; CACHED_TEXTS],
+    /// The slot written next (they rotate).
+    next: usize,
 }
-
-/// Cache entries per scheduler thread.
-const CACHED_IDS: usize = 4;
-
-/// The longest id text cached, NUL included (`<0.N.S>`, `#Port<0.N>`).
-const ID_BYTES: usize = 40;
-
-/// Recently formatted ids (term, text with its NUL, its length), and the
-/// slot written next.
-type IdCache = ([(Option<ErlNifTerm>, [u8; ID_BYTES], usize); CACHED_IDS], usize);
 
 thread_local! {
-    /// Recently formatted local pids and ports. Local pids and ports are
-    /// immediates, whose value names one process or port for the life of
-    /// the node; the slot written next rotates.
-    static IDS: Cell<IdCache> = const { Cell::new(([(None, [0; ID_BYTES], 0); CACHED_IDS], 0)) };
-}
-
-impl Default for IdText {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl IdText {
-    /// An empty buffer.
-    #[inline(always)]
-    pub fn new() -> Self {
-        Self { buf: TextBuf::new() }
-    }
-
-    /// A pid or port as `%T` writes it (`<0.84.0>`, `#Port<0.5>`,
-    /// `<5.84.0>` for another node's), any other term as `~p` text.
-    /// Local pids and ports come from the cache when it holds them.
-    pub fn id(&mut self, env: Env<'_>, term: Term<'_>) -> Str<'_> {
-        let cacheable = match term.get_type() {
-            TermType::Pid => is_local_pid(env, term),
-            TermType::Port => is_local_port(env, term),
-            _ => false,
-        };
-        self.format(term.as_c_arg(), cacheable, |buf| buf.term(term))
-    }
-
-    /// The calling process of `env`, like `pid_to_list/1` (`<0.84.0>`);
-    /// NULL if the VM cannot say (no calling process).
-    pub fn self_pid(&mut self, env: Env<'_>) -> Str<'_> {
-        let mut pid = MaybeUninit::uninit();
-        // SAFETY: enif_self writes the pid of the calling process, if there
-        // is one, into our struct, and returns NULL otherwise.
-        if unsafe { rustler::sys::enif_self(env.as_c_arg(), pid.as_mut_ptr()) }.is_null() {
-            return Str::NULL;
-        }
-        // SAFETY: enif_self initialised it; enif_make_pid only reads it.
-        let raw = unsafe { rustler::sys::enif_make_pid(env.as_c_arg(), *pid.as_ptr()) };
-        // SAFETY: a pid term of this env, made just above.
-        let term = unsafe { Term::new(env, raw) };
-        self.format(raw, true, |buf| buf.term(term))
-    }
-
-    /// The text of `raw`: from the cache, or written by `write` (and cached
-    /// when `cacheable`, an immediate).
-    fn format(&mut self, raw: ErlNifTerm, cacheable: bool, write: impl FnOnce(&mut TextBuf) -> Str<'_>) -> Str<'_> {
-        if cacheable {
-            let (entries, _) = IDS.get();
-            if let Some((_, text, len)) = entries.iter().find(|(key, _, _)| *key == Some(raw)) {
-                return self.buf.copy(&text[..len - 1]);
-            }
-        }
-        if write(&mut self.buf).is_null() {
-            return Str::NULL;
-        }
-        let len = self.buf.len;
-        if cacheable && len <= ID_BYTES {
-            let mut text = [0; ID_BYTES];
-            text[..len].copy_from_slice(self.buf.written());
-            let (mut entries, next) = IDS.get();
-            entries[next] = (Some(raw), text, len);
-            IDS.set((entries, (next + 1) % CACHED_IDS));
-        }
-        self.buf.str()
-    }
+    /// Recently written texts of immediates, per scheduler thread: a
+    /// process or port is usually named by many events in a row (a
+    /// ping-pong names the same two pids, and carries the same atoms, on
+    /// every message), and the VM's formatter is the costliest step of an
+    /// event. Borrowed in place: no copy of the table per lookup.
+    static IMMEDIATES: RefCell<ImmediateTexts> = const {
+        RefCell::new(ImmediateTexts {
+            keys: [0; CACHED_TEXTS],
+            texts: [[0; CACHED_BYTES]; CACHED_TEXTS],
+            lens: [0; CACHED_TEXTS],
+            next: 0,
+        })
+    };
 }
 
 /// Is `t` (a pid) a pid of this node (an immediate)?
@@ -269,11 +370,4 @@ pub fn is_local_pid(env: Env<'_>, t: Term<'_>) -> bool {
     let mut pid = MaybeUninit::uninit();
     // SAFETY: enif_get_local_pid reads the term and writes the pid struct.
     unsafe { rustler::sys::enif_get_local_pid(env.as_c_arg(), t.as_c_arg(), pid.as_mut_ptr()) != 0 }
-}
-
-/// Is `t` (a port) a port of this node (an immediate)?
-fn is_local_port(env: Env<'_>, t: Term<'_>) -> bool {
-    let mut port = MaybeUninit::uninit();
-    // SAFETY: enif_get_local_port reads the term and writes the port struct.
-    unsafe { rustler::sys::enif_get_local_port(env.as_c_arg(), t.as_c_arg(), port.as_mut_ptr()) != 0 }
 }

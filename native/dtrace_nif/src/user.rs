@@ -17,7 +17,7 @@ use crate::args::{StrBuf, int64_or_zero, is_undefined_raw};
 use crate::atoms;
 use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
 use crate::probes::{self, Str, user_trace__i4s4, user_trace__n, user_trace__s1};
-use crate::text::IdText;
+use crate::text::TextBuf;
 
 raw_nif!("available", NoArgs => available);
 raw_nif!("is_enabled", NoArgs => is_enabled_i4s4);
@@ -145,7 +145,7 @@ struct I4s4Terms<'a> {
 /// Stack buffers for the ten i4s4 arguments, filled only when enabled.
 #[derive(Default)]
 struct I4s4Bufs {
-    pid: IdText,
+    pid: TextBuf,
     user_tag: StrBuf,
     strs: [StrBuf; 4],
 }

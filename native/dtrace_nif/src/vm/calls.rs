@@ -12,7 +12,7 @@ use rustler::{Atom, Env, Term};
 use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED, mfa_parts, mfa_text};
 use crate::probes::org_erlang_dyntrace::{function_call, function_exception, function_return};
 use crate::probes::{bif__entry, bif__return, function__return, global__function__entry, local__function__entry};
-use crate::text::{IdText, TextBuf};
+use crate::text::TextBuf;
 
 mod atoms {
     rustler::atoms! { global, underscore = "_" }
@@ -97,7 +97,7 @@ fn call_kind(m: ErlNifTerm, f: ErlNifTerm, a: u32) -> CallKind {
 /// `call`: the tracee calls TraceTerm (`{M, F, Arity}` with the arity
 /// flag, or `{M, F, Args}`). OTP's `function_call` passes depth 0.
 pub(crate) fn call(e: &Event<'_>, _tag: TraceTag) {
-    let mut pid = IdText::new();
+    let mut pid = TextBuf::new();
     let pid = e.tracee(&mut pid);
     if let Some((m, f, a)) = mfa_parts(e.term) {
         let mut mfa = TextBuf::new();
@@ -122,7 +122,7 @@ pub(crate) fn call(e: &Event<'_>, _tag: TraceTag) {
 /// the tracee, or leaves it with an exception (extra: `{Class, Value}`).
 /// OTP's `function_return` passes depth 0.
 pub(crate) fn call_return(e: &Event<'_>, tag: TraceTag) {
-    let mut pid = IdText::new();
+    let mut pid = TextBuf::new();
     let pid = e.tracee(&mut pid);
     if let Some((m, f, a)) = mfa_parts(e.term) {
         let mut mfa = TextBuf::new();

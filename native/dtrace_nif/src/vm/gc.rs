@@ -5,7 +5,7 @@ use rustler::{Atom, Term};
 use super::{Event, TraceTag, UNAVAILABLE};
 use crate::probes::org_erlang_dyntrace::{gc_major_end, gc_major_start, gc_minor_end, gc_minor_start};
 use crate::probes::{gc_major__end, gc_major__start, gc_minor__end, gc_minor__start};
-use crate::text::IdText;
+use crate::text::TextBuf;
 
 mod atoms {
     rustler::atoms! { wordsize, heap_block_size, old_heap_block_size }
@@ -16,7 +16,7 @@ mod atoms {
 /// is the words needed (start) or reclaimed (end). OTP's LTTng events also
 /// carry the heap and old heap block sizes.
 pub(crate) fn gc(e: &Event<'_>, tag: TraceTag) {
-    let mut pid = IdText::new();
+    let mut pid = TextBuf::new();
     let pid = e.tracee(&mut pid);
     let figures = GcFigures::of(e.term);
     let words = figures.wordsize.map_or(UNAVAILABLE, |w| w as i64);

@@ -7,7 +7,7 @@ use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED};
 use crate::flat_size::flat_size;
 use crate::probes::org_erlang_dyntrace::{message_receive, message_send};
 use crate::probes::{Str, message__queued, message__send, message__send__remote, port__command};
-use crate::text::{IdText, TextBuf, is_local_pid};
+use crate::text::{TextBuf, is_local_pid};
 
 mod atoms {
     rustler::atoms! { command, close, connect }
@@ -17,11 +17,11 @@ mod atoms {
 /// TraceTerm to extra (a pid, a registered name, `{Name, Node}`, a port).
 pub(crate) fn send(e: &Event<'_>, _tag: TraceTag) {
     let extra = e.extra();
-    let mut sender = IdText::new();
+    let mut sender = TextBuf::new();
     let sender = e.tracee(&mut sender);
     let (local, remote) = (message__send::enabled(), message__send__remote::enabled());
     if let Some(to) = extra.filter(|_| local || remote) {
-        let mut receiver = IdText::new();
+        let mut receiver = TextBuf::new();
         match destination(e.env, to) {
             Destination::Local(to) if local => {
                 let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
@@ -61,7 +61,7 @@ pub(crate) fn send(e: &Event<'_>, _tag: TraceTag) {
 /// (OTP's `message__queued`; the queue length and token fields are not in
 /// the event). Also OTP's `message_receive`, for a port too.
 pub(crate) fn queued(e: &Event<'_>, _tag: TraceTag) {
-    let mut receiver = IdText::new();
+    let mut receiver = TextBuf::new();
     let receiver = e.tracee(&mut receiver);
     if message__queued::enabled() && e.tracee.get_type() != TermType::Port {
         let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
@@ -90,7 +90,7 @@ pub(crate) fn port_command(e: &Event<'_>, _tag: TraceTag) {
     } else {
         return;
     };
-    let (mut pid, mut port, mut k) = (IdText::new(), IdText::new(), TextBuf::new());
+    let (mut pid, mut port, mut k) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     port__command::fire(e.id(from, &mut pid), e.tracee(&mut port), Str::NULL, k.literal(kind));
 }
 

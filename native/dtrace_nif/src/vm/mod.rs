@@ -30,7 +30,7 @@ use rustler::{Atom, Encoder, Env, Term, TermType};
 
 use crate::nif::{LoadStep, NifArgs, NifCall, nif_args, raw_nif};
 use crate::probes::Str;
-use crate::text::{IdText, TextBuf};
+use crate::text::TextBuf;
 
 mod calls;
 mod gc;
@@ -174,13 +174,13 @@ impl<'a> Event<'a> {
     }
 
     /// The tracee's text (a local pid or port: cached).
-    fn tracee<'b>(&self, buf: &'b mut IdText) -> Str<'b> {
-        buf.id(self.env, self.tracee)
+    fn tracee<'b>(&self, buf: &'b mut TextBuf) -> Str<'b> {
+        buf.term(self.tracee)
     }
 
     /// A pid or port (or any term) of this event as text.
-    fn id<'b>(&self, term: Term<'_>, buf: &'b mut IdText) -> Str<'b> {
-        buf.id(self.env, term)
+    fn id<'b>(&self, term: Term<'_>, buf: &'b mut TextBuf) -> Str<'b> {
+        buf.term(term)
     }
 
     /// The trace tag's name (`in`, `out_exited`, `link`, ...).

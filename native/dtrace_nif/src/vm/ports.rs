@@ -7,11 +7,11 @@ use super::procs::{link_ends, link_kind};
 use super::{Event, TraceTag, UNDEFINED};
 use crate::probes::org_erlang_dyntrace::{port_exit, port_link, port_open, port_scheduled};
 use crate::probes::{Str, dtrace_port__link, port__exit, port__open};
-use crate::text::{IdText, TextBuf};
+use crate::text::TextBuf;
 
 /// `open`: TraceTerm (a pid) opened the tracee, with extra's name.
 pub(crate) fn port_open(e: &Event<'_>, _tag: TraceTag) {
-    let (mut owner, mut port) = (IdText::new(), IdText::new());
+    let (mut owner, mut port) = (TextBuf::new(), TextBuf::new());
     let (owner, port) = (e.id(e.term, &mut owner), e.tracee(&mut port));
     if port__open::enabled() {
         let mut name = TextBuf::new();
@@ -36,7 +36,7 @@ pub(crate) fn port_open(e: &Event<'_>, _tag: TraceTag) {
 /// names the process and the port's name, which the event does not carry
 /// (NULL).
 pub(crate) fn port_exit(e: &Event<'_>, _tag: TraceTag) {
-    let (mut port, mut reason) = (IdText::new(), TextBuf::new());
+    let (mut port, mut reason) = (TextBuf::new(), TextBuf::new());
     let (port, reason) = (e.tracee(&mut port), reason.term(e.term));
     port__exit::fire(Str::NULL, port, Str::NULL, reason);
     port_exit::fire(port, reason);
@@ -44,7 +44,7 @@ pub(crate) fn port_exit(e: &Event<'_>, _tag: TraceTag) {
 
 /// `link`, `unlink`, `getting_linked`, `getting_unlinked` of a port.
 pub(crate) fn port_link(e: &Event<'_>, tag: TraceTag) {
-    let (mut me, mut other, mut kind) = (IdText::new(), IdText::new(), TextBuf::new());
+    let (mut me, mut other, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     let (me, other) = (e.tracee(&mut me), e.id(e.term, &mut other));
     if dtrace_port__link::enabled() {
         dtrace_port__link::fire(me, other, e.tag_name(&mut kind));
@@ -59,6 +59,6 @@ pub(crate) fn port_link(e: &Event<'_>, tag: TraceTag) {
 /// running_ports `in`, `out`: OTP's `port_scheduled`, the operation
 /// (TraceTerm, `~p` text) and the trace tag.
 pub(crate) fn port_scheduled(e: &Event<'_>, _tag: TraceTag) {
-    let (mut port, mut op, mut kind) = (IdText::new(), TextBuf::new(), TextBuf::new());
+    let (mut port, mut op, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     port_scheduled::fire(e.tracee(&mut port), op.term(e.term), e.tag_name(&mut kind));
 }

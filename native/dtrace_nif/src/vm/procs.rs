@@ -7,11 +7,11 @@ use rustler::sys::ErlNifTerm;
 use super::{Event, TraceTag, UNDEFINED, UNKNOWN_MFA, list_length, mfa_text};
 use crate::probes::org_erlang_dyntrace::{process_exit, process_link, process_register, process_spawn};
 use crate::probes::{dtrace_process__link, dtrace_process__register, dtrace_process__unlink, process__exit, process__spawn};
-use crate::text::{IdText, KeptText, TextBuf, is_local_pid};
+use crate::text::{KeptText, TextBuf, is_local_pid};
 
 /// `spawn`: the tracee spawned TraceTerm, starting in extra's `{M, F, Args}`.
 pub(crate) fn spawn(e: &Event<'_>, _tag: TraceTag) {
-    let (mut child, mut start) = (IdText::new(), TextBuf::new());
+    let (mut child, mut start) = (TextBuf::new(), TextBuf::new());
     let child = e.id(e.term, &mut child);
     if process__spawn::enabled() {
         let mfa = match e.extra() {
@@ -21,7 +21,7 @@ pub(crate) fn spawn(e: &Event<'_>, _tag: TraceTag) {
         process__spawn::fire(child, mfa);
     }
     if process_spawn::enabled() {
-        let (mut parent, mut entry) = (IdText::new(), TextBuf::new());
+        let (mut parent, mut entry) = (TextBuf::new(), TextBuf::new());
         let entry = match e.extra() {
             Some(x) => mfa_text(x, UNDEFINED, &mut entry),
             None => entry.literal(UNDEFINED),
@@ -32,7 +32,7 @@ pub(crate) fn spawn(e: &Event<'_>, _tag: TraceTag) {
 
 /// `exit`: the tracee exits with reason TraceTerm (`~p` text).
 pub(crate) fn exit(e: &Event<'_>, _tag: TraceTag) {
-    let (mut pid, mut reason) = (IdText::new(), TextBuf::new());
+    let (mut pid, mut reason) = (TextBuf::new(), TextBuf::new());
     let (pid, reason) = (e.tracee(&mut pid), reason.term(e.term));
     process__exit::fire(pid, reason);
     process_exit::fire(pid, reason);
@@ -42,7 +42,7 @@ pub(crate) fn exit(e: &Event<'_>, _tag: TraceTag) {
 /// TraceTerm. OTP's `process_link` names the two ends in link order (the
 /// other end first for `getting_*`) and the kind `link` or `unlink`.
 pub(crate) fn link(e: &Event<'_>, tag: TraceTag) {
-    let (mut me, mut other, mut kind) = (IdText::new(), IdText::new(), TextBuf::new());
+    let (mut me, mut other, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     let (me, other) = (e.tracee(&mut me), e.id(e.term, &mut other));
     if dtrace_process__link::enabled() {
         dtrace_process__link::fire(me, other, e.tag_name(&mut kind));
@@ -56,7 +56,7 @@ pub(crate) fn link(e: &Event<'_>, tag: TraceTag) {
 
 /// `unlink`, `getting_unlinked`: the tracee and TraceTerm were unlinked.
 pub(crate) fn unlink(e: &Event<'_>, _tag: TraceTag) {
-    let (mut me, mut other, mut kind) = (IdText::new(), IdText::new(), TextBuf::new());
+    let (mut me, mut other, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     dtrace_process__unlink::fire(e.tracee(&mut me), e.id(e.term, &mut other), e.tag_name(&mut kind));
 }
 
@@ -84,7 +84,7 @@ pub(super) fn link_ends<'b>(
 /// `register`, `unregister`: the tracee (a process, or a port) and the
 /// name TraceTerm.
 pub(crate) fn register(e: &Event<'_>, _tag: TraceTag) {
-    let (mut me, mut name, mut kind) = (IdText::new(), TextBuf::new(), TextBuf::new());
+    let (mut me, mut name, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     let (me, name, kind) = (e.tracee(&mut me), name.atom(e.env, e.term), e.tag_name(&mut kind));
     dtrace_process__register::fire(me, name, kind);
     process_register::fire(me, name, kind);
@@ -144,11 +144,11 @@ fn spawn_returned(e: &Event<'_>) {
     if pid.get_type() != rustler::TermType::Pid || !is_local_pid(e.env, pid) {
         return;
     }
-    let (mut id, mut mfa) = (IdText::new(), TextBuf::new());
+    let (mut id, mut mfa) = (TextBuf::new(), TextBuf::new());
     let (pid, mfa) = (e.id(pid, &mut id), mfa.kept(&text));
     process__spawn::fire(pid, mfa);
     if process_spawn::enabled() {
-        let mut parent = IdText::new();
+        let mut parent = TextBuf::new();
         process_spawn::fire(pid, e.tracee(&mut parent), mfa);
     }
 }

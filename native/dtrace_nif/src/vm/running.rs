@@ -5,7 +5,7 @@ use rustler::Atom;
 use super::{Event, TraceTag, UNDEFINED, UNKNOWN_MFA, mfa_parts, mfa_text};
 use crate::probes::org_erlang_dyntrace::process_scheduled;
 use crate::probes::{process__hibernate, process__scheduled, process__unscheduled};
-use crate::text::{IdText, TextBuf};
+use crate::text::TextBuf;
 
 mod atoms {
     rustler::atoms! { erlang, hibernate }
@@ -13,7 +13,7 @@ mod atoms {
 
 /// `in`, `in_exiting`: the tracee runs TraceTerm's mfa.
 pub(crate) fn scheduled(e: &Event<'_>, _tag: TraceTag) {
-    let mut pid = IdText::new();
+    let mut pid = TextBuf::new();
     let pid = e.tracee(&mut pid);
     if process__scheduled::enabled() {
         let mut mfa = TextBuf::new();
@@ -25,7 +25,7 @@ pub(crate) fn scheduled(e: &Event<'_>, _tag: TraceTag) {
 /// `out`, `out_exiting`, `out_exited`: the tracee stops running; going out
 /// in `erlang:hibernate/3` is a hibernation too.
 pub(crate) fn unscheduled(e: &Event<'_>, _tag: TraceTag) {
-    let mut pid = IdText::new();
+    let mut pid = TextBuf::new();
     let pid = e.tracee(&mut pid);
     if process__hibernate::enabled()
         && let Some((m, f, 3)) = mfa_parts(e.term)
