@@ -168,13 +168,16 @@ fn probes(c: &Catalogue, backend: Backend) -> Vec<TokenStream> {
             }
         }
     });
-    let mut items = vec![quote! {
-        /// The provider name of every SDT probe.
-        pub const PROVIDER: &str = #provider;
-    }, quote! {
-        /// How many SDT probes the library has, numbered families expanded.
-        pub const PROBE_COUNT: usize = #count;
-    }];
+    let mut items = vec![
+        quote! {
+            /// The provider name of every SDT probe.
+            pub const PROVIDER: &str = #provider;
+        },
+        quote! {
+            /// How many SDT probes the library has, numbered families expanded.
+            pub const PROBE_COUNT: usize = #count;
+        },
+    ];
     items.extend(modules);
     items.extend(event_providers);
     items.push(listened(c));
@@ -198,7 +201,8 @@ fn probe_module(provider: &Provider, probe: &Probe, backend: Backend) -> TokenSt
     let numbered = probe.labels.is_some();
     let args: Vec<Ident> = probe.args.iter().map(|a| arg_ident(&a.name)).collect();
     let types: Vec<TokenStream> = probe.args.iter().map(|a| rust_type(a.ty)).collect();
-    let (label_param, label_arg) = if numbered { (quote!(label: usize,), quote!(label,)) } else { (quote!(), quote!()) };
+    let (label_param, label_arg) =
+        if numbered { (quote!(label: usize,), quote!(label,)) } else { (quote!(), quote!()) };
     let label_only = if numbered { quote!(label) } else { quote!() };
     let label_only_param = if numbered { quote!(label: usize) } else { quote!() };
 
@@ -586,10 +590,12 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
             }
         })
         .collect();
-    let row_listens: Vec<TokenStream> = (0..c.feeds.len()).map(|i| {
-        let name = format_ident!("row{i}");
-        quote!(#name())
-    }).collect();
+    let row_listens: Vec<TokenStream> = (0..c.feeds.len())
+        .map(|i| {
+            let name = format_ident!("row{i}");
+            quote!(#name())
+        })
+        .collect();
     // Per (target, tag): the rows it is in.
     let mut keys: Vec<(Target, &str)> = Vec::new();
     for f in &c.feeds {
@@ -602,8 +608,13 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
     let mut listens_arms = Vec::new();
     let mut dispatch_arms = Vec::new();
     for (t, tag) in &keys {
-        let rows: Vec<usize> =
-            c.feeds.iter().enumerate().filter(|(_, f)| f.target == *t && f.tags.iter().any(|x| x == tag)).map(|(i, _)| i).collect();
+        let rows: Vec<usize> = c
+            .feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.target == *t && f.tags.iter().any(|x| x == tag))
+            .map(|(i, _)| i)
+            .collect();
         let (tt, tv) = (target(*t), variant(tag));
         let conds: Vec<&TokenStream> = rows.iter().map(|&i| &row_listens[i]).collect();
         listens_arms.push(quote! { (#tt, TraceTag::#tv) => #(#conds)||*, });
@@ -634,8 +645,13 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
     }
     let all_procs = c.flags(Target::Processes);
     let all_ports = c.flags(Target::Ports);
-    let meta_rows: Vec<&TokenStream> =
-        c.feeds.iter().enumerate().filter(|(_, f)| f.target == Target::SpawnMeta).map(|(i, _)| &row_listens[i]).collect();
+    let meta_rows: Vec<&TokenStream> = c
+        .feeds
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.target == Target::SpawnMeta)
+        .map(|(i, _)| &row_listens[i])
+        .collect();
     let table = quote! {
         /// What an erl_tracer event is about (the feed table's `on=`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -794,7 +810,9 @@ mod lttng {
             .args(&objects)
             .arg("-llttng-ust");
         if !link.status().is_ok_and(|s| s.success()) {
-            println!("cargo:warning=dtrace_nif: built without the LTTng sink: linking the provider with -llttng-ust failed");
+            println!(
+                "cargo:warning=dtrace_nif: built without the LTTng sink: linking the provider with -llttng-ust failed"
+            );
             return false;
         }
         cc::Build::new()

@@ -562,8 +562,21 @@ impl Catalogue {
 
 /// Trace flags a feed may name (`erlang:trace/3`'s, for processes and ports).
 const TRACE_FLAGS: &[&str] = &[
-    "procs", "running", "exiting", "send", "receive", "call", "arity", "garbage_collection", "ports",
-    "running_ports", "running_procs", "silent", "return_to", "set_on_spawn", "set_on_link",
+    "procs",
+    "running",
+    "exiting",
+    "send",
+    "receive",
+    "call",
+    "arity",
+    "garbage_collection",
+    "ports",
+    "running_ports",
+    "running_procs",
+    "silent",
+    "return_to",
+    "set_on_spawn",
+    "set_on_link",
 ];
 
 /// Reads a provider file: one SDT provider (`provider NAME { probe ...;
@@ -594,7 +607,9 @@ pub fn parse(src: &str) -> Result<Catalogue, ParseError> {
         match tok {
             Tok::Comment(_) => {}
             Tok::Pragma(words) => match words.first().zip(words.get(1)) {
-                Some((w, k)) if w == "dtrace_nif" && k == "feed" => feeds.push((p.line(), parse_feed(&p, &words[2..])?)),
+                Some((w, k)) if w == "dtrace_nif" && k == "feed" => {
+                    feeds.push((p.line(), parse_feed(&p, &words[2..])?))
+                }
                 Some((w, k)) if w == "dtrace_nif" && k == "efile_command" => {
                     let c = parse_efile_command(&p, &words[2..])?;
                     if commands.iter().any(|o| o.name == c.name || o.number == c.number) {
@@ -792,12 +807,10 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
 
 fn parse_numbered(p: &Parser, words: &[String]) -> Result<(String, u32, u32), ParseError> {
     match words {
-        [_, kind, name, first, last] if kind == "numbered" => {
-            match (first.parse::<u32>(), last.parse::<u32>()) {
-                (Ok(f), Ok(l)) if f <= l => Ok((name.clone(), f, l)),
-                _ => p.err(format!("bad label range {first}..{last}")),
-            }
-        }
+        [_, kind, name, first, last] if kind == "numbered" => match (first.parse::<u32>(), last.parse::<u32>()) {
+            (Ok(f), Ok(l)) if f <= l => Ok((name.clone(), f, l)),
+            _ => p.err(format!("bad label range {first}..{last}")),
+        },
         _ => p.err(format!("expected '#pragma dtrace_nif numbered NAME FIRST LAST', found {words:?}")),
     }
 }
@@ -907,7 +920,9 @@ mod tests {
                     // argument, its 32-bit view.
                     let named = note.split('@').nth(1).unwrap().trim_start_matches('%');
                     let view32 = match arch {
-                        Arch::X86_64 if reg.starts_with("r") && reg.len() <= 3 && reg.as_bytes()[1].is_ascii_digit() => {
+                        Arch::X86_64
+                            if reg.starts_with("r") && reg.len() <= 3 && reg.as_bytes()[1].is_ascii_digit() =>
+                        {
                             format!("{reg}d")
                         }
                         Arch::X86_64 => format!("e{}", &reg[1..]),
@@ -932,10 +947,7 @@ mod tests {
         assert_eq!(b.note_arg(0, Type::String).unwrap(), "8@x0");
         assert_eq!(b.note_arg(7, Type::I32).unwrap(), "-4@w7");
         assert_eq!(b.note_arg(11, Type::I64).unwrap(), "-8@x11");
-        assert_eq!(
-            a.note_args(&[Type::String, Type::String, Type::I64]).unwrap(),
-            "8@%rdi 8@%rsi -8@%rdx"
-        );
+        assert_eq!(a.note_args(&[Type::String, Type::String, Type::I64]).unwrap(), "8@%rdi 8@%rsi -8@%rdx");
     }
 
     #[test]
@@ -945,8 +957,11 @@ mod tests {
             ("provider p { probe a(int64_t); };", "needs a type and a name"),
             ("provider p { probe a(int x, int x); };", "declared twice"),
             ("provider p { probe a(); probe a(); };", "probe a declared twice"),
-            ("provider p {\n probe a(int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, \
-              int a9, int a10, int a11, int a12); };", "at most 12"),
+            (
+                "provider p {\n probe a(int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, \
+              int a9, int a10, int a11, int a12); };",
+                "at most 12",
+            ),
             ("provider p { probe 9a(); };", "\"9a\" is not a C identifier"),
             ("provider p { probe a() };", "expected ';'"),
             ("provider p {\n#pragma dtrace_nif numbered n 0 2\n probe m(); };", "followed by probe m"),
@@ -967,7 +982,10 @@ mod tests {
     #[test]
     fn ds_own_pragmas_and_line_comments_are_ignored() {
         let p = parse("#pragma D attributes Evolving/Evolving/Common provider p\n// x\nprovider p {\n// y\nprobe a(const char * s, unsigned int u);\n};").unwrap().provider;
-        assert_eq!(p.probes[0].args, vec![Arg { name: "s".into(), ty: Type::String }, Arg { name: "u".into(), ty: Type::U32 }]);
+        assert_eq!(
+            p.probes[0].args,
+            vec![Arg { name: "s".into(), ty: Type::String }, Arg { name: "u".into(), ty: Type::U32 }]
+        );
         assert_eq!(p.probes[0].doc, "");
     }
 

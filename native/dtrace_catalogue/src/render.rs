@@ -167,7 +167,8 @@ pub fn lttng_markdown(c: &Catalogue) -> String {
         for event in &provider.probes {
             let fields: Vec<String> = event.lttng_fields().iter().map(field).collect();
             let fed: Vec<String> = c.feeds_of(&event.name).iter().map(|f| feed_source(f)).collect();
-            let _ = writeln!(out, "| `{}:{}` | {} | {} |", provider.name, event.name, fields.join(", "), fed.join("; "));
+            let _ =
+                writeln!(out, "| `{}:{}` | {} | {} |", provider.name, event.name, fields.join(", "), fed.join("; "));
         }
     }
     out
@@ -193,7 +194,9 @@ pub fn vm_markdown(c: &Catalogue) -> String {
          |---|---|---|---|---|---|\n",
     );
     let auto_note = " (not set by automatic mode for these)";
-    let code = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.iter().map(|x| format!("`{x}`")).collect::<Vec<_>>().join(", ") };
+    let code = |v: &[String]| {
+        if v.is_empty() { "-".to_string() } else { v.iter().map(|x| format!("`{x}`")).collect::<Vec<_>>().join(", ") }
+    };
     for f in &c.feeds {
         let flags = match f.target {
             Target::SpawnMeta => "none (meta patterns on `erlang:spawn/3`, `spawn_link/3`, `spawn_opt/4`)".to_string(),
@@ -285,7 +288,12 @@ pub fn erlang(c: &Catalogue, arch: Arch) -> String {
         for e in &provider.probes {
             let fields: Vec<String> =
                 e.args.iter().map(|a| format!("{{{}, {}}}", erl_str(&a.name), erl_str(a.ty.c_name()))).collect();
-            let _ = writeln!(out, "{{event, {}, [{}]}}.", erl_str(&format!("{}:{}", provider.name, e.name)), fields.join(", "));
+            let _ = writeln!(
+                out,
+                "{{event, {}, [{}]}}.",
+                erl_str(&format!("{}:{}", provider.name, e.name)),
+                fields.join(", ")
+            );
         }
     }
     let atoms = |v: &[String]| v.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(", ");
@@ -356,7 +364,8 @@ pub fn efile_hrl(c: &Catalogue) -> String {
 /// The command names as a bpftrace map or D array filled in `BEGIN`
 /// (`@command[1] = "OPEN";`), four to a line, indented four spaces.
 fn efile_assignments(c: &Catalogue, var: &str) -> String {
-    let parts: Vec<String> = c.efile_commands.iter().map(|e| format!("{var}[{}] = \"{}\";", e.number, e.name)).collect();
+    let parts: Vec<String> =
+        c.efile_commands.iter().map(|e| format!("{var}[{}] = \"{}\";", e.number, e.name)).collect();
     parts.chunks(4).map(|chunk| format!("    {}\n", chunk.join(" "))).collect()
 }
 
@@ -439,7 +448,9 @@ mod tests {
         assert_eq!(e.lines().filter(|l| l.starts_with("{probe, ")).count(), 983);
         assert!(e.contains("{probe, \"user_trace__n950\", [{\"proc\", \"char *\", \"rdi\", \"8@%rdi\"}"));
         assert!(e.contains("{\"thread_id\", \"int\", \"rdi\", \"-4@%edi\"}"));
-        assert!(e.contains("{event, \"org_erlang_dyntrace:gc_minor_start\", [{\"pid\", \"char *\"}, {\"need\", \"uint64_t\"}"));
+        assert!(e.contains(
+            "{event, \"org_erlang_dyntrace:gc_minor_start\", [{\"pid\", \"char *\"}, {\"need\", \"uint64_t\"}"
+        ));
         assert!(e.contains("{feed, processes, ['send'], ['send', 'send_to_non_existing_process'], [\"message__send\", \"message__send__remote\"], [\"message_send\"], send, true}."));
         assert!(e.contains("{feed, spawn_meta, [], ['call', 'return_from'], [\"process__spawn\"], [\"process_spawn\"], spawn_meta, true}."));
         assert!(e.contains("{efile_command, 'OPEN', 1}."));
@@ -455,6 +466,8 @@ mod tests {
             efile_assignments(&c, "@c").lines().next(),
             Some("    @c[1] = \"OPEN\"; @c[2] = \"READ\"; @c[3] = \"LSEEK\"; @c[4] = \"WRITE\";")
         );
-        assert!(vm_markdown(&c).contains("| processes | `procs` | `unlink`, `getting_unlinked` | `dtrace_process__unlink` | - | `unlink` |"));
+        assert!(vm_markdown(&c).contains(
+            "| processes | `procs` | `unlink`, `getting_unlinked` | `dtrace_process__unlink` | - | `unlink` |"
+        ));
     }
 }

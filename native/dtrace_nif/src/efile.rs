@@ -127,7 +127,8 @@ mod nifs {
             let Some(a) = EntryArgs::from_slice(args) else { return 0.encode(env) };
             let op = EfileOp::next(int32_or_zero(a.thread_id), int32_or_zero(a.command));
             if efile_drv__entry::enabled() {
-                let (mut s1, mut s2, mut user_tag, mut port) = (StrBuf::new(), StrBuf::new(), StrBuf::new(), TextBuf::new());
+                let (mut s1, mut s2, mut user_tag, mut port) =
+                    (StrBuf::new(), StrBuf::new(), StrBuf::new(), TextBuf::new());
                 let port = if a.device.is_pid() { port.term(a.device) } else { port.self_pid(env) };
                 efile_drv__entry::fire(
                     op.thread_id,
@@ -157,7 +158,11 @@ mod nifs {
     fn efile_return(call: NifCall) -> ErlNifTerm {
         call.run(|env, args| {
             let Some(a) = ReturnArgs::from_slice(args) else { return ok().to_term(env) };
-            let op = EfileOp { thread_id: int32_or_zero(a.thread_id), op_id: int32_or_zero(a.op_id), command: int32_or_zero(a.command) };
+            let op = EfileOp {
+                thread_id: int32_or_zero(a.thread_id),
+                op_id: int32_or_zero(a.op_id),
+                command: int32_or_zero(a.command),
+            };
             if efile_drv__int_return::enabled() {
                 efile_drv__int_return::fire(op.thread_id, op.op_id, op.command);
             }
@@ -165,7 +170,14 @@ mod nifs {
                 let success = a.success.decode::<bool>().unwrap_or(false);
                 let errno = if success { 0 } else { errno_of(a.reason) };
                 let mut user_tag = StrBuf::new();
-                efile_drv__return::fire(op.thread_id, op.op_id, user_tag.iolist_or_null(a.user_tag), op.command, success.into(), errno);
+                efile_drv__return::fire(
+                    op.thread_id,
+                    op.op_id,
+                    user_tag.iolist_or_null(a.user_tag),
+                    op.command,
+                    success.into(),
+                    errno,
+                );
             }
             ok().to_term(env)
         })

@@ -65,9 +65,8 @@ unsafe extern "C" fn load(env: *mut ErlNifEnv, _priv: *mut *mut c_void, info: Er
         let env = Env::new_init_env(&scope, env);
         (env, Term::new(env, info))
     };
-    let loaded = catch_unwind(|| {
-        ResourceRegistration::register_all_collected(env).is_ok() && crate::nif::load(env, info)
-    });
+    let loaded =
+        catch_unwind(|| ResourceRegistration::register_all_collected(env).is_ok() && crate::nif::load(env, info));
     if matches!(loaded, Ok(true)) { 0 } else { 1 }
 }
 
@@ -104,7 +103,8 @@ pub extern "C" fn dtrace_erl_tracer_nifs(len: *mut usize) -> *const ErlNifFunc {
     let table = catch_unwind(|| {
         &TABLE
             .get_or_init(|| {
-                let funcs: Vec<ErlNifFunc> = inventory::iter::<Nif>().map(Nif::get_def).filter(is_tracer_callback).collect();
+                let funcs: Vec<ErlNifFunc> =
+                    inventory::iter::<Nif>().map(Nif::get_def).filter(is_tracer_callback).collect();
                 Tracer(Box::leak(funcs.into_boxed_slice()))
             })
             .0

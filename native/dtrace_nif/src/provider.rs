@@ -540,9 +540,8 @@ pub fn private_dir() -> io::Result<&'static Path> {
 /// Creates `<base>/dtrace-<pid>-XXXXXX` with mode 0700 (mkdtemp).
 fn make_private_dir(base: &Path) -> io::Result<PathBuf> {
     let template = base.join(format!("{DIR_PREFIX}{}-XXXXXX", std::process::id()));
-    let mut template = CString::new(template.into_os_string().into_vec())
-        .map_err(io::Error::other)?
-        .into_bytes_with_nul();
+    let mut template =
+        CString::new(template.into_os_string().into_vec()).map_err(io::Error::other)?.into_bytes_with_nul();
     // SAFETY: `template` is a writable NUL-terminated string ending in
     // XXXXXX, which mkdtemp replaces in place.
     let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };

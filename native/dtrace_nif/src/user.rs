@@ -175,7 +175,10 @@ fn user_trace_i4s4(call: NifCall) -> ErlNifTerm {
         return false_().as_c_arg();
     }
     call.run(|env, args| match TagFirstArgs::from_slice(args) {
-        Some(a) => fire_i4s4(env, I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] }),
+        Some(a) => fire_i4s4(
+            env,
+            I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] },
+        ),
         None => false_().to_term(env),
     })
 }
@@ -195,7 +198,10 @@ fn i4s4(call: NifCall) -> ErlNifTerm {
         return atoms::adopt().as_c_arg();
     }
     call.run(|env, args| match TagLastArgs::from_slice(args) {
-        Some(a) => fire_i4s4(env, I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] }),
+        Some(a) => fire_i4s4(
+            env,
+            I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] },
+        ),
         None => false_().to_term(env),
     })
 }

@@ -44,7 +44,12 @@ fn vm_call_probes<'a>(env: Env<'a>, patterns: Term<'a>, bifs: Term<'a>) -> Term<
     for_each_element(patterns, MAX_CALL_ENTRIES, |p| {
         if let Ok((m, f, a, kind)) = p.decode::<(Atom, Term, Term, Atom)>() {
             let f = f.decode::<Atom>().ok().filter(|&f| f != atoms::underscore());
-            table.patterns.push((m.as_c_arg(), f.map(|f| f.as_c_arg()), a.decode::<u32>().ok(), kind == atoms::global()));
+            table.patterns.push((
+                m.as_c_arg(),
+                f.map(|f| f.as_c_arg()),
+                a.decode::<u32>().ok(),
+                kind == atoms::global(),
+            ));
         }
     });
     for_each_element(bifs, MAX_CALL_ENTRIES, |b| {

@@ -111,7 +111,9 @@ fn destination<'a>(env: Env<'a>, to: Term<'a>) -> Destination<'a> {
         TermType::Atom => Destination::Local(whereis(env, to).unwrap_or(to)),
         TermType::Tuple => match to.decode::<(Term, Atom)>() {
             Ok((name, node)) if Some(node) == this_node(env) => Destination::Local(whereis(env, name).unwrap_or(name)),
-            Ok((name, node)) => Destination::Remote { node: Some(rustler::Encoder::encode(&node, env)), receiver: name },
+            Ok((name, node)) => {
+                Destination::Remote { node: Some(rustler::Encoder::encode(&node, env)), receiver: name }
+            }
             Err(_) => Destination::Local(to),
         },
         _ => Destination::Local(to),

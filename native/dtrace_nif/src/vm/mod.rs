@@ -76,7 +76,10 @@ static TAGS: OnceLock<Vec<(ErlNifTerm, TraceTag)>> = OnceLock::new();
 
 fn load(env: Env<'_>) -> bool {
     let _ = TAGS.get_or_init(|| {
-        TRACE_TAGS.iter().filter_map(|&(name, tag)| Atom::from_str(env, name).ok().map(|a| (a.as_c_arg(), tag))).collect()
+        TRACE_TAGS
+            .iter()
+            .filter_map(|&(name, tag)| Atom::from_str(env, name).ok().map(|a| (a.as_c_arg(), tag)))
+            .collect()
     });
     true
 }
@@ -133,7 +136,8 @@ fn trace(call: NifCall) -> ErlNifTerm {
 fn vm_listening(env: Env<'_>) -> Term<'_> {
     let atoms = |flags: Vec<&str>| -> Vec<Atom> { flags.iter().filter_map(|f| Atom::from_str(env, f).ok()).collect() };
     let meta: Vec<Atom> = if spawn_meta_listens() { atoms(vec!["spawn"]) } else { vec![] };
-    (atoms(wanted_flags(Target::Processes)), atoms(wanted_flags(Target::Ports)), crate::probes::listened(), meta).encode(env)
+    (atoms(wanted_flags(Target::Processes)), atoms(wanted_flags(Target::Ports)), crate::probes::listened(), meta)
+        .encode(env)
 }
 
 /// `vm_flags() -> {ProcessFlags, PortFlags}`: every trace flag automatic

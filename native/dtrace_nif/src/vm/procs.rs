@@ -6,7 +6,9 @@ use rustler::sys::ErlNifTerm;
 
 use super::{Event, TraceTag, UNDEFINED, UNKNOWN_MFA, list_length, mfa_text};
 use crate::probes::org_erlang_dyntrace::{process_exit, process_link, process_register, process_spawn};
-use crate::probes::{dtrace_process__link, dtrace_process__register, dtrace_process__unlink, process__exit, process__spawn};
+use crate::probes::{
+    dtrace_process__link, dtrace_process__register, dtrace_process__unlink, process__exit, process__spawn,
+};
 use crate::text::{KeptText, TextBuf, is_local_pid};
 
 /// `spawn`: the tracee spawned TraceTerm, starting in extra's `{M, F, Args}`.
