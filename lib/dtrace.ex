@@ -132,23 +132,55 @@ defmodule DTrace do
   Fires a probe only while a tracer listens on it, and only then evaluates
   the arguments: costly arguments cost nothing the rest of the time.
 
-  Takes a call to `p/0..8` or `pn/1..9`, written without the module. For
-  `pn`, the label is evaluated first (it names the probe to check). Returns
-  what the call returns, or `false` without evaluating anything.
+  Takes a call to `p/0..8` or `pn/1..9`, written `p(...)` or
+  `DTrace.p(...)`. For `pn`, the label is evaluated first (it names the
+  probe to check). Returns what the call returns, or `false` without
+  evaluating anything. Anything else raises `ArgumentError` at compile
+  time, naming the forms it takes.
 
       iex> require DTrace
       iex> DTrace.lazy(p(1, raise("never evaluated while disabled")))
       false
       iex> DTrace.lazy(pn(7, 1, raise("nor this")))
       false
+      iex> DTrace.lazy(DTrace.p(2, raise("nor written with the module")))
+      false
   """
   defmacro lazy({:p, _, args} = call) when is_list(args) and length(args) <= 8 do
+    lazy_p(call)
+  end
+
+  defmacro lazy({:pn, meta, [label | args]}) when length(args) <= 8 do
+    lazy_pn(meta, label, args)
+  end
+
+  # The natural DTrace.p(...) / DTrace.pn(...) (or :dtrace.p/pn) too.
+  defmacro lazy({{:., _, [module, name]}, meta, args} = call)
+           when name in [:p, :pn] and is_list(args) do
+    case Macro.expand(module, __CALLER__) do
+      m when m in [DTrace, :dtrace] ->
+        case {name, args} do
+          {:p, _} when length(args) <= 8 -> lazy_p({:p, meta, args})
+          {:pn, [label | rest]} when length(rest) <= 8 -> lazy_pn(meta, label, rest)
+          _ -> lazy_error(call)
+        end
+
+      _ ->
+        lazy_error(call)
+    end
+  end
+
+  defmacro lazy(other) do
+    lazy_error(other)
+  end
+
+  defp lazy_p(call) do
     quote do
       if DTrace.enabled?(), do: DTrace.unquote(call), else: false
     end
   end
 
-  defmacro lazy({:pn, meta, [label | args]}) when length(args) <= 8 do
+  defp lazy_pn(meta, label, args) do
     var = Macro.unique_var(:label, __MODULE__)
 
     quote do
@@ -160,9 +192,10 @@ defmodule DTrace do
     end
   end
 
-  defmacro lazy(other) do
+  defp lazy_error(other) do
     raise ArgumentError,
-          "DTrace.lazy/1 takes a call to p/0..8 or pn/1..9, got: #{Macro.to_string(other)}"
+          "DTrace.lazy/1 takes a call to p/0..8 or pn/1..9, written p(...) or DTrace.p(...), " <>
+            "got: #{Macro.to_string(other)}"
   end
 
   @typedoc "What a span is: an atom (passed as its name) or a binary/iolist."
@@ -227,4 +260,40 @@ defmodule DTrace do
   @doc "Restores a state returned by `spread_tag/1`, also in another process; returns `true`."
   @spec restore_tag(true | tag_state()) :: true
   def restore_tag(state), do: :dtrace.restore_tag(state)
+
+  @doc """
+  Fires `user_trace__s1` with `message` (any iodata of at most 1024 bytes)
+  while a tracer listens: `true`; `false` otherwise; `:badarg` when enabled
+  and `message` is not such an iolist. See `:dtrace.user_trace_s1/1`.
+  """
+  @spec user_trace_s1(iodata()) :: boolean() | :badarg
+  def user_trace_s1(message), do: :dtrace.user_trace_s1(message)
+
+  @doc """
+  The status of the VM's own probes: mode, trace flags wanted and set, how
+  they trace (`tracing: :session` on OTP 27+, `:legacy` before), processes
+  traced and skipped, function patterns. `{:error, :not_started}` when the
+  `:dtrace` application is not running. See `:dtrace.vm_probes/0` and
+  docs/vm-probes.md.
+  """
+  @spec vm_probes() :: :dtrace.vm_status() | {:error, :not_started}
+  def vm_probes, do: :dtrace.vm_probes()
+
+  @doc """
+  Switches automatic mode on (`:auto`: trace flags follow the tracers) or
+  off (`:manual`: the flags it set are removed). `:ok`, or
+  `{:error, :not_started}`.
+  """
+  @spec vm_probes(:auto | :manual) :: :ok | {:error, :not_started}
+  def vm_probes(mode), do: :dtrace.vm_probes(mode)
+
+  @doc """
+  Sets the functions whose calls fire the function probes, as
+  `{module, function, arity}` (`:_` allowed for function and arity) or
+  `{module, function, arity, :local}`; `[]` clears them. Their call-trace
+  patterns are set only while a tracer listens. `:ok` or `{:error, reason}`.
+  See `:dtrace.function_probes/1`.
+  """
+  @spec function_probes([:dtrace.function_pattern()]) :: :ok | {:error, term()}
+  def function_probes(patterns), do: :dtrace.function_probes(patterns)
 end

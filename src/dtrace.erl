@@ -20,7 +20,7 @@
 %%% false
 %%% '''
 %%% Now, as root, attach a tracer to the node's OS process with the script
-%%% shipped in `priv/' (see the README for more tracers):
+%%% shipped in `priv/' (docs/tracers.md has the other tracers):
 %%% ```
 %%% # priv/dtrace-bpftrace -p 5821 priv/user-probe.bt
 %%% Attaching 1 probe...
@@ -247,10 +247,15 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %%%===================================================================
 
 %% @doc The status of the VM probes (`process__spawn', `message__send',
-%% ...; see the README's probe table and {@link dtrace_vm}): a map with
+%% ...; see docs/vm-probes.md and {@link dtrace_vm}): a map with
 %% <ul>
 %% <li>`mode': `auto' (trace flags follow the tracers) or `manual';</li>
 %% <li>`poll_ms': how often the semaphores are read, in milliseconds;</li>
+%% <li>`tracing': how the probes trace: `session' (OTP 27 and later: in
+%%   trace sessions of their own, `dtrace_auto' and `dtrace_spawn_meta',
+%%   beside any other tracing of the same processes) or `legacy' (OTP 25
+%%   and 26: as the one tracer a process may have, so processes another
+%%   tracer traces are skipped; see docs/vm-probes.md);</li>
 %% <li>`listening': the note names (binaries) of every probe of the library
 %%   a tracer listens on now;</li>
 %% <li>`wanted_flags' and `flags': `#{processes => [Flag], ports => [Flag]}',
@@ -711,7 +716,7 @@ get_tag_data() ->
 %% anything but a boolean.
 %%
 %% Spreading uses the process's sequential-trace token (as OTP's
-%% dynamic-trace build did); see the README for how this meets an
+%% dynamic-trace build did); see docs/instrumenting.md for how this meets an
 %% application's own use of `seq_trace'.
 -spec spread_tag(Spread :: boolean()) -> tag_state().
 spread_tag(true) ->

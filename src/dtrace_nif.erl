@@ -20,7 +20,8 @@
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 -export([vm_listening/0, vm_flags/0, vm_call_probes/2]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
-         provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1]).
+         provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
+         provider_probe/2, provider_path/1, provider_delete/1]).
 -export([test_panic/0, test_allocations/0]).
 
 -on_load(on_load/0).
@@ -30,7 +31,8 @@
        efile_enabled/0, efile_entry/10, efile_return/6,
        vm_listening/0, vm_flags/0, vm_call_probes/2,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
-       provider_is_enabled/1, provider_probe/2, provider_path/1, provider_delete/1,
+       provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
+       provider_probe/2, provider_path/1, provider_delete/1,
        test_panic/0, test_allocations/0]).
 
 -type integer_maybe() :: integer() | atom().
@@ -217,6 +219,15 @@ provider_fire(_Probe, _Args) ->
 
 -spec provider_is_enabled(Provider :: dtrace_provider:provider(), ProbeName :: atom()) -> boolean().
 provider_is_enabled(_Provider, _ProbeName) ->
+    badarg().
+
+-spec provider_is_enabled(Provider :: dtrace_provider:provider(), ProbeName :: atom(),
+                          ArgCount :: non_neg_integer()) -> boolean().
+provider_is_enabled(_Provider, _ProbeName, _ArgCount) ->
+    badarg().
+
+-spec provider_probe_is_enabled(Probe :: dtrace_provider:probe(), ArgCount :: non_neg_integer()) -> boolean().
+provider_probe_is_enabled(_Probe, _ArgCount) ->
     badarg().
 
 -spec provider_is_enabled(Probe :: dtrace_provider:probe()) -> boolean().

@@ -71,7 +71,7 @@
 %%% @end
 -module(dtrace_provider).
 
--export([new/2, fire/3, fire/2, is_enabled/2, is_enabled/1, probe/2, path/1, delete/1]).
+-export([new/2, fire/3, fire/2, is_enabled/3, is_enabled/2, is_enabled/1, probe/2, path/1, delete/1]).
 
 -opaque provider() :: reference().
 %% A provider handle (a NIF resource).
@@ -187,9 +187,26 @@ fire(Probe, Args) ->
 %% one semaphore read. For arguments that are costly to compute. `false'
 %% on a deleted provider; raises `error:badarg' as {@link fire/3} does for
 %% a bad handle or probe name.
--spec is_enabled(Provider :: provider(), ProbeName :: probe_name()) -> boolean().
+%%
+%% With a probe handle and an integer, `is_enabled(Probe, ArgCount)' is
+%% {@link is_enabled/3} for the handle's probe.
+-spec is_enabled(Provider :: provider(), ProbeName :: probe_name()) -> boolean();
+                (Probe :: probe(), ArgCount :: non_neg_integer()) -> boolean().
+is_enabled(Probe, ArgCount) when is_integer(ArgCount) ->
+    dtrace_nif:provider_probe_is_enabled(Probe, ArgCount);
 is_enabled(Provider, ProbeName) ->
     dtrace_nif:provider_is_enabled(Provider, ProbeName).
+
+%% @doc {@link is_enabled/2}, checking also that the probe takes
+%% `ArgCount' arguments: raises `error:badarg' otherwise, whether or not a
+%% tracer listens, as {@link fire/3} does for a list of `ArgCount' terms.
+%% For code that decides whether to compute the arguments before calling
+%% `fire/3' (the Elixir macro `DTrace.Provider.fire/3' does), so that a
+%% wrong count shows before anyone traces. One NIF call.
+-spec is_enabled(Provider :: provider(), ProbeName :: probe_name(), ArgCount :: non_neg_integer()) ->
+          boolean().
+is_enabled(Provider, ProbeName, ArgCount) ->
+    dtrace_nif:provider_is_enabled(Provider, ProbeName, ArgCount).
 
 %% @doc `true' while a tracer listens on the probe of probe handle
 %% `Probe'; as {@link is_enabled/2}.

@@ -49,10 +49,10 @@ defmodule DTrace.Provider do
   Fires probe `probe` of `provider` with the list `args`, evaluated only
   while a tracer listens on the probe (then `true`); otherwise `false`,
   with `args` not evaluated. Raises `ArgumentError` (Erlang's `badarg`) for
-  a bad handle or probe name and, while enabled, a wrong number of
-  arguments; on a deleted provider, `false`. For a call that checks the
-  argument count whether or not anyone listens, use
-  `:dtrace_provider.fire/3`.
+  a bad handle or probe name, and for a wrong number of arguments whether
+  or not anyone listens, as `:dtrace_provider.fire/3` does (the count of a
+  literal list is checked without evaluating it); on a deleted provider,
+  `false`.
 
       iex> require DTrace.Provider
       iex> {:ok, p} = DTrace.Provider.new(:doc_lazy, work: [:string])
@@ -62,13 +62,23 @@ defmodule DTrace.Provider do
       :ok
   """
   defmacro fire(provider, probe, args) do
-    quote do
-      provider = unquote(provider)
-      probe = unquote(probe)
+    case literal_length(args) do
+      nil ->
+        # Not a literal list: its terms are computed anyway, so fire/3
+        # checks everything at once.
+        quote do
+          :dtrace_provider.fire(unquote(provider), unquote(probe), unquote(args))
+        end
 
-      if :dtrace_provider.is_enabled(provider, probe),
-        do: :dtrace_provider.fire(provider, probe, unquote(args)),
-        else: false
+      count ->
+        quote do
+          provider = unquote(provider)
+          probe = unquote(probe)
+
+          if :dtrace_provider.is_enabled(provider, probe, unquote(count)),
+            do: :dtrace_provider.fire(provider, probe, unquote(args)),
+            else: false
+        end
     end
   end
 
@@ -77,14 +87,30 @@ defmodule DTrace.Provider do
   evaluated only while a tracer listens; as `fire/3`.
   """
   defmacro fire(probe, args) do
-    quote do
-      probe = unquote(probe)
+    case literal_length(args) do
+      nil ->
+        quote do
+          :dtrace_provider.fire(unquote(probe), unquote(args))
+        end
 
-      if :dtrace_provider.is_enabled(probe),
-        do: :dtrace_provider.fire(probe, unquote(args)),
-        else: false
+      count ->
+        quote do
+          probe = unquote(probe)
+
+          if :dtrace_provider.is_enabled(probe, unquote(count)),
+            do: :dtrace_provider.fire(probe, unquote(args)),
+            else: false
+        end
     end
   end
+
+  # The number of terms of a literal list (`[a, b]`), known at compile
+  # time; nil for anything else (a variable, a call, `[a | rest]`).
+  defp literal_length(args) when is_list(args) do
+    if Enum.any?(args, &match?({:|, _, [_, _]}, &1)), do: nil, else: length(args)
+  end
+
+  defp literal_length(_args), do: nil
 
   @doc "`true` while a tracer listens on probe `probe` of `provider`: one semaphore read."
   @spec enabled?(t(), atom()) :: boolean()

@@ -36,6 +36,24 @@ defmodule DTrace.ProviderTest do
     assert DTrace.Provider.fire(p, :work, [costly.()]) == false
   end
 
+  test "fire/3 and fire/2 check the argument count while disabled, evaluating nothing" do
+    me = self()
+    costly = fn -> send(me, :evaluated) && "costly" end
+    {:ok, p} = DTrace.Provider.new(:ex_count, work: [:int, :string])
+    probe = DTrace.Provider.probe(p, :work)
+    assert_raise ArgumentError, fn -> DTrace.Provider.fire(p, :work, [costly.()]) end
+    assert_raise ArgumentError, fn -> DTrace.Provider.fire(p, :work, [1, 2, costly.()]) end
+    assert_raise ArgumentError, fn -> DTrace.Provider.fire(probe, [costly.()]) end
+    refute_received :evaluated
+    # A list that is not literal is computed anyway: checked by fire itself.
+    args = [1]
+    assert_raise ArgumentError, fn -> DTrace.Provider.fire(p, :work, args) end
+    assert_raise ArgumentError, fn -> DTrace.Provider.fire(p, :work, [1 | [2, 3]]) end
+    assert DTrace.Provider.fire(p, :work, [1 | ["a"]]) == false
+    DTrace.Provider.delete(p)
+    assert DTrace.Provider.fire(p, :work, [costly.()]) == false
+  end
+
   test "fire/3 evaluates its handle and probe name once" do
     me = self()
     {:ok, p} = DTrace.Provider.new(:ex_once, work: [])

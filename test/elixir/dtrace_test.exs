@@ -45,9 +45,23 @@ defmodule DTraceTest do
   end
 
   test "lazy/1 only takes p and pn calls" do
-    assert_raise ArgumentError, ~r/takes a call to p/, fn ->
+    assert_raise ArgumentError, ~r/takes a call to p.*written p\(\.\.\.\) or DTrace\.p/, fn ->
       Code.eval_string("require DTrace; DTrace.lazy(IO.puts(1))")
     end
+
+    assert_raise ArgumentError, ~r/got: Enum.p\(1\)/, fn ->
+      Code.eval_string("require DTrace; DTrace.lazy(Enum.p(1))")
+    end
+  end
+
+  test "lazy/1 takes DTrace.p(...) and DTrace.pn(...) as written, and :dtrace's too" do
+    me = self()
+    costly = fn -> send(me, :evaluated) && "costly" end
+    assert DTrace.lazy(DTrace.p(1, costly.())) == false
+    assert DTrace.lazy(DTrace.pn(3, 1, costly.())) == false
+    assert DTrace.lazy(:dtrace.p(costly.())) == false
+    assert DTrace.lazy(DTrace.pn(2000, costly.())) == :badarg
+    refute_received :evaluated
   end
 
   test "DTrace.File returns what :file returns" do

@@ -627,7 +627,7 @@ fn process_exists(pid: u32) -> bool {
 /// because rustler finds a resource's type through a `TypeId`-keyed hash
 /// map on every decode, about as long again as the whole disabled path of
 /// `fire`; here the type is one pointer, read once per call.
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod nifs {
     use std::ffi::c_void;
     use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -654,6 +654,8 @@ mod nifs {
     raw_nif!("provider_fire", ProbeFireArgs => probe_fire);
     raw_nif!("provider_is_enabled", IsEnabledArgs => provider_is_enabled);
     raw_nif!("provider_is_enabled", ProbeArgs => probe_is_enabled);
+    raw_nif!("provider_is_enabled", CheckedArgs => provider_is_enabled_checked);
+    raw_nif!("provider_probe_is_enabled", ProbeCheckedArgs => probe_is_enabled_checked);
     inventory::submit!(LoadStep(load));
 
     nif_args!(
@@ -671,6 +673,14 @@ mod nifs {
     nif_args!(
         /// `provider_is_enabled(ProbeHandle)`.
         ProbeArgs { probe }
+    );
+    nif_args!(
+        /// `provider_is_enabled(Handle, ProbeName, ArgCount)`.
+        CheckedArgs { handle, probe_name, arg_count }
+    );
+    nif_args!(
+        /// `provider_probe_is_enabled(ProbeHandle, ArgCount)`.
+        ProbeCheckedArgs { probe, arg_count }
     );
 
     rustler::atoms! {
@@ -961,6 +971,34 @@ mod nifs {
     fn provider_is_enabled(call: NifCall) -> ErlNifTerm {
         call.run(|env, args| match IsEnabledArgs::from_slice(args) {
             Some(a) => is_enabled(env, provider_probe_of(a.handle, a.probe_name)),
+            None => badarg(env),
+        })
+    }
+
+    /// As [`is_enabled`], and `badarg` unless the probe takes `arg_count`
+    /// arguments (checked first, enabled or not, as `fire` checks its
+    /// list); `false` on a deleted provider.
+    fn is_enabled_checked<'a>(env: Env<'a>, found: Found<'_>, arg_count: Term<'a>) -> Term<'a> {
+        match (found, arg_count.decode::<usize>()) {
+            (Ok(None), Ok(_)) => false_().to_term(env),
+            (Ok(Some(probe)), Ok(n)) if n == probe.types().len() => boolean(env, probe.enabled()),
+            _ => badarg(env),
+        }
+    }
+
+    /// `provider_is_enabled(Handle, ProbeName, ArgCount) -> boolean()`:
+    /// badarg as for `provider_fire/3` with a list of `ArgCount` terms.
+    fn provider_is_enabled_checked(call: NifCall) -> ErlNifTerm {
+        call.run(|env, args| match CheckedArgs::from_slice(args) {
+            Some(a) => is_enabled_checked(env, provider_probe_of(a.handle, a.probe_name), a.arg_count),
+            None => badarg(env),
+        })
+    }
+
+    /// `provider_probe_is_enabled(ProbeHandle, ArgCount) -> boolean()`.
+    fn probe_is_enabled_checked(call: NifCall) -> ErlNifTerm {
+        call.run(|env, args| match ProbeCheckedArgs::from_slice(args) {
+            Some(a) => is_enabled_checked(env, probe_handle_of(a.probe), a.arg_count),
             None => badarg(env),
         })
     }
