@@ -48,46 +48,29 @@
 %% @doc The LTTng events this library's NIF defines (provider
 %% `org_erlang_dtrace': user, file and span probes) and the VM events with
 %% OTP's names (provider `org_erlang_dyntrace'), with their payload field
-%% names: `[{<<"provider:event">>, [FieldName]}]'. `span_begin' and
-%% `span_end' are the span probes' events. The suite checks this list
-%% against what a live node registers (`lttng list -u -f').
+%% names: `[{<<"provider:event">>, [FieldName]}]'. From the catalogue
+%% build.rs writes, `priv/dtrace_probes.eterm' (its `event' entries), read
+%% once per node. The suite checks it against what a live node registers
+%% (`lttng list -u -f').
 -spec events() -> [{binary(), [binary()]}].
 events() ->
-    I4S4 = [<<"proc">>, <<"user_tag">>, <<"i1">>, <<"i2">>, <<"i3">>, <<"i4">>,
-            <<"s1">>, <<"s2">>, <<"s3">>, <<"s4">>],
-    Span = [<<"proc">>, <<"user_tag">>, <<"span_id">>, <<"parent_id">>, <<"kind">>],
-    Int = [<<"thread_id">>, <<"tag">>, <<"command">>],
-    Gc = fun(First) -> [<<"pid">>, First, <<"heap">>, <<"old_heap">>] end,
-    [{<<"org_erlang_dtrace:user_trace_s1">>, [<<"message">>]},
-     {<<"org_erlang_dtrace:user_trace_i4s4">>, I4S4},
-     {<<"org_erlang_dtrace:user_trace_n">>, [<<"label">> | I4S4]},
-     {<<"org_erlang_dtrace:efile_drv_entry">>,
-      [<<"thread_id">>, <<"tag">>, <<"user_tag">>, <<"command">>, <<"s1">>, <<"s2">>,
-       <<"i1">>, <<"i2">>, <<"i3">>, <<"i4">>, <<"port">>]},
-     {<<"org_erlang_dtrace:efile_drv_int_entry">>, Int},
-     {<<"org_erlang_dtrace:efile_drv_int_return">>, Int},
-     {<<"org_erlang_dtrace:efile_drv_return">>,
-      [<<"thread_id">>, <<"tag">>, <<"user_tag">>, <<"command">>, <<"success">>, <<"errnum">>]},
-     {<<"org_erlang_dtrace:span_begin">>, Span},
-     {<<"org_erlang_dtrace:span_end">>, Span ++ [<<"duration_ns">>]},
-     {<<"org_erlang_dyntrace:process_spawn">>, [<<"pid">>, <<"parent">>, <<"entry">>]},
-     {<<"org_erlang_dyntrace:process_link">>, [<<"from">>, <<"to">>, <<"type">>]},
-     {<<"org_erlang_dyntrace:process_exit">>, [<<"pid">>, <<"reason">>]},
-     {<<"org_erlang_dyntrace:process_register">>, [<<"pid">>, <<"name">>, <<"type">>]},
-     {<<"org_erlang_dyntrace:process_scheduled">>, [<<"pid">>, <<"entry">>, <<"type">>]},
-     {<<"org_erlang_dyntrace:port_open">>, [<<"pid">>, <<"driver">>, <<"port">>]},
-     {<<"org_erlang_dyntrace:port_exit">>, [<<"port">>, <<"reason">>]},
-     {<<"org_erlang_dyntrace:port_link">>, [<<"from">>, <<"to">>, <<"type">>]},
-     {<<"org_erlang_dyntrace:port_scheduled">>, [<<"pid">>, <<"entry">>, <<"type">>]},
-     {<<"org_erlang_dyntrace:function_call">>, [<<"pid">>, <<"entry">>, <<"depth">>]},
-     {<<"org_erlang_dyntrace:function_return">>, [<<"pid">>, <<"entry">>, <<"depth">>]},
-     {<<"org_erlang_dyntrace:function_exception">>, [<<"pid">>, <<"entry">>, <<"class">>]},
-     {<<"org_erlang_dyntrace:message_send">>, [<<"from">>, <<"to">>, <<"message">>]},
-     {<<"org_erlang_dyntrace:message_receive">>, [<<"to">>, <<"message">>]},
-     {<<"org_erlang_dyntrace:gc_minor_start">>, Gc(<<"need">>)},
-     {<<"org_erlang_dyntrace:gc_minor_end">>, Gc(<<"reclaimed">>)},
-     {<<"org_erlang_dyntrace:gc_major_start">>, Gc(<<"need">>)},
-     {<<"org_erlang_dyntrace:gc_major_end">>, Gc(<<"reclaimed">>)}].
+    case persistent_term:get({?MODULE, events}, undefined) of
+        undefined ->
+            File = filename:join(code:priv_dir(dtrace), "dtrace_probes.eterm"),
+            case file:consult(File) of
+                {ok, Terms} ->
+                    Events = [{list_to_binary(N), [list_to_binary(F) || {F, _Type} <- Fields]}
+                              || {event, N, Fields} <- Terms],
+                    persistent_term:put({?MODULE, events}, Events),
+                    Events;
+                {error, _} ->
+                    %% No catalogue (a broken install): no event is known,
+                    %% so every pattern is refused with a reason.
+                    []
+            end;
+        Events ->
+            Events
+    end.
 
 %% @doc The payload field names of event `Name' (`<<"provider:event">>'),
 %% or `error' when the catalogue has no such event.

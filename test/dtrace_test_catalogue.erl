@@ -49,7 +49,8 @@ feeds() ->
        lttng => [list_to_binary(E) || E <- Lttng], fmt => Fmt, auto => Auto}
      || {feed, On, Flags, Tags, Sdt, Lttng, Fmt, Auto} <- terms()].
 
-%% OTP's LTTng events: [{<<"provider:event">>, [{Field, Type}]}].
+%% The LTTng events (the probes' org_erlang_dtrace ones, then OTP's
+%% org_erlang_dyntrace ones): [{<<"provider:event">>, [{Field, Type}]}].
 events() ->
     [{list_to_binary(N), Fields} || {event, N, Fields} <- terms()].
 

@@ -124,7 +124,7 @@ pub fn json(c: &Catalogue, arch: Arch) -> String {
     out
 }
 
-/// The README's probe table (Markdown): probe, arguments with their
+/// The probe table of docs/reference.md (Markdown): probe, arguments with their
 /// numbers, description.
 pub fn markdown(p: &Provider) -> String {
     let mut out = String::from("| probe (ELF note name) | arguments | what fires it |\n|---|---|---|\n");
@@ -225,7 +225,7 @@ pub fn efile_markdown(c: &Catalogue) -> String {
     out
 }
 
-/// The README's register table (Markdown): argument number, x86_64 and
+/// The register table of docs/reference.md (Markdown): argument number, x86_64 and
 /// aarch64 registers, bpftrace's `reg()` name.
 pub fn registers_markdown() -> String {
     let mut out = String::from("| argument | x86_64 | aarch64 |\n|---|---|---|\n");
@@ -284,16 +284,20 @@ pub fn erlang(c: &Catalogue, arch: Arch) -> String {
             let _ = writeln!(out, "{{probe, {}, [{}]}}.", erl_str(&name), args.join(", "));
         }
     }
+    // Every LTTng event: the probes' own (org_erlang_dtrace), then the
+    // LTTng-only ones (org_erlang_dyntrace), with their fields as recorded.
+    let event = |out: &mut String, name: String, fields: Vec<(String, Type)>| {
+        let fields: Vec<String> =
+            fields.iter().map(|(f, ty)| format!("{{{}, {}}}", erl_str(f), erl_str(ty.c_name()))).collect();
+        let _ = writeln!(out, "{{event, {}, [{}]}}.", erl_str(&name), fields.join(", "));
+    };
+    for probe in p.probes.iter().filter(|q| q.lttng.is_some()) {
+        let name = format!("{}:{}", probe.lttng.as_deref().unwrap_or_default(), probe.lttng_event());
+        event(&mut out, name, probe.lttng_fields());
+    }
     for provider in &c.events {
         for e in &provider.probes {
-            let fields: Vec<String> =
-                e.args.iter().map(|a| format!("{{{}, {}}}", erl_str(&a.name), erl_str(a.ty.c_name()))).collect();
-            let _ = writeln!(
-                out,
-                "{{event, {}, [{}]}}.",
-                erl_str(&format!("{}:{}", provider.name, e.name)),
-                fields.join(", ")
-            );
+            event(&mut out, format!("{}:{}", provider.name, e.name), e.lttng_fields());
         }
     }
     let atoms = |v: &[String]| v.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(", ");
