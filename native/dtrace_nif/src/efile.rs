@@ -43,10 +43,10 @@ impl EfileOp {
     }
 }
 
-/// The NIFs. Left out of unit-test and `sites-only` builds, which never
+/// The NIFs. Left out of unit-test builds, which never
 /// call into the VM (its `enif_*` functions exist only once the VM loads
 /// the library).
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod nifs {
     use std::sync::OnceLock;
 

@@ -17,8 +17,6 @@
 //! callbacks are also exported as a table (`dtrace_erl_tracer_nifs`) for
 //! the tracer modules `dtrace` and `dyntrace` (`native/tracer_nif`).
 #![deny(clippy::undocumented_unsafe_blocks)]
-// Without the NIFs, most sites have no caller.
-#![cfg_attr(feature = "sites-only", allow(dead_code))]
 
 pub mod args;
 mod atoms;
@@ -32,28 +30,27 @@ pub mod sdt_object;
 
 // The probe families: each registers its own NIFs and load step. Their
 // NIFs (and the shared plumbing in nif.rs) are left out of unit-test
-// builds and of the `sites-only` feature: they reference the VM's enif_*
-// functions, which only exist once the VM loads the library; the unit
-// tests and native programs never call into the VM.
+// builds: they reference the VM's enif_* functions, which only exist once
+// the VM loads the library; the unit tests never call into the VM.
 pub mod efile;
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod flat_size;
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod nif;
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod span;
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod text;
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod user;
-#[cfg(not(any(test, feature = "sites-only")))]
+#[cfg(not(test))]
 mod vm;
 
 // `nif_init`: rustler's entry plus an `upgrade` callback (see entry.rs).
-#[cfg(not(any(test, windows, feature = "sites-only")))]
+#[cfg(not(any(test, windows)))]
 mod entry;
 // On Windows the VM passes its function table to `nif_init`; rustler's own
 // entry does that (without `upgrade`: reloading module dtrace_nif there
 // needs a purge first).
-#[cfg(all(windows, not(any(test, feature = "sites-only"))))]
+#[cfg(all(windows, not(test)))]
 rustler::init!("dtrace_nif", load = nif::load);

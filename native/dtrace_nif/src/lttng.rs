@@ -20,8 +20,8 @@
 //! In a build without the LTTng sink (no `<lttng/tracepoint.h>`, or the
 //! cargo feature `lttng` off), the same functions exist and report every
 //! event disabled.
-// Unit-test and sites-only builds have no NIFs to call the loader.
-#![cfg_attr(any(test, feature = "sites-only"), allow(dead_code, unused_imports))]
+// Unit-test builds have no NIFs to call the loader.
+#![cfg_attr(test, allow(dead_code, unused_imports))]
 
 use std::ffi::c_char;
 use std::sync::OnceLock;

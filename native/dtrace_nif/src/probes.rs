@@ -202,20 +202,6 @@ impl<'a> Str<'a> {
     }
 }
 
-/// For `make bench`'s floor (examples/bare_probe.rs): `user_trace__i4s4`
-/// fired from native code with constant arguments, no VM and no
-/// conversion. Returns whether it was enabled.
-#[doc(hidden)]
-#[inline(never)]
-pub fn bench_bare_hit(i: i64) -> bool {
-    if !user_trace__i4s4::sdt_enabled() {
-        return false;
-    }
-    let s = Str::from_cstr(c"s");
-    user_trace__i4s4::fire(s, s, i, 2, 3, 4, s, s, Str::NULL, Str::NULL);
-    true
-}
-
 /// Tests that raise semaphores, or assert that none is raised, hold this
 /// lock: `cargo test` runs tests on several threads, and semaphores are
 /// process-wide.
@@ -264,18 +250,5 @@ mod tests {
         assert!(Str::from_bytes_with_nul(b"abc").is_none());
         assert!(Str::from_bytes_with_nul(b"").is_none());
         assert!(Str::NULL.is_null());
-    }
-
-    #[test]
-    fn bench_hit_fires_only_while_enabled() {
-        let _lock = SEMAPHORE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(!bench_bare_hit(1));
-        #[cfg(dtrace_sdt)]
-        {
-            user_trace__i4s4::SEMAPHORE.fetch_add(1, Relaxed);
-            let fired = bench_bare_hit(1);
-            user_trace__i4s4::SEMAPHORE.fetch_sub(1, Relaxed);
-            assert!(fired);
-        }
     }
 }

@@ -1,0 +1,842 @@
+%%% The floors of `make bench': what any enabled probe pays whatever
+%%% library fires it, measured in the same run as the library's own rows,
+%%% so that an enabled figure reads "total = floors + own work".
+%%%
+%%% Three floors, each from small C code in bench/floors/ that build/1
+%%% compiles with cc:
+%%%
+%%% - erl_tracer: a message ping-pong (as dtrace_bench's pingpong/0) with
+%%%   both processes traced on `send' by the cheapest tracer module there
+%%%   is (dtrace_floor_tracer: NIFs answering `trace' and `ok'), minus the
+%%%   same ping-pong untraced. ns per message.
+%%% - uprobe: a bare sys/sdt.h site (provider dtrace_floor, probe hit, the
+%%%   note of the library's user_trace__i4s4) in a shared library, hit under
+%%%   bpftrace counting, minus the same loop with the semaphore down; with
+%%%   the default 1-byte nop and with the 5-byte nop (which kernel 6.18 can
+%%%   optimize); also, for comparison, with the site in the executable.
+%%%   ns per hit.
+%%% - LTTng: events with the fields of OTP's message_send and of the
+%%%   library's user_trace_i4s4, recorded by a root LTTng session (channel
+%%%   as the bench's: 8 x 8 MiB sub-buffers, discard mode), minus the same
+%%%   loop with no session. ns per event.
+%%%
+%%% Each floor alternates its two runs (untraced/traced, disabled/hit, no
+%%% session/session) for a number of rounds, 5 at least, and reports
+%%% Stats = {Median, Min, Max} of each kind of run and of the floor, the
+%%% floor of a round being its traced run minus its untraced run.
+%%%
+%%% Nothing here prints: every function returns its values, and the
+%%% output of the tools it runs (cc, bpftrace, lttng, the drivers) is
+%%% captured. Every wait has a deadline; the tracers, sessions and
+%%% programs a function starts are stopped before it returns, also when it
+%%% fails.
+%%%
+%%% From a shell (as root, for the uprobe and LTTng floors):
+%%%   erlc -o /tmp/fl bench/dtrace_floors.erl
+%%%   erl -noshell -pa /tmp/fl -eval '{ok, P} = dtrace_floors:build("/tmp/fl"),
+%%%       io:format("~p~n", [dtrace_floors:all(P)]), halt().'
+-module(dtrace_floors).
+
+-export([build/1, build/2, can_trace/0,
+         tracer_floor/1, tracer_floor/2, tracer_sink_floor/2, tracer_sink_floor/3,
+         uprobe_floor/2, uprobe_floor/3,
+         node_uprobe_floor/2, node_uprobe_floor/3,
+         lttng_floor/2, lttng_floor/3,
+         all/1]).
+
+-export_type([stats/0, paths/0]).
+
+-type stats() :: {Median :: float(), Min :: float(), Max :: float()}.
+%% ns, over the rounds of a measurement.
+
+-type skip() :: {skip, Why :: string()}.
+
+-type paths() ::
+        #{dir := file:filename(),
+          tracer := #{module := module(), nif := file:filename(), ebin := file:filename(),
+                      sdt := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
+                      lttng := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip()}
+                    | skip(),
+          uprobe := #{driver := file:filename(),
+                      objects := #{{lib | exe, nop1 | nop5} => file:filename()},
+                      sites := #{{lib | exe, nop1 | nop5} => string()}} | skip(),
+          lttng := #{driver := file:filename()} | skip(),
+          node_site := #{nop1 | nop5 => #{module := module(), nif := file:filename(),
+                                          ebin := file:filename(), site := string()}} | skip()}.
+%% What build/1 made. `objects': the object holding each site (a shared
+%% library, or for `exe' a driver with the site linked in); `sites': the
+%% objdump line of each site's instruction. A floor whose headers or
+%% tools are missing is `{skip, Why}'.
+
+-define(ROUNDS_TRACER, 7).
+%% A bpftrace attach takes a second or two: 5 rounds.
+-define(ROUNDS_UPROBE, 5).
+%% A recorded run is a tenth of a second, and more exposed to the rest of
+%% the machine (the consumer daemon): 7 rounds.
+-define(ROUNDS_LTTNG, 7).
+%% Round trips of a ping-pong (2 messages each), as dtrace_bench's.
+-define(PINGPONG, 500000).
+-define(N_HITS, 1000000).
+-define(N_EVENTS, 1000000).
+-define(CC_TIMEOUT, 120000).
+-define(RUN_TIMEOUT, 120000).
+-define(ATTACH_TIMEOUT, 60000).
+-define(STOP_TIMEOUT, 30000).
+
+-define(CFLAGS, ["-Wall", "-Wextra", "-O2"]).
+
+%%% Building
+
+%% @doc build(WorkDir): build/2 with the sources in bench/floors/, next to
+%% this module's source.
+-spec build(file:filename()) -> {ok, paths()} | skip().
+build(WorkDir) ->
+    Source = proplists:get_value(source, ?MODULE:module_info(compile)),
+    build(filename:join(filename:dirname(Source), "floors"), WorkDir).
+
+%% @doc Compiles the floors' C code from SrcDir with cc into WorkDir, and
+%% the tracer module dtrace_floor_tracer (its .beam in WorkDir).
+%% `{skip, Why}' without cc. A floor whose header is missing is
+%% `{skip, Why}' in the paths, Why naming the Debian package to install;
+%% otherwise a compiler error, or any warning (the C is meant to build
+%% clean with -Wall -Wextra -O2), is an error with cc's output.
+%% Also checks each uprobe site: its note (readelf -n) and its instruction
+%% (objdump -d): `nop' (90) or `nopl 0x0(%rax,%rax,1)' (0f 1f 44 00 00).
+-spec build(file:filename(), file:filename()) -> {ok, paths()} | skip().
+build(SrcDir, WorkDir) ->
+    case os:find_executable("cc") of
+        false ->
+            {skip, "no C compiler (cc): install gcc (Debian: build-essential)"};
+        CC ->
+            Dir = filename:absname(WorkDir),
+            Src = filename:absname(SrcDir),
+            ok = filelib:ensure_dir(filename:join(Dir, "x")),
+            {ok, #{dir => Dir,
+                   tracer => build_tracer(CC, Src, Dir),
+                   uprobe => build_uprobe(CC, Src, Dir),
+                   lttng => build_lttng(CC, Src, Dir),
+                   node_site => build_node_site(CC, Src, Dir)}}
+    end.
+
+build_tracer(CC, Src, Dir) ->
+    Include = filename:join([code:root_dir(), "usr", "include"]),
+    case header(CC, Dir, "erl_nif.h", ["-I", Include], "erlang-dev") of
+        ok ->
+            Nif = fun(Module, Extra) ->
+                          So = filename:join(Dir, atom_to_list(Module) ++ ".so"),
+                          cc(CC, ?CFLAGS ++ ["-fPIC", "-shared", "-I", Include, "-I", Src,
+                                             "-DFLOOR_MODULE=" ++ atom_to_list(Module),
+                                             filename:join(Src, "floor_tracer_nif.c")] ++ Extra ++ ["-o", So]),
+                          ok = compile_module(filename:join(Src, "dtrace_floor_tracer.erl"), Module, Dir),
+                          #{module => Module, nif => filename:rootname(So), ebin => Dir}
+                  end,
+            Base = Nif(dtrace_floor_tracer, []),
+            Sdt = case header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev") of
+                      ok -> Nif(dtrace_floor_tracer_sdt, ["-DFLOOR_SINK_SDT", "-DFLOOR_PROVIDER=dtrace_floor_tracer_sdt",
+                                                          filename:join(Src, "floor_site.c")]);
+                      SdtSkip -> SdtSkip
+                  end,
+            Lttng = case header(CC, Dir, "lttng/tracepoint.h", [], "liblttng-ust-dev") of
+                        ok -> Nif(dtrace_floor_tracer_lttng, ["-DFLOOR_SINK_LTTNG", filename:join(Src, "floor_tp.c"),
+                                                              "-llttng-ust", "-ldl"]);
+                        LttngSkip -> LttngSkip
+                    end,
+            Base#{sdt => Sdt, lttng => Lttng};
+        Skip ->
+            Skip
+    end.
+
+%% Compiles Source as module Module (its FLOOR_MODULE) into Dir.
+compile_module(Source, Module, Dir) ->
+    case compile:file(Source, [binary, {d, 'FLOOR_MODULE', Module}, return_errors, return_warnings]) of
+        {ok, Module, Beam, []} -> file:write_file(filename:join(Dir, atom_to_list(Module) ++ ".beam"), Beam);
+        Other -> error({erlc_failed, Source, Other})
+    end.
+
+build_uprobe(CC, Src, Dir) ->
+    Tools = [T || T <- ["readelf", "objdump"], os:find_executable(T) =:= false],
+    case {header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev"), Tools} of
+        {ok, []} ->
+            Site = filename:join(Src, "floor_site.c"),
+            Driver = filename:join(Src, "floor_uprobe_driver.c"),
+            Nop = fun(nop1) -> []; (nop5) -> ["-DFLOOR_NOP5"] end,
+            Objects =
+                maps:from_list(
+                  [begin
+                       Lib = filename:join(Dir, "libdtrace_floor_" ++ atom_to_list(N) ++ ".so"),
+                       cc(CC, ?CFLAGS ++ ["-fPIC", "-shared"] ++ Nop(N) ++ [Site, "-o", Lib]),
+                       {{lib, N}, Lib}
+                   end || N <- [nop1, nop5]]
+                  ++ [begin
+                          Exe = filename:join(Dir, "floor_uprobe_self_" ++ atom_to_list(N)),
+                          cc(CC, ?CFLAGS ++ ["-DFLOOR_SELF"] ++ Nop(N) ++ [Driver, Site, "-o", Exe]),
+                          {{exe, N}, Exe}
+                      end || N <- [nop1, nop5]]),
+            Exe = filename:join(Dir, "floor_uprobe_driver"),
+            cc(CC, ?CFLAGS ++ [Driver, "-o", Exe, "-ldl"]),
+            Sites = maps:map(fun({_, N}, Obj) -> check_site(Obj, N) end, Objects),
+            #{driver => Exe, objects => Objects, sites => Sites};
+        {ok, Missing} ->
+            {skip, lists:flatten(io_lib:format("~s not found: install binutils",
+                                               [lists:join(" and ", Missing)]))};
+        {Skip, _} ->
+            Skip
+    end.
+
+%% The site of floor_site.c in a NIF library per nop form, with its
+%% module (floor_site_nif.erl compiled as dtrace_floor_site_nop1/_nop5).
+build_node_site(CC, Src, Dir) ->
+    Include = filename:join([code:root_dir(), "usr", "include"]),
+    case {header(CC, Dir, "erl_nif.h", ["-I", Include], "erlang-dev"),
+          header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev")} of
+        {ok, ok} ->
+            maps:from_list(
+              [begin
+                   Module = list_to_atom("dtrace_floor_site_" ++ atom_to_list(N)),
+                   So = filename:join(Dir, atom_to_list(Module) ++ ".so"),
+                   cc(CC, ?CFLAGS ++ ["-fPIC", "-shared", "-I", Include, "-DFLOOR_MODULE=" ++ atom_to_list(Module),
+                                      "-DFLOOR_PROVIDER=" ++ atom_to_list(Module)]
+                      ++ [D || N =:= nop5, D <- ["-DFLOOR_NOP5"]]
+                      ++ [filename:join(Src, "floor_site_nif.c"), filename:join(Src, "floor_site.c"), "-o", So]),
+                   ok = compile_module(filename:join(Src, "floor_site_nif.erl"), Module, Dir),
+                   {N, #{module => Module, nif => filename:rootname(So), ebin => Dir,
+                          site => check_site(So, N, atom_to_list(Module))}}
+               end || N <- [nop1, nop5]]);
+        {ok, Skip} -> Skip;
+        {Skip, _} -> Skip
+    end.
+
+build_lttng(CC, Src, Dir) ->
+    case header(CC, Dir, "lttng/tracepoint.h", [], "liblttng-ust-dev") of
+        ok ->
+            Exe = filename:join(Dir, "floor_lttng_driver"),
+            cc(CC, ?CFLAGS ++ ["-I", Src, filename:join(Src, "floor_tp.c"),
+                               filename:join(Src, "floor_lttng_driver.c"),
+                               "-o", Exe, "-llttng-ust", "-ldl"]),
+            #{driver => Exe};
+        Skip ->
+            Skip
+    end.
+
+%% ok if cc finds Header (with the options Opts), else {skip, Why} naming
+%% the Debian package that has it.
+header(CC, Dir, Header, Opts, Package) ->
+    File = filename:join(Dir, "header_check.c"),
+    ok = file:write_file(File, ["#include <", Header, ">\n"]),
+    {Status, _} = run(CC, Opts ++ ["-E", "-o", "/dev/null", File], ?CC_TIMEOUT),
+    _ = file:delete(File),
+    case Status of
+        0 -> ok;
+        _ -> {skip, lists:flatten(io_lib:format("<~s> not found: install ~s", [Header, Package]))}
+    end.
+
+cc(CC, Args) ->
+    case run(CC, Args, ?CC_TIMEOUT) of
+        {0, <<>>} -> ok;
+        {0, Warnings} -> error({cc_warnings, Args, Warnings});
+        {Status, Out} -> error({cc_failed, Status, Args, Out})
+    end.
+
+%% The objdump line of the probe's instruction in Obj, checked against the
+%% intended nop; the note must name Provider:hit and a semaphore.
+check_site(Obj, Nop) ->
+    check_site(Obj, Nop, "dtrace_floor").
+
+check_site(Obj, Nop, Provider) ->
+    {0, Notes} = run(os:find_executable("readelf"), ["-n", Obj], ?CC_TIMEOUT),
+    Re = "Provider: " ++ Provider ++ "\\s+Name: hit\\s+Location: 0x([0-9a-f]+), "
+         "Base: 0x[0-9a-f]+, Semaphore: 0x0*([1-9a-f][0-9a-f]*)\\s+"
+         "Arguments: 8@%rdi 8@%rsi -8@%rdx -8@%rcx -8@%r8 -8@%r9 8@%r10 8@%r11 8@%r12 8@%r13",
+    Loc = case re:run(Notes, Re, [{capture, [1], list}]) of
+              {match, [L]} -> list_to_integer(L, 16);
+              nomatch -> error({no_probe_note, Obj, Notes})
+          end,
+    {0, Dis} = run(os:find_executable("objdump"),
+                   ["-d", "--start-address=" ++ hex(Loc), "--stop-address=" ++ hex(Loc + 5), Obj],
+                   ?CC_TIMEOUT),
+    Prefix = integer_to_list(Loc, 16),
+    Line = case [string:trim(L) || L <- string:split(binary_to_list(Dis), "\n", all),
+                                   lists:prefix(string:lowercase(Prefix) ++ ":", string:trim(L))] of
+               [L1 | _] -> L1;
+               [] -> error({no_site_instruction, Obj, Dis})
+           end,
+    Want = case Nop of nop1 -> "90"; nop5 -> "0f 1f 44 00 00" end,
+    [_, Bytes | _] = string:split(Line, "\t", all),
+    case string:trim(Bytes) of
+        Want -> lists:flatten(lists:join("  ", [string:trim(F) || F <- string:lexemes(Line, "\t")]));
+        Got -> error({unexpected_site, Obj, Nop, Got})
+    end.
+
+hex(N) -> "0x" ++ integer_to_list(N, 16).
+
+%%% erl_tracer floor
+
+%% @doc tracer_floor(Paths, #{}).
+-spec tracer_floor(paths()) -> #{atom() => stats() | integer()} | skip().
+tracer_floor(Paths) ->
+    tracer_floor(Paths, #{}).
+
+%% @doc The erl_tracer floor, ns per message: a ping-pong of `n' round
+%% trips (500,000 by default: 1M messages) between two fresh processes,
+%% untraced, and with both traced on `send' by dtrace_floor_tracer
+%% (erlang:trace/3), alternating, `rounds' times (7 by default) after an
+%% untraced warm-up. Returns #{untraced, traced, floor (traced - untraced
+%% of each round), rounds, messages}.
+-spec tracer_floor(paths(), #{rounds => pos_integer(), n => pos_integer()}) ->
+          #{atom() => stats() | integer()} | skip().
+tracer_floor(#{tracer := {skip, _} = Skip}, _Opts) ->
+    Skip;
+tracer_floor(#{tracer := Tracer}, Opts) ->
+    Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_TRACER)),
+    N = maps:get(n, Opts, ?PINGPONG),
+    M = load_tracer(Tracer),
+    _ = pingpong(false, N),
+    Pairs = [{pingpong(false, N), pingpong(M, N)} || _ <- lists:seq(1, Rounds)],
+    #{untraced => stats([U || {U, _} <- Pairs]),
+      traced => stats([T || {_, T} <- Pairs]),
+      floor => stats([T - U || {U, T} <- Pairs]),
+      rounds => Rounds,
+      messages => 2 * N}.
+
+%% @doc tracer_sink_floor(Paths, Sink, #{}).
+-spec tracer_sink_floor(paths(), sdt | lttng) -> #{atom() => stats() | integer()} | skip().
+tracer_sink_floor(Paths, Sink) ->
+    tracer_sink_floor(Paths, Sink, #{}).
+
+%% @doc The erl_tracer floor and a sink's floor together, ns per message,
+%% paid in the same ping-pong as the library's VM probes: both processes
+%% traced on `send' by dtrace_floor_tracer_sdt, whose trace/5 fires a bare
+%% SDT site with constant arguments under bpftrace counting it (Sink sdt),
+%% or by dtrace_floor_tracer_lttng, whose trace/5 records
+%% dtrace_floor:message_send with constant texts in an LTTng session
+%% (Sink lttng); against the ping-pong untraced, alternating, `rounds'
+%% times. The tracer (bpftrace, or the session) stays attached for all the
+%% traced runs. Returns #{untraced, traced, floor, rounds, messages}.
+-spec tracer_sink_floor(paths(), sdt | lttng, #{rounds => pos_integer(), n => pos_integer()}) ->
+          #{atom() => stats() | integer()} | skip().
+tracer_sink_floor(#{tracer := {skip, _} = Skip}, _Sink, _Opts) ->
+    Skip;
+tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Sink =:= lttng ->
+    case {maps:get(Sink, Tracer), Sink, can_trace(), can_lttng()} of
+        {{skip, _} = Skip, _, _, _} -> Skip;
+        {_, sdt, {skip, _} = Skip, _} -> Skip;
+        {_, lttng, _, {skip, _} = Skip} -> Skip;
+        {Variant, _, _, _} ->
+            Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_TRACER)),
+            N = maps:get(n, Opts, ?PINGPONG),
+            M = load_tracer(Variant),
+            _ = pingpong(false, N),
+            Run = fun() -> [{pingpong(false, N), pingpong(M, N)} || _ <- lists:seq(1, Rounds)] end,
+            Pairs = case Sink of
+                        sdt -> with_bpftrace_on(maps:get(nif, Variant) ++ ".so", M, Run);
+                        lttng -> with_session_on(Paths, "dtrace_floor:message_send", M, Run)
+                    end,
+            #{untraced => stats([U || {U, _} <- Pairs]),
+              traced => stats([T || {_, T} <- Pairs]),
+              floor => stats([T - U || {U, T} <- Pairs]),
+              rounds => Rounds,
+              messages => 2 * N}
+    end.
+
+%% Run() with bpftrace on this node counting the bare site of library So,
+%% once its program saw a hit (short traced ping-pongs until it prints).
+with_bpftrace_on(So, M, Run) ->
+    %% The provider is the module's name (see floor_site.c).
+    Prog = "usdt:" ++ So ++ ":" ++ atom_to_list(M) ++ ":hit { if (!@ready) { @ready = 1; printf(\"READY\\n\"); } "
+        "@n = count(); }",
+    with_port(
+      open_lines(os:find_executable("bpftrace"), ["-p", os:getpid(), "-e", Prog]),
+      fun(Bt) ->
+              _ = await_line(Bt, <<"Attaching">>, deadline(?ATTACH_TIMEOUT)),
+              ok = until_line(fun() -> pingpong(M, 100) end, Bt, <<"READY">>, deadline(?ATTACH_TIMEOUT)),
+              R = Run(),
+              _ = stop_bpftrace(Bt),
+              R
+      end).
+
+%% Run() with a root LTTng session recording Event (channel as the
+%% bench's, this node tracked), once the session daemon has enabled the
+%% event in this node (the tracer module's sink_enabled/0).
+with_session_on(#{dir := Dir}, Event, M, Run) ->
+    with_session(filename:join(Dir, "lttng_node_trace"), Event, [os:getpid()],
+                 fun(_Session) ->
+                         ok = until_true(fun M:sink_enabled/0, deadline(?ATTACH_TIMEOUT)),
+                         Run()
+                 end).
+
+%% Fun(Session) with a root LTTng session recording Event into Trace
+%% (channel as the bench's: 8 x 8 MiB sub-buffers, discard mode), tracking
+%% the processes Vpids ([]: all); the session is destroyed and its trace
+%% deleted whatever happens.
+with_session(Trace, Event, Vpids, Fun) ->
+    Session = "dtrace_floors_" ++ os:getpid(),
+    _ = lttng(["destroy", Session]),
+    try
+        ok = lttng_ok(["create", Session, "--output=" ++ Trace]),
+        ok = lttng_ok(["enable-channel", "-u", "-s", Session, "--subbuf-size=8M",
+                       "--num-subbuf=8", "--discard", "floors"]),
+        ok = lttng_ok(["enable-event", "-u", "-s", Session, "-c", "floors", Event]),
+        [ok = lttng_ok(["track", "-u", "-s", Session, "--vpid=" ++ V]) || V <- Vpids],
+        ok = lttng_ok(["start", Session]),
+        Fun(Session)
+    after
+        _ = lttng(["destroy", Session]),
+        _ = file:del_dir_r(Trace)
+    end.
+
+until_true(F, Deadline) ->
+    case F() of
+        true -> ok;
+        false ->
+            case remaining(Deadline) of
+                0 -> error(sink_never_enabled);
+                _ -> timer:sleep(10), until_true(F, Deadline)
+            end
+    end.
+
+%% Calls Fire() until Port prints Line.
+until_line(Fire, Port, Line, Deadline) ->
+    _ = Fire(),
+    receive
+        {Port, {data, {eol, Line}}} -> ok;
+        {Port, {exit_status, S}} -> error({tracer_exited, S})
+    after 10 ->
+            case remaining(Deadline) of
+                0 -> error({no_line, Line});
+                _ -> until_line(Fire, Port, Line, Deadline)
+            end
+    end.
+
+%% Loads a tracer module built by build_tracer/3, its on_load reading the
+%% NIF library's path from the persistent term {Module, nif}; returns it.
+load_tracer(#{module := M, nif := Nif, ebin := Ebin}) ->
+    persistent_term:put({M, nif}, Nif),
+    case code:is_loaded(M) of
+        {file, _} -> M;
+        false ->
+            case code:load_abs(filename:join(Ebin, atom_to_list(M))) of
+                {module, M} -> M;
+                Error -> error({tracer_module_not_loaded, M, Error})
+            end
+    end.
+
+%% ns per message of a ping-pong of N round trips, in a fresh process and
+%% its echo process, untraced (Tracer false) or both traced on `send' by
+%% tracer module Tracer; both die with the run, and their trace flags
+%% with them.
+pingpong(Tracer, N) ->
+    %% Both processes on scheduler 1, as dtrace_bench's ping-pong: one core's
+    %% work per message, without the other scheduler's wake-ups.
+    isolated(fun() ->
+                     Echo = spawn_opt(fun Loop() -> receive {From, M} -> From ! M, Loop() end end,
+                                      [link, {scheduler, 1}]),
+                     Me = self(),
+                     Flags = [send, {tracer, Tracer, []}],
+                     case Tracer of
+                         false -> ok;
+                         _ -> 2 = erlang:trace(Me, true, Flags) + erlang:trace(Echo, true, Flags)
+                     end,
+                     T0 = erlang:monotonic_time(nanosecond),
+                     pingpong_loop(Echo, Me, N),
+                     T = erlang:monotonic_time(nanosecond) - T0,
+                     %% Still traced at the end: the tracer was not removed.
+                     case Tracer of
+                         false -> {flags, []} = erlang:trace_info(Echo, flags);
+                         _ -> {flags, [send]} = erlang:trace_info(Echo, flags)
+                     end,
+                     T / (2 * N)
+             end, ?RUN_TIMEOUT).
+
+pingpong_loop(_Echo, _Me, 0) -> ok;
+pingpong_loop(Echo, Me, N) -> Echo ! {Me, ping}, receive ping -> pingpong_loop(Echo, Me, N - 1) end.
+
+%% Fun() in a new process, with a deadline: its value, or its error
+%% raised here.
+isolated(Fun, Timeout) ->
+    {Pid, Ref} = spawn_opt(fun() -> exit({done, Fun()}) end, [monitor, {scheduler, 1}]),
+    receive
+        {'DOWN', Ref, process, Pid, {done, Value}} -> Value;
+        {'DOWN', Ref, process, Pid, Reason} -> error({run_failed, Reason})
+    after Timeout ->
+            exit(Pid, kill),
+            receive {'DOWN', Ref, process, Pid, _} -> ok end,
+            error(run_timeout)
+    end.
+
+%%% uprobe floor
+
+%% @doc uprobe_floor(Paths, Nop, #{}): the site in a shared library.
+-spec uprobe_floor(paths(), nop1 | nop5) -> #{atom() => term()} | skip().
+uprobe_floor(Paths, Nop) ->
+    uprobe_floor(Paths, Nop, #{}).
+
+%% @doc The uprobe floor, ns per hit, for the site built with Nop: `n'
+%% calls (1M by default) of the function holding the site, with
+%% bpftrace -p attached to the driver counting the probe, and the same
+%% loop with the semaphore down, alternating, `rounds' times (5 by
+%% default). `where': `lib' (default), the site in a shared library the
+%% driver dlopens, as a NIF's; `exe', the site linked into the driver.
+%% Returns #{hit, disabled, floor (hit - disabled of each round), site (its
+%% objdump line), object, rounds, n}. Needs root and bpftrace.
+-spec uprobe_floor(paths(), nop1 | nop5,
+                   #{where => lib | exe, rounds => pos_integer(), n => pos_integer()}) ->
+          #{atom() => term()} | skip().
+uprobe_floor(#{uprobe := {skip, _} = Skip}, _Nop, _Opts) ->
+    Skip;
+uprobe_floor(#{uprobe := #{driver := Driver, objects := Objects, sites := Sites}}, Nop, Opts)
+  when Nop =:= nop1; Nop =:= nop5 ->
+    case can_trace() of
+        ok ->
+            Where = maps:get(where, Opts, lib),
+            Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_UPROBE)),
+            N = maps:get(n, Opts, ?N_HITS),
+            Obj = maps:get({Where, Nop}, Objects),
+            {Exe, Arg} = case Where of
+                             lib -> {Driver, Obj};
+                             exe -> {Obj, "-"}
+                         end,
+            Pairs = [{uprobe_disabled(Exe, Arg, N), uprobe_hit(Exe, Arg, Obj, N)}
+                     || _ <- lists:seq(1, Rounds)],
+            #{hit => stats([H || {_, H} <- Pairs]),
+              disabled => stats([D || {D, _} <- Pairs]),
+              floor => stats([H - D || {D, H} <- Pairs]),
+              site => maps:get({Where, Nop}, Sites),
+              object => Obj,
+              rounds => Rounds,
+              n => N};
+        Skip ->
+            Skip
+    end.
+
+uprobe_disabled(Exe, Arg, N) ->
+    #{<<"fired">> := 0, <<"hit_ns">> := Ns} = driver(Exe, [Arg, integer_to_list(N), "nowait"]),
+    Ns.
+
+%% One run under bpftrace: the driver prints its pid once the site's object
+%% is mapped, bpftrace attaches to that process, the driver sees the
+%% semaphore raised and runs; bpftrace's count must cover the N hits.
+uprobe_hit(Exe, Arg, Obj, N) ->
+    with_port(
+      open_lines(Exe, [Arg, integer_to_list(N), "wait"]),
+      fun(Port) ->
+              Deadline = deadline(?RUN_TIMEOUT),
+              <<"pid ", Pid/binary>> = await_line(Port, <<"pid ">>, Deadline),
+              Prog = "usdt:" ++ Obj ++ ":dtrace_floor:hit { @n = count(); }",
+              with_port(
+                open_lines(os:find_executable("bpftrace"), ["-p", binary_to_list(Pid), "-e", Prog]),
+                fun(Bt) ->
+                        _ = await_line(Bt, <<"Attaching">>, deadline(?ATTACH_TIMEOUT)),
+                        Out = key_values(await_exit(Port, Deadline)),
+                        #{<<"fired">> := Fired, <<"hit_ns">> := Ns} = Out,
+                        Fired =:= N orelse error({hits_not_fired, Fired, N}),
+                        Count = stop_bpftrace(Bt),
+                        Count >= N orelse error({bpftrace_counted, Count, N}),
+                        Ns
+                end)
+      end).
+
+%% Stops bpftrace (SIGINT, as the bench does) and returns its count @n.
+stop_bpftrace(Bt) ->
+    {os_pid, Pid} = erlang:port_info(Bt, os_pid),
+    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
+    Lines = await_exit(Bt, deadline(?STOP_TIMEOUT)),
+    case [binary_to_integer(C) || <<"@n: ", C/binary>> <- Lines] of
+        [Count] -> Count;
+        [] -> 0
+    end.
+
+%% @doc ok when bpftrace can attach here (installed, root), else {skip, Why}.
+-spec can_trace() -> ok | skip().
+can_trace() ->
+    case {os:find_executable("bpftrace"), string:trim(os:cmd("id -u"))} of
+        {false, _} -> {skip, "bpftrace is not installed"};
+        {_, "0"} -> ok;
+        _ -> {skip, "attaching bpftrace needs root"}
+    end.
+
+%%% uprobe floor inside the node
+
+%% @doc node_uprobe_floor(Paths, Nop, #{}).
+-spec node_uprobe_floor(paths(), nop1 | nop5) -> #{atom() => term()} | skip().
+node_uprobe_floor(Paths, Nop) ->
+    node_uprobe_floor(Paths, Nop, #{}).
+
+%% @doc The uprobe floor in this node, ns per hit: `n' calls (1M by
+%% default) of dtrace_floor_site_<Nop>:hit/0, a NIF whose site is a bare
+%% sys/sdt.h site in its library (floor_site_nif.c), with bpftrace -p on
+%% this node counting it, and the same loop with the semaphore down,
+%% alternating, `rounds' times (5 by default). The hit is what a NIF's
+%% probe pays on a scheduler thread of this VM. Returns #{hit, disabled,
+%% floor (hit - disabled of each round), site, rounds, n}. Needs root and
+%% bpftrace.
+-spec node_uprobe_floor(paths(), nop1 | nop5, #{rounds => pos_integer(), n => pos_integer()}) ->
+          #{atom() => term()} | skip().
+node_uprobe_floor(#{node_site := {skip, _} = Skip}, _Nop, _Opts) ->
+    Skip;
+node_uprobe_floor(#{node_site := Sites}, Nop, Opts) when Nop =:= nop1; Nop =:= nop5 ->
+    case can_trace() of
+        ok ->
+            #{module := M, nif := Nif, ebin := Ebin, site := Site} = maps:get(Nop, Sites),
+            persistent_term:put({M, nif}, Nif),
+            {module, M} = code:load_abs(filename:join(Ebin, atom_to_list(M))),
+            Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_UPROBE)),
+            N = maps:get(n, Opts, ?N_HITS),
+            Loop = fun() -> isolated(fun() -> node_loop(M, N) end, ?RUN_TIMEOUT) end,
+            false = M:hit(),
+            _ = Loop(),
+            Pairs = [{Loop(), node_hit(M, Nif ++ ".so", Loop, N)} || _ <- lists:seq(1, Rounds)],
+            #{hit => stats([H || {_, H} <- Pairs]),
+              disabled => stats([D || {D, _} <- Pairs]),
+              floor => stats([H - D || {D, H} <- Pairs]),
+              site => Site,
+              rounds => Rounds,
+              n => N};
+        Skip ->
+            Skip
+    end.
+
+%% ns per call of N calls of M:hit() (through a fun, as the bench's rows).
+node_loop(M, N) ->
+    F = fun M:hit/0,
+    T0 = erlang:monotonic_time(nanosecond),
+    node_loop(F, N, 0),
+    (erlang:monotonic_time(nanosecond) - T0) / N.
+
+node_loop(_F, 0, Trues) -> Trues;
+node_loop(F, N, Trues) -> node_loop(F, N - 1, case F() of true -> Trues + 1; false -> Trues end).
+
+%% One run of Loop() under bpftrace on this node, counting the site of
+%% library So: the run starts once bpftrace printed that its program saw a
+%% hit (the semaphore rises a moment before the program is attached), and
+%% bpftrace must count all N hits of the run.
+node_hit(M, So, Loop, N) ->
+    %% The provider is the module's name (see floor_site.c).
+    Prog = "usdt:" ++ So ++ ":" ++ atom_to_list(M) ++ ":hit { if (!@ready) { @ready = 1; printf(\"READY\\n\"); } "
+        "@n = count(); }",
+    with_port(
+      open_lines(os:find_executable("bpftrace"), ["-p", os:getpid(), "-e", Prog]),
+      fun(Bt) ->
+              _ = await_line(Bt, <<"Attaching">>, deadline(?ATTACH_TIMEOUT)),
+              ok = until_ready(M, Bt, deadline(?ATTACH_TIMEOUT)),
+              Ns = Loop(),
+              Count = stop_bpftrace(Bt),
+              Count >= N orelse error({bpftrace_counted, Count, N}),
+              Ns
+      end).
+
+%% Hits the site until bpftrace prints READY (its program ran): every hit
+%% of the run that follows is then counted, and @n is at least N.
+until_ready(M, Bt, Deadline) ->
+    _ = M:hit(),
+    receive
+        {Bt, {data, {eol, <<"READY">>}}} -> ok;
+        {Bt, {exit_status, S}} -> error({bpftrace_exited, S})
+    after 10 ->
+            case remaining(Deadline) of
+                0 -> error(bpftrace_not_ready);
+                _ -> until_ready(M, Bt, Deadline)
+            end
+    end.
+
+%%% LTTng floor
+
+%% @doc lttng_floor(Paths, Event, #{}).
+-spec lttng_floor(paths(), message_send | i4s4) -> #{atom() => term()} | skip().
+lttng_floor(Paths, Event) ->
+    lttng_floor(Paths, Event, #{}).
+
+%% @doc The LTTng floor, ns per event, for the layout of Event
+%% (message_send: OTP's org_erlang_dyntrace:message_send; i4s4: the
+%% library's org_erlang_dtrace:user_trace_i4s4): `n' events (1M by
+%% default) fired by the driver with a root session recording them
+%% (channel as the bench's: 8 x 8 MiB sub-buffers, discard mode), and the
+%% same loop with no session, alternating, `rounds' times (7 by default).
+%% A session is created and destroyed around each recorded run. Returns
+%% #{recording, no_session, floor (recording - no_session of each round),
+%% discarded (what `lttng stop' said about discarded events, per round),
+%% rounds, n}. Needs root and lttng-tools.
+-spec lttng_floor(paths(), message_send | i4s4, #{rounds => pos_integer(), n => pos_integer()}) ->
+          #{atom() => term()} | skip().
+lttng_floor(#{lttng := {skip, _} = Skip}, _Event, _Opts) ->
+    Skip;
+lttng_floor(#{dir := Dir, lttng := #{driver := Driver}}, Event, Opts)
+  when Event =:= message_send; Event =:= i4s4 ->
+    case can_lttng() of
+        ok ->
+            Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_LTTNG)),
+            N = maps:get(n, Opts, ?N_EVENTS),
+            Args = [atom_to_list(Event), integer_to_list(N)],
+            Tp = case Event of
+                     message_send -> "dtrace_floor:message_send";
+                     i4s4 -> "dtrace_floor:user_trace_i4s4"
+                 end,
+            Runs = [{lttng_off(Driver, Args), lttng_on(Driver, Args, Tp, Dir, N)}
+                    || _ <- lists:seq(1, Rounds)],
+            #{recording => stats([R || {_, {R, _}} <- Runs]),
+              no_session => stats([O || {O, _} <- Runs]),
+              floor => stats([R - O || {O, {R, _}} <- Runs]),
+              discarded => [D || {_, {_, D}} <- Runs],
+              rounds => Rounds,
+              n => N};
+        Skip ->
+            Skip
+    end.
+
+lttng_off(Driver, Args) ->
+    #{<<"recorded">> := 0, <<"event_ns">> := Ns} = driver(Driver, Args ++ ["nowait"]),
+    Ns.
+
+%% One recorded run: {ns per event, what `lttng stop' said of discarded
+%% events ("none")}. The session is destroyed and its trace deleted
+%% whatever happens.
+lttng_on(Driver, Args, Tp, Dir, N) ->
+    with_session(filename:join(Dir, "lttng_trace"), Tp, [],
+                 fun(Session) ->
+                         #{<<"recorded">> := Recorded, <<"event_ns">> := Ns} = driver(Driver, Args ++ ["wait"]),
+                         Recorded =:= N orelse error({events_not_recorded, Recorded, N}),
+                         {0, Stop} = lttng(["stop", Session]),
+                         Discarded = [string:trim(L) || L <- string:split(Stop, "\n", all),
+                                                        string:find(L, "discarded") =/= nomatch],
+                         {Ns, case Discarded of [] -> "none"; _ -> lists:flatten(lists:join(" ", Discarded)) end}
+                 end).
+
+lttng_ok(Args) ->
+    case lttng(Args) of
+        {0, _} -> ok;
+        {Status, Out} -> error({lttng_failed, Args, Status, Out})
+    end.
+
+lttng(Args) ->
+    {Status, Out} = run(os:find_executable("lttng"), Args, ?RUN_TIMEOUT),
+    {Status, binary_to_list(Out)}.
+
+%% A root session daemon: lttng-tools installed, root, and the daemon
+%% running (started if not, as the bench does).
+can_lttng() ->
+    case {os:find_executable("lttng"), string:trim(os:cmd("id -u"))} of
+        {false, _} -> {skip, "lttng (lttng-tools) is not installed"};
+        {_, "0"} ->
+            case string:trim(os:cmd("pgrep -x -u root lttng-sessiond")) of
+                "" ->
+                    case os:find_executable("lttng-sessiond") of
+                        false -> {skip, "lttng-sessiond is not installed"};
+                        Sd ->
+                            case run(Sd, ["--daemonize"], ?RUN_TIMEOUT) of
+                                {0, _} -> ok;
+                                {S, Out} -> {skip, lists:flatten(io_lib:format(
+                                                     "lttng-sessiond --daemonize failed (~b): ~s", [S, Out]))}
+                            end
+                    end;
+                _ -> ok
+            end;
+        _ -> {skip, "a root session daemon needs root"}
+    end.
+
+%%% All of them
+
+%% @doc Every floor, as [{Name, Result}]: the erl_tracer floor, the uprobe
+%% floor for both nops in a library and in the executable, the LTTng floor
+%% for both layouts. Each Result as its function returns it.
+-spec all(paths()) -> [{atom(), term()}].
+all(Paths) ->
+    [{tracer, tracer_floor(Paths)},
+     {uprobe_lib_nop1, uprobe_floor(Paths, nop1)},
+     {uprobe_lib_nop5, uprobe_floor(Paths, nop5)},
+     {uprobe_exe_nop1, uprobe_floor(Paths, nop1, #{where => exe})},
+     {uprobe_exe_nop5, uprobe_floor(Paths, nop5, #{where => exe})},
+     {lttng_message_send, lttng_floor(Paths, message_send)},
+     {lttng_i4s4, lttng_floor(Paths, i4s4)}].
+
+%%% Programs
+
+%% Runs a driver to its end (exit status 0) and returns what it printed as
+%% #{Key => number()}, from its "key value" lines.
+driver(Exe, Args) ->
+    with_port(open_lines(Exe, Args),
+              fun(Port) -> key_values(await_exit(Port, deadline(?RUN_TIMEOUT))) end).
+
+key_values(Lines) ->
+    maps:from_list([{K, number(V)} || L <- Lines, [K, V] <- [binary:split(L, <<" ">>)]]).
+
+number(B) ->
+    try binary_to_integer(B)
+    catch error:badarg -> binary_to_float(B)
+    end.
+
+open_lines(Exe, Args) ->
+    open_port({spawn_executable, Exe},
+              [{args, Args}, {line, 4096}, stderr_to_stdout, exit_status, binary]).
+
+%% Fun(Port); then, whatever happened, the program is killed if it still
+%% runs (by its own pid, known to be ours while the port is open) and the
+%% port leaves nothing in this process's mailbox: its messages, and the
+%% exit signal of its link if this process traps exits (unlink/1's idiom).
+with_port(Port, Fun) ->
+    try
+        Fun(Port)
+    after
+        unlink(Port),
+        case erlang:port_info(Port, os_pid) of
+            {os_pid, Pid} ->
+                _ = os:cmd("kill -KILL " ++ integer_to_list(Pid) ++ " 2>/dev/null"),
+                catch port_close(Port);
+            undefined ->
+                ok
+        end,
+        flush(Port)
+    end.
+
+flush(Port) ->
+    receive
+        {Port, _} -> flush(Port);
+        {'EXIT', Port, _} -> flush(Port)
+    after 0 -> ok
+    end.
+
+%% The first line starting with Prefix (lines before it are dropped).
+await_line(Port, Prefix, Deadline) ->
+    receive
+        {Port, {data, {eol, Line}}} ->
+            case binary:match(Line, Prefix) of
+                {0, _} -> Line;
+                _ -> await_line(Port, Prefix, Deadline)
+            end;
+        {Port, {data, {noeol, _}}} -> await_line(Port, Prefix, Deadline);
+        {Port, {exit_status, S}} -> error({exited_before, Prefix, S})
+    after remaining(Deadline) -> error({no_line, Prefix})
+    end.
+
+%% The lines the program prints until it exits; it must exit with 0.
+await_exit(Port, Deadline) ->
+    await_exit(Port, Deadline, []).
+
+await_exit(Port, Deadline, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} -> await_exit(Port, Deadline, [Line | Acc]);
+        {Port, {data, {noeol, Part}}} -> await_exit(Port, Deadline, [Part | Acc]);
+        {Port, {exit_status, 0}} -> lists:reverse(Acc);
+        {Port, {exit_status, S}} -> error({exited, S, lists:reverse(Acc)})
+    after remaining(Deadline) -> error({no_exit, lists:reverse(Acc)})
+    end.
+
+%% Runs Exe to its end within Timeout ms: {ExitStatus, Output} (stdout
+%% and stderr); killed and an error after that.
+run(Exe, Args, Timeout) ->
+    Port = open_port({spawn_executable, Exe}, [{args, Args}, stderr_to_stdout, exit_status, binary]),
+    with_port(Port, fun(P) -> collect(P, <<>>, deadline(Timeout)) end).
+
+collect(Port, Acc, Deadline) ->
+    receive
+        {Port, {data, D}} -> collect(Port, <<Acc/binary, D/binary>>, Deadline);
+        {Port, {exit_status, S}} -> {S, Acc}
+    after remaining(Deadline) -> error({timeout, erlang:port_info(Port, name), Acc})
+    end.
+
+deadline(Ms) -> erlang:monotonic_time(millisecond) + Ms.
+
+remaining(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).
+
+%% {Median, Min, Max}, as dtrace_bench's stats/1.
+stats(Xs) ->
+    S = lists:sort(Xs),
+    {lists:nth((length(S) + 1) div 2, S), hd(S), lists:last(S)}.
