@@ -42,7 +42,7 @@
          vm_probe_without_a_path/1,
          provider_in_the_private_tmp/1]).
 %% Run in the node.
--export([holder/3, handle/1, sender/2]).
+-export([sender/2]).
 
 %% The guide's command (section 1): every beam.smp with its NSpid line.
 -define(FIND_PIDS, "for p in $(pgrep -x beam.smp); do printf '%s ' \"$p\"; grep NSpid /proc/$p/status; done").
@@ -339,7 +339,7 @@ provider_in_the_private_tmp(Config) ->
     HostPid = ?config(host_pid, Config),
     Path = in_peer(Config, fun() ->
                                    Self = self(),
-                                   Pid = spawn(?MODULE, holder, [myapp, [{request__start, [int, string]},
+                                   Pid = spawn(dtrace_test_workload, provider_holder, [myapp, [{request__start, [int, string]},
                                                                          {request__done, [int, int]}], Self]),
                                    receive {Pid, P} -> P end
                            end),
@@ -362,10 +362,10 @@ provider_in_the_private_tmp(Config) ->
                 if (arg0 == 0) { printf(\"SEEN\\n\"); } else { printf(\"REQ %ld %s\\n\", arg0, str(arg1)); }
             }
             usdt:" ++ Listed ++ ":myapp:request__done { printf(\"DONE %ld %ld\\n\", arg0, arg1); }",
-              fun() -> dtrace_provider:fire(handle(myapp), request__start, [0, "ready"]) end,
+              fun() -> dtrace_provider:fire(dtrace_test_workload:provider_handle(myapp), request__start, [0, "ready"]) end,
               [<<"SEEN">>],
               fun() ->
-                      P = handle(myapp),
+                      P = dtrace_test_workload:provider_handle(myapp),
                       [dtrace_provider:fire(P, request__start, [42, <<"GET /">>]),
                        dtrace_provider:fire(P, request__done, [42, 200])]
               end,
@@ -374,21 +374,3 @@ provider_in_the_private_tmp(Config) ->
     ?assertEqual([<<"REQ 42 GET /">>, <<"DONE 42 200">>],
                  [L || <<"REQ ", _/binary>> = L <- Lines] ++ [L || <<"DONE ", _/binary>> = L <- Lines]).
 
-%% In the node: defines the provider, keeps its handle (a provider lives
-%% while a handle is referenced) and hands it out; sends Parent its path.
-holder(Name, Probes, Parent) ->
-    {ok, P} = dtrace_provider:new(Name, Probes),
-    true = register(Name, self()),
-    Parent ! {self(), binary_to_list(dtrace_provider:path(P))},
-    hold(P).
-
-hold(P) ->
-    receive
-        {get, From} -> From ! {handle, self(), P}, hold(P)
-    end.
-
-%% In the node: the handle Name's holder keeps.
-handle(Name) ->
-    Pid = whereis(Name),
-    Pid ! {get, self()},
-    receive {handle, Pid, P} -> P end.

@@ -8,8 +8,8 @@
 %%% Every test runs in a peer node (a crash would show as a dead peer, and
 %%% each node has its own providers and private directory). A provider's
 %%% handle lives in a holder process of the peer, registered under the
-%%% provider's name (see holder/3); funs run in the peer get it with
-%%% handle/1. Tests that need a tracer skip locally without one (saying
+%%% provider's name (dtrace_test_workload:provider_holder/3); funs run in
+%%% the peer get it with dtrace_test_workload:provider_handle/1. Tests that need a tracer skip locally without one (saying
 %%% why) and fail in CI (CI=true).
 -module(dtrace_provider_SUITE).
 
@@ -38,7 +38,7 @@
          any_term_disabled/1,
          any_term_enabled/1]).
 %% Run in the peer.
--export([holder/3, handle/1, raise_semaphore/3, in_process/1, wait_unmapped/2]).
+-export([raise_semaphore/3, in_process/1, wait_unmapped/2]).
 
 -define(ALL_TYPES, [int, string, int, string, int, string, string, int, string, int, string, int]).
 -define(N_CALLS, 20000).
@@ -109,28 +109,9 @@ all_text() ->
 define(Config, Name, Probes) ->
     in_peer(Config, fun() ->
                             Self = self(),
-                            Pid = spawn(?MODULE, holder, [Name, Probes, Self]),
+                            Pid = spawn(dtrace_test_workload, provider_holder, [Name, Probes, Self]),
                             receive {Pid, Path} -> Path end
                     end).
-
-%% In the peer: defines the provider, keeps its handle and hands it out.
-holder(Name, Probes, Parent) ->
-    {ok, P} = dtrace_provider:new(Name, Probes),
-    true = register(Name, self()),
-    Parent ! {self(), binary_to_list(dtrace_provider:path(P))},
-    hold(P).
-
-hold(P) ->
-    receive
-        {get, From} -> From ! {handle, self(), P}, hold(P);
-        {stop, From} -> From ! {stopped, self()}
-    end.
-
-%% In the peer: the handle Name's holder keeps.
-handle(Name) ->
-    Pid = whereis(Name),
-    Pid ! {get, self()},
-    receive {handle, Pid, P} -> P end.
 
 %% Stops Name's holder: its handle becomes garbage.
 release(Config, Name) ->
@@ -172,7 +153,7 @@ a_definition_is_a_loaded_file(Config) ->
     {ok, #file_info{mode = FileMode, type = regular}} = file:read_link_info(Path),
     ?assertEqual({8#700, 8#600}, {DirMode band 8#777, FileMode band 8#777}),
     Results = in_peer(Config, fun() ->
-                                      P = handle(myapp),
+                                      P = dtrace_test_workload:provider_handle(myapp),
                                       Probe = dtrace_provider:probe(P, all),
                                       {ok, Maps} = file:read_file("/proc/self/maps"),
                                       {binary:matches(Maps, list_to_binary(Path)) =/= [],
@@ -287,7 +268,7 @@ fire_checks_handle_probe_and_arguments(Config) ->
     Results =
         in_peer(Config,
                 fun() ->
-                        P = handle(myapp),
+                        P = dtrace_test_workload:provider_handle(myapp),
                         Probe = dtrace_provider:probe(P, request__start),
                         Try = fun(F) -> try F() catch error:badarg -> badarg end end,
                         Bad = [Try(F) || F <- [fun() -> dtrace_provider:fire(make_ref(), request__start, [1, "x"]) end,
@@ -401,7 +382,7 @@ bpftrace_lists_the_probes(Config) ->
 %% only); NULL strings are NULL pointers.
 bpftrace_reads_every_argument(Config) ->
     Path = define(Config, bprov, probes()),
-    Ready = fun() -> dtrace_provider:fire(handle(bprov), request__start, [0, "ready"]) end,
+    Ready = fun() -> dtrace_provider:fire(dtrace_test_workload:provider_handle(bprov), request__start, [0, "ready"]) end,
     {Plain, PlainLines} =
         dtrace_test_tracer:bpftrace_window(
           ?config(peer, Config), "
@@ -411,7 +392,7 @@ bpftrace_reads_every_argument(Config) ->
             usdt:" ++ Path ++ ":bprov:nothing { printf(\"NOTHING\\n\"); }",
           Ready, [<<"SEEN">>],
           fun() ->
-                  P = handle(bprov),
+                  P = dtrace_test_workload:provider_handle(bprov),
                   [dtrace_provider:fire(P, request__start, [42, <<"GET /">>]),
                    dtrace_provider:fire(P, request__start, [-7, [$a, [<<"b">>], "c"]]),
                    dtrace_provider:fire(P, nothing, [])]
@@ -430,7 +411,7 @@ bpftrace_reads_every_argument(Config) ->
             usdt:", Path, ":bprov:request__start /arg0 == 0/ { printf(\"SEEN\\n\"); }
             usdt:", Path, ":bprov:all { printf(\"ALL \"); ", Body, " printf(\"\\n\"); }"]),
           Ready, [<<"SEEN">>],
-          fun() -> dtrace_provider:fire(dtrace_provider:probe(handle(bprov), all), all_args()) end),
+          fun() -> dtrace_provider:fire(dtrace_provider:probe(dtrace_test_workload:provider_handle(bprov), all), all_args()) end),
     ?assertEqual(true, All),
     ?assertEqual([list_to_binary("ALL " ++ all_text())], [L || <<"ALL ", _/binary>> = L <- AllLines]).
 
@@ -441,7 +422,7 @@ gdb_reads_every_argument(Config) ->
     {Results, Events} =
         dtrace_test_tracer:gdb_events(?config(peer, Config), "provider.gdb",
                                    fun() ->
-                                           P = handle(gdbprov),
+                                           P = dtrace_test_workload:provider_handle(gdbprov),
                                            [dtrace_provider:fire(P, all, all_args()),
                                             dtrace_provider:fire(dtrace_provider:probe(P, all), all_args())]
                                    end),
@@ -453,7 +434,7 @@ gdb_reads_every_argument(Config) ->
 %% only those. After bpftrace leaves: false again.
 true_returns_equal_events(Config) ->
     Path = define(Config, cprov, probes()),
-    Fire = fun() -> dtrace_provider:fire(handle(cprov), request__start, [5, "x"]) end,
+    Fire = fun() -> dtrace_provider:fire(dtrace_test_workload:provider_handle(cprov), request__start, [5, "x"]) end,
     ?assertEqual(false, in_peer(Config, Fire)),
     {Trues, Lines} =
         dtrace_test_tracer:bpftrace_window(
@@ -462,11 +443,11 @@ true_returns_equal_events(Config) ->
                 if (arg0 == 0) { printf(\"SEEN\\n\"); } else { @start = count(); }
             }
             usdt:" ++ Path ++ ":cprov:all { @all = count(); }",
-          fun() -> dtrace_provider:fire(handle(cprov), request__start, [0, "ready"]) end,
+          fun() -> dtrace_provider:fire(dtrace_test_workload:provider_handle(cprov), request__start, [0, "ready"]) end,
           [<<"SEEN">>],
           fun() ->
                   Self = self(),
-                  P = handle(cprov),
+                  P = dtrace_test_workload:provider_handle(cprov),
                   Workers = [spawn_link(fun() -> Self ! {self(), work(P)} end) || _ <- lists:seq(1, 4)],
                   lists:foldl(fun(W, {A, B}) -> receive {W, {X, Y}} -> {A + X, B + Y} end end, {0, 0}, Workers)
           end),
@@ -495,7 +476,7 @@ delete_while_traced(Config) ->
     {Before, After, FileGone} =
         in_peer(Config,
                 fun() ->
-                        P = handle(dprov),
+                        P = dtrace_test_workload:provider_handle(dprov),
                         1 = dtrace_test_workload:fire_until_listening(
                               fun() -> dtrace_provider:fire(P, request__start, [0, "ready"]) end),
                         B = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
@@ -687,7 +668,7 @@ module_reloads_keep_handles(Config) ->
     Results =
         in_peer(Config,
                 fun() ->
-                        Fire = fun() -> dtrace_provider:fire(handle(reload), request__start, [1, "x"]) end,
+                        Fire = fun() -> dtrace_provider:fire(dtrace_test_workload:provider_handle(reload), request__start, [1, "x"]) end,
                         {module, dtrace_nif} = code:load_file(dtrace_nif),
                         R1 = Fire(),
                         true = code:soft_purge(dtrace_nif),
@@ -699,7 +680,7 @@ module_reloads_keep_handles(Config) ->
                                                       {ok, U} = dtrace_provider:new(upgraded, [{p, [int]}]),
                                                       dtrace_provider:fire(U, p, [1])
                                               end),
-                        Path = binary_to_list(dtrace_provider:path(handle(reload))),
+                        Path = binary_to_list(dtrace_provider:path(dtrace_test_workload:provider_handle(reload))),
                         true = code:delete(dtrace_nif),
                         true = code:soft_purge(dtrace_nif),
                         {module, dtrace_nif} = code:ensure_loaded(dtrace_nif),

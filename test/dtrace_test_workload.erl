@@ -8,6 +8,8 @@
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
 %% For the VM-probe suites.
 -export([terminate_self/0, double/1, sink/0, wait_flags/2, wait_until/2, our_traced/0]).
+%% For the run-time provider suites.
+-export([provider_holder/3, provider_handle/1]).
 %% A gen_server that answers `tags' with {get_tag(), get_tag_data()}.
 -behaviour(gen_server).
 -export([init/1, handle_call/3, handle_cast/2]).
@@ -210,3 +212,25 @@ sessions_of(T) ->
         L when is_list(L) -> L;
         _ -> []
     end.
+
+%% Defines provider Name with Probes and keeps its handle (a provider lives
+%% while a handle is referenced), registered as Name; sends Parent
+%% {self(), Path}. `{get, From}' hands the handle out; `{stop, From}' ends
+%% the holder (the handle becomes garbage) and answers {stopped, Pid}.
+provider_holder(Name, Probes, Parent) ->
+    {ok, P} = dtrace_provider:new(Name, Probes),
+    true = register(Name, self()),
+    Parent ! {self(), binary_to_list(dtrace_provider:path(P))},
+    hold(P).
+
+hold(P) ->
+    receive
+        {get, From} -> From ! {handle, self(), P}, hold(P);
+        {stop, From} -> From ! {stopped, self()}
+    end.
+
+%% The handle provider Name's holder keeps.
+provider_handle(Name) ->
+    Pid = whereis(Name),
+    Pid ! {get, self()},
+    receive {handle, Pid, P} -> P end.
