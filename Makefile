@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif test test-repeat demo demo-recorder bench soak clean generated check-aarch64
+.PHONY: all deps build nif test test-repeat demo demo-recorder bench figures soak clean generated check-aarch64
 
 all: build
 
@@ -40,10 +40,11 @@ build: deps
 
 test: deps
 	@scripts/tracefs.sh
+	$(CARGO) fmt --check
+	escript scripts/figures.escript check
 	$(CARGO) test --release
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) clippy --release --all-targets --features test-hooks -- -D warnings
-	$(CARGO) clippy --release --all-targets --features sites-only -- -D warnings
 	MIX_ENV=test $(MIX) test
 	$(REBAR3) edoc
 	$(REBAR3) dialyzer
@@ -71,6 +72,11 @@ bench: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh bench/run.sh
+
+# The figures README.md, CONTRIBUTING.md and docs/ quote, rewritten from
+# BENCHMARKS.md's table after a `make bench` (make test checks they match).
+figures:
+	escript scripts/figures.escript write
 
 soak: deps
 	@scripts/tracefs.sh

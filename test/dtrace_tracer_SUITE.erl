@@ -384,11 +384,11 @@ perf_counts_every_true(Config) ->
 %% perf record + perf script show the arguments: the integers of the SDT
 %% event as they were passed (64 bits, signed), and, through a tracefs
 %% event at the same site and semaphore with string fetch arguments (the
-%% README's recipe), the strings.
+%% recipe of docs/tracers.md), the strings.
 perf_shows_the_arguments(Config) ->
     So = dtrace_test_catalogue:nif_path(),
     perf_add_probes(Config, So, ["user_trace__n7"]),
-    %% The README's recipe: the site and semaphore perf found, with
+    %% docs/tracers.md's recipe: the site and semaphore perf found, with
     %% string-typed fetch arguments.
     {ok, Events} = file:read_file("/sys/kernel/tracing/uprobe_events"),
     {match, [Where]} = re:run(Events, "sdt_erlang/user_trace__n7 (\\S+)", [{capture, all_but_first, binary}]),
@@ -437,7 +437,7 @@ perf_shows_the_arguments(Config) ->
 %% probe), after removing any left by an earlier run. perf's build-id cache
 %% is keyed by build ID: when ~/.debug already holds the same build under
 %% another path (a second checkout, the CI's clone), `perf probe -x` fails
-%% with "Failed to add events" (README, perf). So the cache is the case's own.
+%% with "Failed to add events" (docs/tracers.md, perf). So the cache is the case's own.
 perf_add_probes(Config, So, Probes) ->
     perf_cleanup(),
     Cache = filename:join(?config(priv_dir, Config), "perf-buildid-cache"),

@@ -7,7 +7,7 @@
 //! k sits in and how the `.note.stapsdt` note describes it
 //! ([`Arch::note_arg`]). `dtrace_nif`'s build.rs generates the probe sites
 //! from it; the `dtrace-catalogue` command prints it as JSON, as the
-//! README's table, or as Erlang terms for the test suites.
+//! tables of docs/reference.md, or as Erlang terms for the test suites.
 //!
 //! # Fixed argument registers
 //! Argument k of every probe is in the same register, whatever the probe,
