@@ -16,8 +16,9 @@ defmodule DTrace.RecorderTest do
     assert DTrace.Recorder.trigger(:ex_no_such_recorder, "x") == {:error, {:no_recorder, :ex_no_such_recorder}}
   end
 
-  # A real recorder: as root with lttng-tools and python3-bt2 here (the
-  # Common Test suite covers the rest). With CI=true a missing piece fails.
+  # A real recorder: as root with lttng-tools and python3-bt2 here, the
+  # session daemon started when none runs (the Common Test suite covers the
+  # rest). With CI=true a missing piece fails.
   test "a trigger's snapshot, read back by the report" do
     case why_not() do
       nil ->
@@ -50,8 +51,19 @@ defmodule DTrace.RecorderTest do
       System.find_executable("lttng") == nil -> "lttng-tools is not installed"
       not File.exists?("/usr/bin/python3") -> "no /usr/bin/python3 (python3-bt2)"
       elem(System.cmd("id", ["-u"]), 0) != "0\n" -> "the recorder test needs root (the root session daemon)"
-      elem(System.cmd("pgrep", ["-x", "lttng-sessiond"]), 1) != 0 -> "no lttng-sessiond runs"
-      true -> nil
+      true -> sessiond()
+    end
+  end
+
+  # The root session daemon: the running one, or one started now (as
+  # dtrace_lttng_lib does for the Common Test suites).
+  defp sessiond do
+    with {_, status} when status != 0 <- System.cmd("pgrep", ["-x", "lttng-sessiond"]),
+         {out, status} when status != 0 <-
+           System.cmd("lttng-sessiond", ["--daemonize"], stderr_to_stdout: true) do
+      "lttng-sessiond --daemonize failed: #{out}"
+    else
+      _ -> nil
     end
   end
 
