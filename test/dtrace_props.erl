@@ -148,7 +148,7 @@ nif(provider_new, [_, _], {ok, {ok, Handle}}) ->
 nif(provider_new, [_, _], {ok, {error, Reason}}) ->
     dtrace_provider_props:is_reason(Reason);
 nif(F, _, {error, badarg, {dtrace_nif, F, _, _}})
-  when F =:= provider_fire; F =:= provider_is_enabled; F =:= provider_probe;
+  when F =:= provider_fire; F =:= provider_is_enabled; F =:= provider_probe_is_enabled; F =:= provider_probe;
        F =:= provider_path; F =:= provider_delete ->
     true;
 nif(_, _, _) -> false.

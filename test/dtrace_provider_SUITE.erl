@@ -767,4 +767,6 @@ any_term_enabled(Config) ->
     Events = dtrace_test_tracer:bpftrace_map(<<"@events">>, Lines),
     ct:log("~b calls with arbitrary terms, tracer attached: all documented, ~b events", [Calls, Events]),
     ?assert(Calls >= 10000),
-    ?assert(Events > Calls div 10).
+    %% Each case fires two live probes with well-formed arguments (traced,
+    %% so each is an event), and drawn terms fire some more.
+    ?assert(Events >= 2 * (Calls div dtrace_provider_props:calls_per_case())).

@@ -15,7 +15,7 @@
 
 -include_lib("proper/include/proper.hrl").
 
--export([run/2, fixtures/0, is_reason/1, expected_new/2, live_probes/0]).
+-export([run/2, fixtures/0, is_reason/1, expected_new/2, live_probes/0, calls_per_case/0]).
 
 -define(LIVE, dtrace_props_live).
 -define(VICTIM, dtrace_props_victim).
@@ -46,7 +46,7 @@ run(Fixtures, Traced) ->
     run(Fixtures, Traced, 10000).
 
 run(Fixtures, Traced, Calls) ->
-    PerCase = length(functions()) + 7,
+    PerCase = calls_per_case(),
     Cases = (Calls + PerCase - 1) div PerCase,
     Prop = prop_any_term(Fixtures, Traced),
     case proper:quickcheck(Prop, [{numtests, Cases}, quiet, {max_size, 30}]) of
@@ -57,9 +57,14 @@ run(Fixtures, Traced, Calls) ->
 %% Every exported function, to be sure a new one is not left out.
 functions() ->
     Exports = lists:sort([FA || {F, _} = FA <- dtrace_provider:module_info(exports), F =/= module_info]),
-    Exports = [{delete, 1}, {fire, 2}, {fire, 3}, {is_enabled, 1}, {is_enabled, 2},
+    Exports = [{delete, 1}, {fire, 2}, {fire, 3}, {is_enabled, 1}, {is_enabled, 2}, {is_enabled, 3},
                {new, 2}, {path, 1}, {probe, 2}],
     Exports.
+
+%% Calls per case: every function once with drawn terms, then the eleven
+%% well-formed calls of wellformed_calls/1 (two of them fire a live probe).
+calls_per_case() ->
+    length(functions()) + 11.
 
 prop_any_term(Fixtures, Traced) ->
     ?FORALL({Terms, Wellformed}, {vector(10, term(Fixtures)), wellformed_calls(Fixtures)},
@@ -186,6 +191,23 @@ expected(fire, [H, Args], Model) ->
             end;
         _ -> badarg
     end;
+%% is_enabled(Probe, ArgCount): badarg unless a probe handle and a count
+%% of the probe's arity (any count a usize holds on a deleted provider).
+expected(is_enabled, [H, ArgCount], Model) when is_integer(ArgCount) ->
+    case handle(H, Model) of
+        {probe, Id, _, Arity} -> checked(Id, Arity, ArgCount, Model);
+        _ -> badarg
+    end;
+expected(is_enabled, [H, Name, ArgCount], Model) ->
+    case handle(H, Model) of
+        {provider, Id, Probes} ->
+            case {deleted(Id, Model), is_atom(Name) andalso maps:find(Name, Probes)} of
+                {true, _} -> deleted_or_badarg(Id, ArgCount, Model);
+                {false, {ok, Arity}} -> checked(Id, Arity, ArgCount, Model);
+                {false, _} -> badarg
+            end;
+        _ -> badarg
+    end;
 expected(is_enabled, [H, Name], Model) ->
     case handle(H, Model) of
         {provider, Id, Probes} ->
@@ -220,6 +242,22 @@ expected(delete, [H], Model) ->
     case handle(H, Model) of
         none -> badarg;
         _ -> {value, ok}
+    end.
+
+%% The answer of an is_enabled call with an argument count: false on a
+%% deleted provider, whatever the count (a count a usize holds); else
+%% badarg unless the count is the probe's arity.
+checked(Id, Arity, ArgCount, Model) ->
+    case deleted(Id, Model) of
+        true -> deleted_or_badarg(Id, ArgCount, Model);
+        false when ArgCount =:= Arity -> {value, enabled(Id, Model)};
+        false -> badarg
+    end.
+
+deleted_or_badarg(Id, ArgCount, Model) ->
+    case deleted(Id, Model) andalso is_integer(ArgCount) andalso ArgCount >= 0 andalso ArgCount < 1 bsl 64 of
+        true -> {value, false};
+        false -> badarg
     end.
 
 %% Args must be a proper list of exactly Arity terms.
@@ -362,9 +400,10 @@ arg_types_term() ->
 %% definitions that are good or bad in one place.
 wellformed_calls(#{live := Live, live_probes := LiveProbes} = F) ->
     Arities = [length(Ts) || {_, Ts} <- live_probes()],
-    ?LET({I, Args, V, Def, {H, Name}},
+    ?LET({I, Args, V, Def, {H, Name}, Count},
          {range(1, 3), vector(12, dtrace_props:probe_term()), vector(2, dtrace_props:probe_term()),
-          {provider_name_term(), probe_list_term()}, {handle_term(F), probe_name()}},
+          {provider_name_term(), probe_list_term()}, {handle_term(F), probe_name()},
+          frequency([{4, range(0, 4)}, {1, dtrace_props:probe_term()}])},
          begin
              {ProbeName, _} = lists:nth(I, live_probes()),
              N = lists:nth(I, Arities),
@@ -374,5 +413,9 @@ wellformed_calls(#{live := Live, live_probes := LiveProbes} = F) ->
               {fire, [victim_probe, V]},
               {new, tuple_to_list(Def)},
               {probe, [H, Name]},
-              {is_enabled, [H, Name]}]
+              {is_enabled, [H, Name]},
+              {is_enabled, [Live, ProbeName, N]},
+              {is_enabled, [lists:nth(I, LiveProbes), N]},
+              {is_enabled, [H, Name, Count]},
+              {is_enabled, [H, Count]}]
          end).
