@@ -341,17 +341,24 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
 %% Run() with bpftrace on this node counting the bare site of library So,
 %% once its program saw a hit (short traced ping-pongs until it prints).
 with_bpftrace_on(So, M, Run) ->
-    %% The provider is the module's name (see floor_site.c).
+    {R, _Count} = with_site_counted(So, M, fun() -> pingpong(M, 100) end, Run),
+    R.
+
+%% {Run(), Hits}: Run() with bpftrace on this node counting (Hits) the
+%% site `hit' of library So, whose provider is module M (see
+%% floor_site.c). Run starts once bpftrace printed that its program saw a
+%% hit, Poke() making hits until then (the semaphore rises a moment before
+%% the program is attached), so every hit of the run is counted.
+with_site_counted(So, M, Poke, Run) ->
     Prog = "usdt:" ++ So ++ ":" ++ atom_to_list(M) ++ ":hit { if (!@ready) { @ready = 1; printf(\"READY\\n\"); } "
         "@n = count(); }",
     with_port(
       open_lines(os:find_executable("bpftrace"), ["-p", os:getpid(), "-e", Prog]),
       fun(Bt) ->
               _ = await_line(Bt, <<"Attaching">>, deadline(?ATTACH_TIMEOUT)),
-              ok = until_line(fun() -> pingpong(M, 100) end, Bt, <<"READY">>, deadline(?ATTACH_TIMEOUT)),
+              ok = until_line(Poke, Bt, <<"READY">>, deadline(?ATTACH_TIMEOUT)),
               R = Run(),
-              _ = stop_bpftrace(Bt),
-              R
+              {R, stop_bpftrace(Bt)}
       end).
 
 %% Run() with a root LTTng session recording Event (channel as the
@@ -606,37 +613,12 @@ node_loop(_F, 0, Trues) -> Trues;
 node_loop(F, N, Trues) -> node_loop(F, N - 1, case F() of true -> Trues + 1; false -> Trues end).
 
 %% One run of Loop() under bpftrace on this node, counting the site of
-%% library So: the run starts once bpftrace printed that its program saw a
-%% hit (the semaphore rises a moment before the program is attached), and
-%% bpftrace must count all N hits of the run.
+%% library So (with_site_counted/4): bpftrace must count all N hits of the
+%% run.
 node_hit(M, So, Loop, N) ->
-    %% The provider is the module's name (see floor_site.c).
-    Prog = "usdt:" ++ So ++ ":" ++ atom_to_list(M) ++ ":hit { if (!@ready) { @ready = 1; printf(\"READY\\n\"); } "
-        "@n = count(); }",
-    with_port(
-      open_lines(os:find_executable("bpftrace"), ["-p", os:getpid(), "-e", Prog]),
-      fun(Bt) ->
-              _ = await_line(Bt, <<"Attaching">>, deadline(?ATTACH_TIMEOUT)),
-              ok = until_ready(M, Bt, deadline(?ATTACH_TIMEOUT)),
-              Ns = Loop(),
-              Count = stop_bpftrace(Bt),
-              Count >= N orelse error({bpftrace_counted, Count, N}),
-              Ns
-      end).
-
-%% Hits the site until bpftrace prints READY (its program ran): every hit
-%% of the run that follows is then counted, and @n is at least N.
-until_ready(M, Bt, Deadline) ->
-    _ = M:hit(),
-    receive
-        {Bt, {data, {eol, <<"READY">>}}} -> ok;
-        {Bt, {exit_status, S}} -> error({bpftrace_exited, S})
-    after 10 ->
-            case remaining(Deadline) of
-                0 -> error(bpftrace_not_ready);
-                _ -> until_ready(M, Bt, Deadline)
-            end
-    end.
+    {Ns, Count} = with_site_counted(So, M, fun M:hit/0, Loop),
+    Count >= N orelse error({bpftrace_counted, Count, N}),
+    Ns.
 
 %%% LTTng floor
 
