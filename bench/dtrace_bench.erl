@@ -948,8 +948,7 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          io_lib:format("- OTP: ~s (erts ~s), dynamic_trace: ~p~n",
                        [erlang:system_info(otp_release), erlang:system_info(version),
                         erlang:system_info(dynamic_trace)]),
-         io_lib:format("- tracers: ~s; ~s~n~n", [string:trim(os:cmd("bpftrace --version 2>/dev/null")),
-                                                 string:trim(os:cmd("lttng --version 2>/dev/null"))]),
+         io_lib:format("- tracers: ~s; ~s~n~n", [tool_version("bpftrace"), tool_version("lttng")]),
          "## Total = floors + own work\n\n"
          "Every enabled path against the floors of this run: what any library pays to fire the same\n"
          "probe from the same place (the kernel's uprobe trap, the VM's erl_tracer callbacks, LTTng's\n"
@@ -964,10 +963,11 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
               #{floor := {M, Mi, Ma}} -> io_lib:format("| ~s | ~.1f | ~.1f..~.1f | ~s |~n",
                                                        [L, M, Mi, Ma, string:trim(hit_text(R), leading, "; ")])
           end || {_, L, R} <- Floors],
-         "\nThe site instruction: the library's sites are the 1-byte `nop`. In this node the 5-byte\n"
-         "nop is no cheaper (row above), and on kernels that optimize it (6.18) the kernel rewrites it\n"
-         "into a call that writes below the stack pointer, where compiled code may keep data;\n"
-         "CONTRIBUTING.md, \"The probe site\", has the evidence.\n",
+         "\nThe site instruction: the library's sites are the 1-byte `nop`. The 5-byte rows show what\n"
+         "this kernel's optimization of that nop gains (6.18 only); the library does not use it: kernels\n"
+         "before 6.16 single-step a 5-byte nop (slower), and 6.18 rewrites it into a call that writes\n"
+         "below the stack pointer, where compiled code may keep data. CONTRIBUTING.md, \"The probe\n"
+         "site\", has the evidence.\n",
          "\n## Disabled probes (no tracer attached)\n\n| call | ns/call | spread |\n|---|---|---|\n",
          [Row(R) || R <- Dis],
          "\n## Disabled throughput, `dtrace:p/4`\n\n| schedulers busy | M calls/s | spread |\n|---|---|---|\n",
@@ -1040,6 +1040,11 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "  than in a small C program (its address space is larger), which is why the floors that\n"
          "  apply to the node are measured in it.\n"],
     ok = file:write_file(File, Text).
+
+%% `Tool --version', as UTF-8 bytes for the file (os:cmd/1 decodes UTF-8
+%% output into code points; LTTng 2.13's name is "Nordicité").
+tool_version(Tool) ->
+    unicode:characters_to_binary(string:trim(os:cmd(Tool ++ " --version 2>/dev/null"))).
 
 %% The perf profile before and after the hot-path work: bench/profile.md,
 %% written by hand from the runs it names (make bench runs from the
