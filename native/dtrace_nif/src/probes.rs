@@ -34,10 +34,12 @@ use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 /// replaces with a breakpoint), a `.note.stapsdt` note naming the provider,
 /// the probe, its semaphore's address and where each argument is, and the
 /// `.stapsdt.base` section tracers use to relocate it. Each argument is put
-/// in its fixed register (`in("rdi") value`).
+/// in its fixed register (`in("rdi") value` on x86_64, `in("x0") value` on
+/// aarch64). The template is the same on both: `nop` and assembler
+/// directives, which read alike in x86's Intel syntax and aarch64's.
 ///
 /// `sdt_site!(PROVIDER, NAME, "{sem}+OFFSET", NOTE_ARGS, sem = sym STATIC, ["rdi" = v, ...])`
-#[cfg(all(dtrace_sdt, target_arch = "x86_64"))]
+#[cfg(all(dtrace_sdt, any(target_arch = "x86_64", target_arch = "aarch64")))]
 macro_rules! sdt_site {
     ($provider:literal, $name:literal, $semaphore:literal, $args:literal,
      $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
@@ -76,52 +78,12 @@ macro_rules! sdt_site {
                 ".endif",
                 $sym = sym $static,
                 $(in($reg) $value,)*
-                options(readonly, nostack, preserves_flags, att_syntax),
-            );
-        }
-    };
-}
-
-/// [`sdt_site!`] for aarch64 (the same note; no AT&T syntax).
-#[cfg(all(dtrace_sdt, target_arch = "aarch64"))]
-macro_rules! sdt_site {
-    ($provider:literal, $name:literal, $semaphore:literal, $args:literal,
-     $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
-        // SAFETY: as for x86_64: one `nop` and a note in a section that is
-        // not loaded; reads its input registers only, writes nothing,
-        // leaves the stack and flags alone; the pointers are NULL or
-        // NUL-terminated buffers borrowed for the call.
-        unsafe {
-            ::core::arch::asm!(
-                "990: nop",
-                ".pushsection .note.stapsdt, \"?\", \"note\"",
-                ".balign 4",
-                ".4byte 992f-991f, 994f-993f, 3",
-                "991: .asciz \"stapsdt\"",
-                "992: .balign 4",
-                "993: .8byte 990b",
-                ".8byte _.stapsdt.base",
-                concat!(".8byte ", $semaphore),
-                concat!(".asciz \"", $provider, "\""),
-                concat!(".asciz \"", $name, "\""),
-                concat!(".asciz \"", $args, "\""),
-                "994: .balign 4",
-                ".popsection",
-                ".ifndef _.stapsdt.base",
-                ".pushsection .stapsdt.base, \"aGR\", \"progbits\", .stapsdt.base, comdat",
-                ".weak _.stapsdt.base",
-                ".hidden _.stapsdt.base",
-                "_.stapsdt.base: .space 1",
-                ".size _.stapsdt.base, 1",
-                ".popsection",
-                ".endif",
-                $sym = sym $static,
-                $(in($reg) $value,)*
                 options(readonly, nostack, preserves_flags),
             );
         }
     };
 }
+
 #[cfg(dtrace_sdt)]
 pub(crate) use sdt_site;
 
