@@ -111,7 +111,7 @@ every_flag_goes_when_automatic_mode_is_killed(Config) ->
     Want = {lists:sort(AllP), lists:sort(AllO), false},
     Listening = Sdt ++ Lttng,
     ok = peer:call(Peer, erlang, apply,
-                   [fun() -> wait_until(fun() -> state(Listening, true) =:= Want end, 30000) end, []], 60000),
+                   [fun() -> dtrace_test_workload:wait_until(fun() -> state(Listening, true) =:= Want end, 30000) end, []], 60000),
     Old = peer:call(Peer, erlang, whereis, [dtrace_vm]),
     ok = peer:call(Peer, sys, suspend, [Old]),
     _ = dtrace_test_tracer:bpftrace_stop(Tracer),
@@ -119,7 +119,7 @@ every_flag_goes_when_automatic_mode_is_killed(Config) ->
     true = peer:call(Peer, erlang, exit, [Old, kill]),
     Left = peer:call(Peer, erlang, apply,
                      [fun() ->
-                              wait_until(fun() -> ours() =:= [] end, 2000),
+                              dtrace_test_workload:wait_until(fun() -> ours() =:= [] end, 2000),
                               ours()
                       end, []]),
     ?assertEqual([], Left).
@@ -143,7 +143,7 @@ expected(Name, Feeds) ->
 wait_state(Peer, Name, Listened, Want) ->
     peer:call(Peer, erlang, apply,
               [fun() ->
-                       case wait_until(fun() -> state([Name], Listened) =:= Want end, 30000) of
+                       case dtrace_test_workload:wait_until(fun() -> state([Name], Listened) =:= Want end, 30000) of
                            ok -> ok;
                            timeout -> {timeout, Want, state([Name], Listened)}
                        end
@@ -161,31 +161,7 @@ state(Names, Listened) ->
             {lists:sort(P), lists:sort(O), M =:= on}
     end.
 
-wait_until(Cond, Ms) ->
-    Deadline = erlang:monotonic_time(millisecond) + Ms,
-    wait_until(Cond, Deadline, Cond()).
-
-wait_until(_Cond, _Deadline, true) -> ok;
-wait_until(Cond, Deadline, false) ->
-    case erlang:monotonic_time(millisecond) > Deadline of
-        true -> timeout;
-        false -> timer:sleep(10), wait_until(Cond, Deadline, Cond())
-    end.
-
 %% In the peer: the processes and ports that carry a flag of dtrace's
 %% automatic mode (its session's, or its tracer's).
 ours() ->
-    Sessions = erlang:function_exported(erts_internal, trace_session_create, 3),
-    [T || T <- processes() ++ erlang:ports(),
-          case Sessions of
-              true -> [x || {dtrace_auto, _} <- sessions_of(T)] =/= [];
-              false -> erlang:trace_info(T, tracer) =:= {tracer, {dtrace, []}}
-                           andalso erlang:trace_info(T, flags) =/= {flags, []}
-          end].
-
-%% The trace sessions that trace T (none once it is gone).
-sessions_of(T) ->
-    case trace:session_info(T) of
-        L when is_list(L) -> L;
-        _ -> []
-    end.
+    dtrace_test_workload:our_traced(processes() ++ erlang:ports()).

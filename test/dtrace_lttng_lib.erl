@@ -3,7 +3,7 @@
 %%% `lttng' command, and their traces read back with babeltrace2.
 -module(dtrace_lttng_lib).
 
--export([require/0, start/3, start/4, stop_and_read/1, destroy/1, wait_listening/2]).
+-export([require/0, require_sink/2, start/3, start/4, stop_and_read/1, destroy/1, wait_listening/2, fields/2]).
 
 -define(TIMEOUT, 60000).
 
@@ -27,6 +27,15 @@ require() ->
         {ok, _} -> ok;
         {_, true} -> ct:fail("CI=true and ~ts", [Why]);
         {_, false} -> {skip, lists:flatten(Why)}
+    end.
+
+%% Config when Sinks (a node's dtrace:sinks()) says the LTTng sink loaded;
+%% otherwise {skip, Why} locally, a failure in CI.
+require_sink(Sinks, Config) ->
+    case {Sinks, dtrace_test_tracer:in_ci()} of
+        {#{lttng := true}, _} -> Config;
+        {_, true} -> ct:fail("CI=true and the LTTng sink does not load: ~p", [Sinks]);
+        {_, false} -> {skip, lists:flatten(io_lib:format("LTTng sink not loaded: ~p", [Sinks]))}
     end.
 
 %% A root session daemon: the running one, or one started now.
@@ -139,6 +148,9 @@ event(<<"[", _/binary>> = Line) ->
 event(Line) ->
     {warning, Line}.
 
+%% The fields of one `{ ... }' group of a line (the text after its `{ ';
+%% it stops at the group's `}'), added to map M: name => integer, or
+%% binary (strings unescaped, other values as printed).
 fields(<<" ", R/binary>>, M) -> fields(R, M);
 fields(<<",", R/binary>>, M) -> fields(R, M);
 fields(<<"}", _/binary>>, M) -> M;

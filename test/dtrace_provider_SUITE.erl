@@ -471,22 +471,27 @@ work(P) ->
 %% collected.
 delete_while_traced(Config) ->
     Path = define(Config, dprov, probes()),
-    Tracer = dtrace_test_tracer:bpftrace_start(bpftrace, ?config(os_pid, Config), "
-        usdt:" ++ Path ++ ":dprov:request__start /arg0 > 0/ { @n = count(); }"),
-    {Before, After, FileGone} =
-        in_peer(Config,
-                fun() ->
-                        P = dtrace_test_workload:provider_handle(dprov),
-                        1 = dtrace_test_workload:fire_until_listening(
-                              fun() -> dtrace_provider:fire(P, request__start, [0, "ready"]) end),
-                        B = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
-                        ok = dtrace_provider:delete(P),
-                        A = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
-                        {B, A, not filelib:is_file(Path)}
-                end),
-    release(Config, dprov),
-    Unloaded = in_peer(Config, fun() -> wait_unmapped(Path, 100) end),
-    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
+    Site = "usdt:" ++ Path ++ ":dprov:request__start ",
+    %% The ready clause first: bpftrace 0.17 attaches clauses last to first,
+    %% so once it prints, the counting clause is attached.
+    Program = Site ++ "/arg0 == 0/ { if (!@ready) { @ready = 1; printf(\"READY\\n\"); } }\n"
+        ++ Site ++ "/arg0 > 0/ { @n = count(); }",
+    Ready = fun() -> dtrace_provider:fire(dtrace_test_workload:provider_handle(dprov), request__start, [0, "ready"]) end,
+    {{Before, After, FileGone, Unloaded}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          ?config(peer, Config), Program, Ready, [<<"READY">>],
+          fun() ->
+                  P = dtrace_test_workload:provider_handle(dprov),
+                  B = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
+                  ok = dtrace_provider:delete(P),
+                  A = dtrace_test_workload:count_trues(fun(I) -> dtrace_provider:fire(P, request__start, [I, "x"]) end, 100),
+                  Gone = not filelib:is_file(Path),
+                  %% The holder goes, the handle is garbage: unloaded while bpftrace is attached.
+                  Holder = whereis(dprov),
+                  Holder ! {stop, self()},
+                  receive {stopped, Holder} -> ok end,
+                  {B, A, Gone, wait_unmapped(Path, 100)}
+          end),
     ?assertEqual({100, 0, true, true}, {Before, After, FileGone, Unloaded}),
     ?assertEqual(100, dtrace_test_tracer:bpftrace_map(<<"@n">>, Lines)),
     ?assertEqual([], [L || L <- Lines, binary:match(L, [<<"ERROR">>, <<"rror:">>]) =/= nomatch,

@@ -53,11 +53,7 @@ init_per_suite(Config) ->
             {Peer, _} = ?T:start_peer(#{}),
             Sinks = peer:call(Peer, dtrace, sinks, []),
             ?T:stop_peer(Peer),
-            case {Sinks, ?T:in_ci()} of
-                {#{lttng := true}, _} -> Config;
-                {_, true} -> ct:fail("CI=true and the LTTng sink does not load: ~p", [Sinks]);
-                {_, false} -> {skip, lists:flatten(io_lib:format("LTTng sink not loaded: ~p", [Sinks]))}
-            end;
+            dtrace_lttng_lib:require_sink(Sinks, Config);
         Skip ->
             Skip
     end.

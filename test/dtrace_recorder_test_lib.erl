@@ -190,7 +190,7 @@ pid_of(Name) ->
         other -> none
     end.
 
-%%% babeltrace2's text output (as dtrace_lttng_lib reads it)
+%%% babeltrace2's text output (fields read by dtrace_lttng_lib)
 %%% [08:21:32.630255804] (+0.000009680) host provider:event: { cpu_id = 1 }, { vpid = 12 }, { f1 = 1, f2 = "x" }
 
 event(<<"[", _/binary>> = Line) ->
@@ -199,41 +199,12 @@ event(<<"[", _/binary>> = Line) ->
             %% cpu_id, the context (vpid) and the payload, in one map.
             [_Time, _Delta, _Host, Event] = binary:split(Head, <<" ">>, [global, trim_all]),
             Body = binary:replace(<<"cpu_id = ", Tail/binary>>, <<" }, { ">>, <<", ">>, [global]),
-            {ok, {Event, fields(Body, #{})}};
+            {ok, {Event, dtrace_lttng_lib:fields(Body, #{})}};
         [_] ->
             skip
     end;
 event(_) ->
     skip.
-
-fields(<<" ", R/binary>>, M) -> fields(R, M);
-fields(<<",", R/binary>>, M) -> fields(R, M);
-fields(<<"}", _/binary>>, M) -> M;
-fields(<<>>, M) -> M;
-fields(Bin, M) ->
-    [Name, Rest] = binary:split(Bin, <<" = ">>),
-    {Value, Rest1} = value(Rest),
-    fields(Rest1, M#{Name => Value}).
-
-value(<<"\"", R/binary>>) ->
-    string(R, <<>>);
-value(Bin) ->
-    {V, Rest} = case binary:match(Bin, [<<",">>, <<" }">>]) of
-                    {At, _} -> split_binary(Bin, At);
-                    nomatch -> {Bin, <<>>}
-                end,
-    {try binary_to_integer(V) catch error:badarg -> V end, Rest}.
-
-string(Bin, Acc) ->
-    case binary:match(Bin, [<<"\\">>, <<"\"">>]) of
-        {At, 1} ->
-            case split_binary(Bin, At) of
-                {Part, <<"\\", C, R/binary>>} -> string(R, <<Acc/binary, Part/binary, C>>);
-                {Part, <<"\"", R/binary>>} -> {<<Acc/binary, Part/binary>>, R}
-            end;
-        nomatch ->
-            {<<Acc/binary, Bin/binary>>, <<>>}
-    end.
 
 %%% Workloads, in the peers
 

@@ -73,13 +73,7 @@ operators_trace_untouched_by_attach_cycles(Config) ->
                         {ok, _} = dbg:tracer(process, {fun ?MODULE:operator_handler/2, W}),
                         {ok, _} = dbg:p(W, [s, c]),
                         {ok, _} = dbg:tp(dtrace_test_workload, double, 1, [{'_', [], [{message, operator}]}]),
-                        _ = [spawn(fun Ping() ->
-                                           Me = self(),
-                                           E = spawn(fun() -> receive {P, x} -> P ! y end end),
-                                           E ! {Me, x},
-                                           receive y -> ok end,
-                                           Ping()
-                                   end) || _ <- [1, 2]],
+                        _ = dtrace_test_workload:ping_load(2),
                         {W, legacy_view(W)}
                 end),
     Program = "usdt:$SO:erlang:message__send { if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } }
@@ -287,17 +281,4 @@ no_flag_left_after_the_listeners_leave(Config) ->
 
 %% No port carries a flag of dtrace's.
 ports_clear() ->
-    Sessions = erlang:function_exported(erts_internal, trace_session_create, 3),
-    [] =:= [P || P <- erlang:ports(),
-                 case Sessions of
-                     true -> [x || {dtrace_auto, _} <- sessions_of(P)] =/= [];
-                     false -> erlang:trace_info(P, tracer) =:= {tracer, {dtrace, []}}
-                                  andalso erlang:trace_info(P, flags) =/= {flags, []}
-                 end].
-
-%% The trace sessions that trace T (none once it is gone).
-sessions_of(T) ->
-    case trace:session_info(T) of
-        L when is_list(L) -> L;
-        _ -> []
-    end.
+    dtrace_test_workload:our_traced(erlang:ports()) =:= [].

@@ -3,11 +3,12 @@
 %%% and small processes and functions for the VM-probe suites.
 -module(dtrace_test_workload).
 
--export([fire_until_true/1, fire_until_listening/1, count_trues/2, start_ready_loop/1,
+-export([fire_until_true/1, count_trues/2, start_ready_loop/1,
          stop_ready_loop_and_run/1, gdb_workload/1]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
 %% For the VM-probe suites.
--export([terminate_self/0, double/1, sink/0, wait_flags/2, wait_until/2, our_traced/0]).
+-export([terminate_self/0, double/1, sink/0, wait_flags/2, wait_until/2, our_traced/0, our_traced/1,
+         ping_load/1]).
 %% For the run-time provider suites.
 -export([provider_holder/3, provider_handle/1]).
 %% A gen_server that answers `tags' with {get_tag(), get_tag_data()}.
@@ -26,18 +27,6 @@ gdb_workload(Fun) ->
 %% semaphore), at most for 30 s. Returns the number of true returns (1).
 fire_until_true(Probe) ->
     fire_until_true(Probe, erlang:monotonic_time(millisecond) + 30000).
-
-%% fire_until_true/1, then 250 ms more, for cases that expect the very next
-%% events to reach the tracer. The kernel raises the semaphore when
-%% bpftrace registers the uprobe (perf_event_open), and bpftrace attaches
-%% its BPF program to it a moment later; events in between reach no
-%% program. Seen here: 100 processes firing right after the first true
-%% lost 400 to 700 events. Cases that compare counts open their window on
-%% an event the tracer printed instead (bpftrace_window/5).
-fire_until_listening(Probe) ->
-    N = fire_until_true(Probe),
-    timer:sleep(250),
-    N.
 
 fire_until_true(Probe, Deadline) ->
     case Probe() of
@@ -122,13 +111,17 @@ churn_close(E) ->
     %% exchange, not put: a full barrier, so the reads below cannot move
     %% before the close (a worker's add is one too).
     E = atomics:exchange(W, 1, ?CLOSED),
-    wait_finished(S, F, E),
+    wait_finished(S, F, E, erlang:monotonic_time(millisecond) + 10000),
     atomics:get(T, E).
 
-wait_finished(S, F, E) ->
+%% A worker that died mid-call would never finish it: fail at Deadline.
+wait_finished(S, F, E, Deadline) ->
     case atomics:get(S, E) =:= atomics:get(F, E) of
         true -> ok;
-        false -> timer:sleep(1), wait_finished(S, F, E)
+        false ->
+            erlang:monotonic_time(millisecond) < Deadline orelse error({window_calls_unfinished, E}),
+            timer:sleep(1),
+            wait_finished(S, F, E, Deadline)
     end.
 
 churn_workers_alive() ->
@@ -183,6 +176,17 @@ wait_flags(Flags, Ms) ->
         timeout -> {timeout, dtrace:vm_probes()}
     end.
 
+%% Load: N processes (returned) that each, forever, spawn a process, send
+%% it a message and wait for its reply: spawns, exits, sends and receives.
+ping_load(N) ->
+    [spawn(fun Ping() ->
+                   Me = self(),
+                   E = spawn(fun() -> receive {P, x} -> P ! y end end),
+                   E ! {Me, x},
+                   receive y -> ok end,
+                   Ping()
+           end) || _ <- lists:seq(1, N)].
+
 %% Calls Cond() every 10 ms until it returns true (ok) or Ms have passed
 %% (timeout).
 wait_until(Cond, Ms) ->
@@ -198,12 +202,16 @@ wait_until(Cond, Deadline, false) ->
 %% The processes traced by dtrace's automatic mode: in its session
 %% (`dtrace_auto', OTP 27+), or with its tracer {dtrace, []} and flags.
 our_traced() ->
+    our_traced(processes()).
+
+%% Those of Tracees (pids and ports) traced by automatic mode.
+our_traced(Tracees) ->
     case erlang:function_exported(erts_internal, trace_session_create, 3) of
         true ->
-            [P || P <- processes(), {dtrace_auto, _} <- sessions_of(P)];
+            [T || T <- Tracees, lists:keymember(dtrace_auto, 1, sessions_of(T))];
         false ->
-            [P || P <- processes(), erlang:trace_info(P, tracer) =:= {tracer, {dtrace, []}},
-                  erlang:trace_info(P, flags) =/= {flags, []}]
+            [T || T <- Tracees, erlang:trace_info(T, tracer) =:= {tracer, {dtrace, []}},
+                  erlang:trace_info(T, flags) =/= {flags, []}]
     end.
 
 %% The trace sessions that trace T (none once it is gone).

@@ -164,25 +164,22 @@ shipped_scripts_print_int64_in_full(_Config) ->
 %% leaves; pid, tag and i1..i4 arrive (bpftrace 0.17 reads arg0..arg5).
 bpftrace_sees_pid_tag_and_integers(Config) ->
     ?assertEqual(false, in_peer(Config, fun() -> dtrace:p(1) end)),
-    Tracer = dtrace_test_tracer:bpftrace_start(?config(os_pid, Config), "
+    {{Pid, Results}, Lines} =
+        dtrace_test_tracer:bpftrace_marked(?config(peer, Config), "
         usdt:$SO:erlang:user_trace__i4s4 /arg2 == " ++ integer_to_list(?MARK) ++ "/ {
             printf(\"MARK %s %s %ld %ld %ld %ld\\n\",
                    str(arg0), str(arg1), arg2, arg3, arg4, arg5);
         }
         usdt:$SO:erlang:user_trace__n7 /arg1 == 0/ {
             printf(\"N7 %s notag %ld\\n\", str(arg0), arg2);
-        }"),
-    {Pid, Results} =
-        in_peer(Config,
-                fun() ->
-                        1 = dtrace_test_workload:fire_until_listening(fun dtrace:p/0),
-                        dtrace:put_tag(<<"bt-tag">>),
-                        R1 = dtrace:p(?MARK, -7, 9223372036854775807, 1 bsl 64),
-                        dtrace:put_tag(undefined),
-                        R2 = dtrace:pn(7, -9223372036854775808),
-                        {pid_to_list(self()), [R1, R2]}
-                end),
-    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
+        }", fun() -> ok end, [],
+          fun() ->
+                  dtrace:put_tag(<<"bt-tag">>),
+                  R1 = dtrace:p(?MARK, -7, 9223372036854775807, 1 bsl 64),
+                  dtrace:put_tag(undefined),
+                  R2 = dtrace:pn(7, -9223372036854775808),
+                  {pid_to_list(self()), [R1, R2]}
+          end),
     ?assertEqual([true, true], Results),
     ?assertEqual([iolist_to_binary(["MARK ", Pid, " bt-tag 424242 -7 9223372036854775807 0"])],
                  [L || <<"MARK", _/binary>> = L <- Lines]),

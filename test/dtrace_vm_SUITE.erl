@@ -446,13 +446,7 @@ attach_detach_cycles_leave_operators_alone(Config) ->
                                 W = spawn(fun dtrace_test_workload:sink/0),
                                 {ok, _} = dbg:tracer(process, {fun(_, N) -> N + 1 end, 0}),
                                 {ok, _} = dbg:p(W, [m]),
-                                Load = [spawn(fun Ping() ->
-                                                      Me = self(),
-                                                      E = spawn(fun() -> receive {P, x} -> P ! y end end),
-                                                      E ! {Me, x},
-                                                      receive y -> ok end,
-                                                      Ping()
-                                              end) || _ <- [1, 2]],
+                                Load = dtrace_test_workload:ping_load(2),
                                 put(load, Load),
                                 register(vm_watched, W),
                                 {W, {erlang:trace_info(W, tracer), erlang:trace_info(W, flags)}}
