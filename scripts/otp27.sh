@@ -47,10 +47,12 @@ if [ -n "$missing" ]; then
 fi
 
 # trixie's deb-src index in a private apt state directory: the machine's own
-# sources are left alone.
+# sources are left alone. The archive is the one apt is configured with
+# (scripts/debian-archive.sh), never a host named here.
 apt_dir=$cache/apt
 mkdir -p "$apt_dir/lists/partial"
-echo "deb-src http://deb.debian.org/debian trixie main" > "$apt_dir/sources.list"
+archive=$("$(dirname "$0")/debian-archive.sh")
+echo "deb-src $archive trixie main" > "$apt_dir/sources.list"
 apt_opts="-o Dir::Etc::sourcelist=$apt_dir/sources.list -o Dir::Etc::sourceparts=- -o Dir::State::Lists=$apt_dir/lists"
 # shellcheck disable=SC2086 # the options are meant to split
 apt-get $apt_opts update -qq >&2
