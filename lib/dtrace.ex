@@ -41,10 +41,12 @@ defmodule DTrace do
 
   @doc """
   The sinks probes fire in and whether each works here: `:sdt` (USDT/SDT
-  notes, `true` on Linux x86_64 and aarch64) and `:lttng` (`true`, or
-  `{false, why}` with the reason as a binary). See `:dtrace.sinks/0`.
+  notes, `true` on Linux x86_64 and aarch64), `:lttng` (`true`, or
+  `{false, why}` with the reason as a binary) and `:dof` (DTrace's own
+  registration through its helper device, so that `erlang*:::` sees every
+  node: `true`, or `{false, why}`). See `:dtrace.sinks/0`.
   """
-  @spec sinks() :: %{sdt: boolean(), lttng: true | {false, binary()}}
+  @spec sinks() :: %{sdt: boolean(), lttng: true | {false, binary()}, dof: true | {false, binary()}}
   def sinks, do: :dtrace.sinks()
 
   @doc """

@@ -180,14 +180,27 @@ available() ->
     dtrace_nif:available().
 
 %% @doc The sinks the probes fire in, and whether each works here:
-%% `sdt' (USDT/SDT notes, for bpftrace, perf, gdb, SystemTap: `true' on
-%% Linux x86_64 and aarch64) and `lttng' (LTTng-UST: `true' when the
-%% library was built with it and `priv/libdtrace_lttng_tp.so' and the
-%% system's liblttng-ust loaded, else `{false, Why}' with the reason as a
-%% binary). {@link available/0} is `true' when either works. Not in OTP's
-%% dyntrace (an extension). Without the NIF: `#{sdt => false, lttng =>
-%% {false, <<"NIF not loaded">>}}'.
--spec sinks() -> #{sdt := boolean(), lttng := true | {false, binary()}}.
+%% <ul>
+%% <li>`sdt': USDT/SDT notes, for bpftrace, perf, gdb, SystemTap and
+%% DTrace's stapsdt provider (`dtrace -p PID', provider `erlang$target'):
+%% `true' on Linux x86_64 and aarch64.</li>
+%% <li>`lttng': LTTng-UST: `true' when the library was built with it and
+%% `priv/libdtrace_lttng_tp.so' and the system's liblttng-ust loaded, else
+%% `{false, Why}'.</li>
+%% <li>`dof': DTrace's own registration, through which `erlang*:::' finds
+%% every node, including nodes started after DTrace: `true' when the
+%% catalogue was handed as DOF to DTrace's helper device
+%% (`/dev/dtrace/helper': Linux with `dtprobed', illumos, FreeBSD) and the
+%% kernel lets DTrace's is-enabled probes work; else `{false, Why}': no
+%% helper device (most Linux machines; no error and no cost), the device
+%% refused the DOF, or kernel lockdown (Secure Boot) refuses the
+%% `bpf_probe_write_user' that Linux DTrace sets is-enabled probes with (the
+%% DOF is registered, but its probes never fire; the stapsdt way works).</li>
+%% </ul>
+%% `Why' is a binary. {@link available/0} is `true' when `sdt' or `lttng'
+%% works. Not in OTP's dyntrace (an extension). Without the NIF every sink
+%% is `false' or `{false, <<"NIF not loaded">>}'.
+-spec sinks() -> #{sdt := boolean(), lttng := true | {false, binary()}, dof := true | {false, binary()}}.
 sinks() ->
     dtrace_nif:sinks().
 

@@ -87,9 +87,9 @@ nif_path() ->
 available() ->
     stub(false).
 
--spec sinks() -> #{sdt := boolean(), lttng := true | {false, binary()}}.
+-spec sinks() -> #{sdt := boolean(), lttng := true | {false, binary()}, dof := true | {false, binary()}}.
 sinks() ->
-    stub(#{sdt => false, lttng => {false, <<"NIF not loaded">>}}).
+    stub(#{sdt => false, lttng => {false, <<"NIF not loaded">>}, dof => {false, <<"NIF not loaded">>}}).
 
 -spec is_enabled() -> boolean().
 is_enabled() ->

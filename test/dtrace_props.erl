@@ -67,8 +67,8 @@ documented({dtrace_nif, F}, Args, Result) -> nif(F, Args, Result).
 
 %% dtrace's API.
 api(available, [], {ok, B}) -> is_boolean(B);
-api(sinks, [], {ok, #{sdt := S, lttng := L}}) ->
-    is_boolean(S) andalso (L =:= true orelse (is_tuple(L) andalso element(1, L) =:= false));
+api(sinks, [], {ok, #{sdt := S, lttng := L, dof := D}}) ->
+    is_boolean(S) andalso working_or_why(L) andalso working_or_why(D);
 api(is_enabled, _, {ok, B}) -> is_boolean(B);
 %% p/0..4 take anything; p/5..8 need at least N - 4 leading integers
 %% (at most four strings), else function_clause (OTP's clauses).
@@ -268,3 +268,8 @@ persistent(Key, Make) ->
             V;
         V -> V
     end.
+
+%% A sink's state in sinks/0: true, or {false, Why} with Why a binary.
+working_or_why(true) -> true;
+working_or_why({false, Why}) -> is_binary(Why);
+working_or_why(_) -> false.

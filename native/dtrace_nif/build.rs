@@ -54,12 +54,17 @@ fn main() {
 
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    // SDT sites (and their DOF records) on Linux; on illumos and FreeBSD
+    // (x86_64) too, where DTrace finds them through DOF only.
     let sdt = match os.as_str() {
         "linux" | "android" => Arch::from_target_arch(&arch),
+        "illumos" | "freebsd" if arch == "x86_64" => Some(Arch::X86_64),
         _ => None,
     };
     if sdt.is_some() {
         println!("cargo:rustc-cfg=dtrace_sdt");
+    }
+    if sdt.is_some() && os == "linux" {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-z,separate-code");
     } else if os == "linux" {
         println!("cargo:warning=dtrace_nif: no fixed probe registers for {arch}: built without probes");
@@ -70,11 +75,54 @@ fn main() {
     let backend = Backend { sdt, lttng };
     fs::write(out.join("probes.rs"), lines(probes(&catalogue, backend))).expect("write probes.rs");
     fs::write(out.join("feeds.rs"), lines(feeds(&catalogue))).expect("write feeds.rs");
+    fs::write(out.join("dof_probes.rs"), lines(dof_probes(&catalogue))).expect("write dof_probes.rs");
     let arch = sdt.unwrap_or(Arch::X86_64);
     let json = dtrace_catalogue::render::json(&catalogue, arch);
     fs::write(out.join("dtrace_probes.json"), json).expect("write dtrace_probes.json");
     let terms = dtrace_catalogue::render::erlang(&catalogue, arch);
     fs::write(out.join("dtrace_probes.eterm"), terms).expect("write dtrace_probes.eterm");
+}
+
+/// Module `dof`'s table: every SDT probe by catalogue index as DOF
+/// describes it (DTrace's name, the note name as its function, the
+/// argument types), and the size of the DOF the library writes from it
+/// (one probe site and one is-enabled site per probe), computed by the
+/// same writer, the `dof` crate, so that the library's buffer is sized
+/// to it.
+fn dof_probes(c: &Catalogue) -> Vec<TokenStream> {
+    let mut rows = Vec::new();
+    let mut probes = std::collections::BTreeMap::new();
+    for probe in &c.provider.probes {
+        let types: Vec<&str> = probe.args.iter().map(|a| a.ty.c_name()).collect();
+        for note in probe.note_names() {
+            let name = dtrace_catalogue::dtrace_name(&note);
+            rows.push(quote! { DofProbe { name: #name, function: #note, args: &[#(#types),*] } });
+            let i = probes.len() as u32;
+            let dof_probe = dof::Probe {
+                name: name.clone(),
+                function: note.clone(),
+                address: 0,
+                offsets: vec![i],
+                enabled_offsets: vec![i],
+                arguments: types.iter().map(|t| t.to_string()).collect(),
+            };
+            probes.insert(name, dof_probe);
+        }
+    }
+    let provider = dof::Provider { name: c.provider.name.clone(), probes };
+    let section =
+        dof::Section { providers: [(provider.name.clone(), provider)].into_iter().collect(), ..Default::default() };
+    let size = dof::serialize_section(&section).len();
+    vec![
+        quote! {
+            /// Every SDT probe as DOF describes it, by catalogue index.
+            pub static DOF_PROBES: [DofProbe; crate::probes::PROBE_COUNT] = [#(#rows),*];
+        },
+        quote! {
+            /// The bytes of the DOF the library writes.
+            pub const DOF_SIZE: usize = #size;
+        },
+    ]
 }
 
 /// Generated items as source text, one top-level item per line (so that a
@@ -153,11 +201,23 @@ fn register_value(ty: Type, name: &Ident) -> TokenStream {
 fn probes(c: &Catalogue, backend: Backend) -> Vec<TokenStream> {
     let provider = &c.provider.name;
     let count = c.provider.count();
-    let modules = c.provider.probes.iter().map(|p| probe_module(&c.provider, p, backend));
+    // Each probe's index in the catalogue (numbered families expanded): the
+    // key of its DOF site records (module `dof`).
+    let mut next_index = 0;
+    let modules: Vec<TokenStream> = c
+        .provider
+        .probes
+        .iter()
+        .map(|p| {
+            let first = next_index;
+            next_index += p.count();
+            probe_module(&c.provider, p, first, backend)
+        })
+        .collect();
     let event_providers = c.events.iter().map(|ep| {
         let name = ident(&ep.name);
         let doc = format!("The LTTng-only events of provider `{}`.", ep.name);
-        let modules = ep.probes.iter().map(|e| probe_module(ep, e, backend));
+        let modules = ep.probes.iter().map(|e| probe_module(ep, e, 0, backend));
         quote! {
             #[doc = #doc]
             #[allow(non_snake_case, dead_code)]
@@ -187,7 +247,7 @@ fn probes(c: &Catalogue, backend: Backend) -> Vec<TokenStream> {
 
 /// One probe's (or LTTng-only event's) module: `enabled`, `fire`, and the
 /// sinks under them.
-fn probe_module(provider: &Provider, probe: &Probe, backend: Backend) -> TokenStream {
+fn probe_module(provider: &Provider, probe: &Probe, first_index: usize, backend: Backend) -> TokenStream {
     let name = ident(&probe.name);
     let title = match probe.labels {
         None => format!("`{}`.", probe.prototype()),
@@ -244,7 +304,7 @@ fn probe_module(provider: &Provider, probe: &Probe, backend: Backend) -> TokenSt
                 let _ = (#label_arg #(#args,)*);
             }
         },
-        (true, Some(arch)) => sdt_part(provider, probe, arch, &args),
+        (true, Some(arch)) => sdt_part(provider, probe, first_index, arch, &args),
     };
 
     let lttng_part = match (&probe.lttng, backend.lttng) {
@@ -303,7 +363,7 @@ fn probe_module(provider: &Provider, probe: &Probe, backend: Backend) -> TokenSt
 
 /// A probe's semaphore(s), `sdt_enabled` and its site(s), from the
 /// `sdt_site!` template.
-fn sdt_part(provider: &Provider, probe: &Probe, arch: Arch, args: &[Ident]) -> TokenStream {
+fn sdt_part(provider: &Provider, probe: &Probe, first_index: usize, arch: Arch, args: &[Ident]) -> TokenStream {
     let types: Vec<TokenStream> = probe.args.iter().map(|a| rust_type(a.ty)).collect();
     let note_args = arch
         .note_args(&probe.args.iter().map(|a| a.ty).collect::<Vec<_>>())
@@ -320,26 +380,39 @@ fn sdt_part(provider: &Provider, probe: &Probe, arch: Arch, args: &[Ident]) -> T
         })
         .collect();
     let provider_name = &provider.name;
+    let (stack, free) = arch.dof_stack_args(probe.args.len()).unwrap_or_default();
+    let reg0 = Literal::string(arch.register(0).expect("a first register"));
+    // Unsuffixed: the templates put the index into assembler directives.
+    let index_of =
+        |label: u32| Literal::usize_unsuffixed(first_index + (label - probe.labels.map_or(0, |l| l.0)) as usize);
     let semaphore_doc = "Raised by each tracer while it listens: a `sys/sdt.h` semaphore (16 bits, in `.probes`), \
                          whose address the note gives. An atomic, so every call re-reads it.";
     match probe.labels {
         None => {
             let note = &probe.name;
+            let index = index_of(0);
             quote! {
                 #[doc = #semaphore_doc]
                 #[unsafe(link_section = ".probes")]
                 pub(crate) static SEMAPHORE: AtomicU16 = AtomicU16::new(0);
-                /// Is a tracer listening on the SDT probe? One load.
+                /// Is a tracer listening on the SDT probe: its semaphore, or
+                /// DTrace through DOF (only once the library's DOF was
+                /// registered: one more load until then)?
                 #[inline(always)]
                 pub(crate) fn sdt_enabled() -> bool {
-                    SEMAPHORE.load(Relaxed) != 0
+                    SEMAPHORE.load(Relaxed) != 0 || (crate::dof::active() && dof_is_enabled())
+                }
+                /// The probe's DOF is-enabled site.
+                #[inline(never)]
+                fn dof_is_enabled() -> bool {
+                    crate::probes::dof_is_enabled_site!(#index, #reg0)
                 }
                 /// The site: a `nop` with its note, each argument in its register.
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
                 fn site(#(#args: #types),*) {
-                    crate::probes::sdt_site!(#provider_name, #note, "{semaphore}", #note_args,
-                                             semaphore = sym SEMAPHORE, [#(#operands),*]);
+                    crate::probes::sdt_site!(#provider_name, #note, "{semaphore}", #note_args, #index,
+                                             #stack, #free, semaphore = sym SEMAPHORE, [#(#operands),*]);
                 }
             }
         }
@@ -347,21 +420,37 @@ fn sdt_part(provider: &Provider, probe: &Probe, arch: Arch, args: &[Ident]) -> T
             let arms = (first..=last).map(|label| {
                 let note = format!("{}{label}", probe.name);
                 let sem = format!("{{semaphores}}+{}", (label - first) as usize * 2);
+                let index = index_of(label);
                 let label = label as usize;
                 quote! {
-                    #label => crate::probes::sdt_site!(#provider_name, #note, #sem, #note_args,
-                                                       semaphores = sym SEMAPHORES, [#(#operands),*]),
+                    #label => crate::probes::sdt_site!(#provider_name, #note, #sem, #note_args, #index,
+                                                       #stack, #free, semaphores = sym SEMAPHORES, [#(#operands),*]),
                 }
+            });
+            let enabled_arms = (first..=last).map(|label| {
+                let index = index_of(label);
+                let label = label as usize;
+                quote! { #label => crate::probes::dof_is_enabled_site!(#index, #reg0), }
             });
             quote! {
                 #[doc = #semaphore_doc]
                 #[unsafe(link_section = ".probes")]
                 pub(crate) static SEMAPHORES: [AtomicU16; COUNT] = [const { AtomicU16::new(0) }; COUNT];
-                /// Is a tracer listening on the SDT probe of `label`? One load;
-                /// `false` for a label outside the family.
+                /// Is a tracer listening on the SDT probe of `label`: its
+                /// semaphore, or DTrace through DOF (only once the library's
+                /// DOF was registered)? `false` for a label outside the family.
                 #[inline(always)]
                 pub(crate) fn sdt_enabled(label: usize) -> bool {
                     label.checked_sub(FIRST).and_then(|i| SEMAPHORES.get(i)).is_some_and(|s| s.load(Relaxed) != 0)
+                        || (crate::dof::active() && dof_is_enabled(label))
+                }
+                /// The DOF is-enabled site of `label` (`false` outside the family).
+                #[inline(never)]
+                fn dof_is_enabled(label: usize) -> bool {
+                    match label {
+                        #(#enabled_arms)*
+                        _ => false,
+                    }
                 }
                 /// The site of `label` (nothing outside the family): a `nop` with
                 /// its note, each argument in its register.

@@ -178,6 +178,13 @@ impl Probe {
     }
 }
 
+/// The name DTrace gives the probe of note `note`: each `__` becomes `-`
+/// (`user_trace__i4s4` is `user_trace-i4s4`), as the D compiler does for a
+/// provider file's probes and DTrace's stapsdt provider for notes.
+pub fn dtrace_name(note: &str) -> String {
+    note.replace("__", "-")
+}
+
 /// `char *name`, `int64_t name`.
 pub fn c_decl(ty: Type, name: &str) -> String {
     match ty {
@@ -286,6 +293,49 @@ impl Arch {
     pub fn note_args(self, types: &[Type]) -> Option<String> {
         let parts: Option<Vec<String>> = types.iter().enumerate().map(|(k, &t)| self.note_arg(k, t)).collect();
         Some(parts?.join(" "))
+    }
+
+    /// How many arguments DTrace reads from registers at a USDT probe it
+    /// found through DOF: those of the C calling convention, since `dtrace
+    /// -G` sites were function calls (x86_64: `rdi`..`r9`, 6; aarch64:
+    /// `x0`..`x7`, 8). It reads argument k past them from the stack, at
+    /// `sp + 8 * (k - n)` (dtrace-utils, `dt_cg_tramp_copy_args_from_regs`;
+    /// illumos's fasttrap does the same).
+    pub fn dof_register_args(self) -> usize {
+        match self {
+            Arch::X86_64 => 6,
+            Arch::Aarch64 => 8,
+        }
+    }
+
+    /// For a probe of `nargs` arguments with some past
+    /// [`Arch::dof_register_args`]: the instructions that copy those
+    /// arguments from their fixed registers to the stack, where DTrace
+    /// reads them (first at `sp`), and the one that gives the space back.
+    /// Neither changes the flags (`lea` on x86_64; `sub`/`add` without `s`
+    /// on aarch64), and the space is a multiple of 16 bytes, as aarch64
+    /// requires of `sp`. `None` when every argument is in a register
+    /// DTrace reads.
+    pub fn dof_stack_args(self, nargs: usize) -> Option<(String, String)> {
+        let first = self.dof_register_args();
+        let extra = nargs.checked_sub(first).filter(|&n| n > 0)?;
+        let bytes = (extra * 8).div_ceil(16) * 16;
+        let regs = &self.registers()[first..nargs.min(MAX_ARGS)];
+        let (alloc, store, free): (String, fn(usize, &str) -> String, String) = match self {
+            Arch::X86_64 => (
+                format!("lea rsp, [rsp - {bytes}]"),
+                |off, reg| format!("mov qword ptr [rsp + {off}], {reg}"),
+                format!("lea rsp, [rsp + {bytes}]"),
+            ),
+            Arch::Aarch64 => (
+                format!("sub sp, sp, #{bytes}"),
+                |off, reg| format!("str {reg}, [sp, #{off}]"),
+                format!("add sp, sp, #{bytes}"),
+            ),
+        };
+        let mut spill = vec![alloc];
+        spill.extend(regs.iter().enumerate().map(|(i, reg)| store(i * 8, reg)));
+        Some((spill.join("\n"), free))
     }
 }
 
@@ -886,6 +936,24 @@ mod tests {
 
     fn probes_d() -> String {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dtrace_nif/probes.d")).unwrap()
+    }
+
+    #[test]
+    fn dof_stack_args_copy_what_dtrace_reads_from_the_stack() {
+        assert_eq!(Arch::X86_64.dof_stack_args(6), None);
+        assert_eq!(Arch::Aarch64.dof_stack_args(8), None);
+        let (spill, free) = Arch::X86_64.dof_stack_args(9).unwrap();
+        assert_eq!(
+            spill,
+            "lea rsp, [rsp - 32]\nmov qword ptr [rsp + 0], r10\nmov qword ptr [rsp + 8], r11\n\
+             mov qword ptr [rsp + 16], r12"
+        );
+        assert_eq!(free, "lea rsp, [rsp + 32]");
+        let (spill, free) = Arch::Aarch64.dof_stack_args(10).unwrap();
+        assert_eq!(spill, "sub sp, sp, #16\nstr x8, [sp, #0]\nstr x9, [sp, #8]");
+        assert_eq!(free, "add sp, sp, #16");
+        assert_eq!(dtrace_name("user_trace__i4s4"), "user_trace-i4s4");
+        assert_eq!(dtrace_name("message__send"), "message-send");
     }
 
     #[test]

@@ -19,4 +19,5 @@ rustler::atoms! {
     /// Keys of `dtrace:sinks/0`.
     sdt,
     lttng,
+    dof,
 }

@@ -49,6 +49,7 @@ pub extern "C" fn nif_init() -> *const ErlNifEntry {
                     Box::leak(inventory::iter::<Nif>().map(Nif::get_def).filter(|f| !is_tracer_callback(f)).collect());
                 let mut entry = ErlNifEntry::new(c"dtrace_nif", funcs, load);
                 entry.upgrade = Some(upgrade);
+                entry.unload = Some(unload);
                 Entry(entry)
             })
             .0 as *const ErlNifEntry
@@ -89,6 +90,13 @@ unsafe extern "C" fn upgrade(
         (env, Term::new(env, info))
     };
     if matches!(catch_unwind(|| crate::nif::load(env, info)), Ok(true)) { 0 } else { 1 }
+}
+
+/// An instance of module `dtrace_nif` is purged: the last one using the
+/// library takes its DOF back from DTrace's helper device (`dof::unload`),
+/// before the VM may unload the library's code.
+unsafe extern "C" fn unload(_env: *mut ErlNifEnv, _priv: *mut c_void) {
+    let _ = catch_unwind(crate::dof::unload);
 }
 
 /// The erl_tracer callbacks (`enabled/3`, `trace/5`) as NIF functions, for

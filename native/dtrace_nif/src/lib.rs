@@ -20,6 +20,8 @@
 
 pub mod args;
 mod atoms;
+// DTrace's own registration: the catalogue as DOF, for the helper device.
+pub mod dof;
 pub mod errno;
 // The LTTng-UST sink (its tracepoints are read by the generated probes).
 mod lttng;

@@ -224,7 +224,13 @@ pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
     crate::args::init(env);
     crate::flat_size::load();
     crate::lttng::load();
-    inventory::iter::<LoadStep>().all(|step| (step.0)(env))
+    let loaded = inventory::iter::<LoadStep>().all(|step| (step.0)(env));
+    if loaded {
+        // Counted per module instance (load and upgrade); `entry.rs`'s
+        // `unload` takes it back.
+        crate::dof::load();
+    }
+    loaded
 }
 
 /// Hooks that only a test build (cargo feature `test-hooks`) has, for the

@@ -38,23 +38,36 @@ use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 /// aarch64). The template is the same on both: `nop` and assembler
 /// directives, which read alike in x86's Intel syntax and aarch64's.
 ///
-/// `sdt_site!(PROVIDER, NAME, "{sem}+OFFSET", NOTE_ARGS, sem = sym STATIC, ["rdi" = v, ...])`
+/// The same `nop` is the probe's DOF site (module `dof`): a site record
+/// (`dof_site_record!`, kind 0) gives its address, and arguments past the
+/// registers DTrace reads at a DOF probe are also copied to the stack
+/// around it (`STACK`, `FREE`: `Arch::dof_stack_args`, empty strings for
+/// a probe without such arguments), where DTrace reads them.
+///
+/// `sdt_site!(PROVIDER, NAME, "{sem}+OFFSET", NOTE_ARGS, INDEX, STACK, FREE, sem = sym STATIC, ["rdi" = v, ...])`
 #[cfg(all(dtrace_sdt, any(target_arch = "x86_64", target_arch = "aarch64")))]
 macro_rules! sdt_site {
-    ($provider:literal, $name:literal, $semaphore:literal, $args:literal,
-     $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
+    ($provider:literal, $name:literal, $semaphore:literal, $args:literal, $index:literal, $stack:literal,
+     $free:literal, $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
         // SAFETY: the block is one `nop` (a tracer may replace it with a
         // breakpoint, which traps and returns here with every register as
-        // it was) plus an ELF note in a section that is not loaded. It
-        // reads its input registers and no memory, writes no register and
-        // no memory, and leaves the stack and flags alone (`nostack`,
-        // `preserves_flags`); `readonly` keeps the compiler from dropping
-        // the stores to the string buffers the pointers point to, which a
-        // tracer reads. Those pointers are NULL or point to NUL-terminated
+        // it was), ELF notes and records in sections the code never
+        // reads, and, for a probe with arguments past DTrace's registers,
+        // a copy of those registers into stack space it reserves before
+        // the `nop` and gives back after it, leaving `rsp`/`sp` as it
+        // found it (hence no `nostack`: the compiler keeps the stack
+        // aligned and the red zone free for it). It writes no register and
+        // no memory of the program's, and leaves the flags alone (`lea`,
+        // and `sub`/`add` without `s`: `preserves_flags`). Not `readonly`,
+        // since it writes its stack space; the compiler therefore stores
+        // the string buffers the pointers point to, which a tracer reads,
+        // before it. Those pointers are NULL or point to NUL-terminated
         // buffers borrowed for the call (`Str<'_>`).
         unsafe {
             ::core::arch::asm!(
+                $stack,
                 "990: nop",
+                $free,
                 ".pushsection .note.stapsdt, \"?\", \"note\"",
                 ".balign 4",
                 ".4byte 992f-991f, 994f-993f, 3",
@@ -76,13 +89,97 @@ macro_rules! sdt_site {
                 ".size _.stapsdt.base, 1",
                 ".popsection",
                 ".endif",
+                crate::probes::dof_site_record!($index, 0),
                 $sym = sym $static,
                 $(in($reg) $value,)*
-                options(readonly, nostack, preserves_flags),
+                options(preserves_flags),
             );
         }
     };
 }
+
+/// The record of one DOF site, in section `dtrace_nif_sites` (allocated,
+/// read-only, kept by the linker: `R`): the site's address relative to the
+/// record, the probe's index in the catalogue and the kind (0: the probe
+/// site, 1: its is-enabled site), 16 bytes. Module `dof` reads them
+/// between `__start_dtrace_nif_sites` and `__stop_dtrace_nif_sites`. One
+/// assembler string, for an `asm!` whose label `990` is the site.
+#[cfg(dtrace_sdt)]
+macro_rules! dof_site_record {
+    ($index:literal, $kind:literal) => {
+        concat!(
+            ".pushsection dtrace_nif_sites, \"aR\", \"progbits\"\n",
+            ".balign 8\n",
+            ".8byte 990b - .\n",
+            ".4byte ",
+            $index,
+            ", ",
+            $kind,
+            "\n",
+            ".popsection"
+        )
+    };
+}
+#[cfg(dtrace_sdt)]
+pub(crate) use dof_site_record;
+
+/// A probe's is-enabled site for DTrace's DOF probes, as Linux DTrace
+/// (dtrace-utils) defines it: a `nop` at which the first argument register
+/// points to a 32-bit word, into which DTrace writes 1 while it listens
+/// (`bpf_probe_write_user`, which kernel lockdown refuses). Evaluates to
+/// that word `!= 0`. Its record is kind 1.
+///
+/// `dof_is_enabled_site!(INDEX, "rdi")`
+#[cfg(all(dtrace_sdt, any(target_os = "linux", target_os = "android")))]
+macro_rules! dof_is_enabled_site {
+    ($index:literal, $reg:tt) => {{
+        let mut on: u32 = 0;
+        // SAFETY: one `nop` (a tracer may replace it with a breakpoint,
+        // which traps and returns here with every register as it was) and
+        // a record in a section the code never reads. The register holds
+        // the address of `on`, a live local the tracer may write 4 bytes
+        // to while the site traps; the block itself writes nothing, pushes
+        // nothing and leaves the flags alone. Without `nomem`/`readonly`
+        // the compiler reads `on` again after it.
+        unsafe {
+            ::core::arch::asm!(
+                "990: nop",
+                crate::probes::dof_site_record!($index, 1),
+                in($reg) &raw mut on,
+                options(nostack, preserves_flags),
+            );
+        }
+        on != 0
+    }};
+}
+
+/// A probe's is-enabled site for DTrace's DOF probes on illumos and
+/// FreeBSD (x86_64), as their `dtrace -G` writes it: `xor eax, eax`, which
+/// the fasttrap provider replaces while DTrace listens so that `eax` is 1.
+/// Evaluates to `eax != 0`. Built by `cargo check` for those targets only,
+/// never run by this project (README: DTrace platforms).
+#[cfg(all(dtrace_sdt, any(target_os = "illumos", target_os = "freebsd")))]
+macro_rules! dof_is_enabled_site {
+    ($index:literal, $reg:tt) => {{
+        let on: u32;
+        // SAFETY: one `xor` of a register the block declares as its output
+        // (fasttrap may replace it; it then sets that register to 1) and a
+        // record in a section the code never reads. No memory, no stack;
+        // `xor` sets flags, so no `preserves_flags`.
+        unsafe {
+            ::core::arch::asm!(
+                "990: xor eax, eax",
+                crate::probes::dof_site_record!($index, 1),
+                out("eax") on,
+                options(nomem, nostack),
+            );
+        }
+        let _ = $reg;
+        on != 0
+    }};
+}
+#[cfg(dtrace_sdt)]
+pub(crate) use dof_is_enabled_site;
 
 #[cfg(dtrace_sdt)]
 pub(crate) use sdt_site;

@@ -65,10 +65,12 @@ fn available(_call: NifCall) -> ErlNifTerm {
     boolean(probes::AVAILABLE || crate::lttng::status().is_ok())
 }
 
-/// `sinks() -> #{sdt => boolean(), lttng => true | {false, Why}}`: which
-/// sinks this library can fire in: SDT notes (this build has them), and
-/// LTTng-UST (the provider package and liblttng-ust loaded; otherwise why
-/// not, as a binary).
+/// `sinks() -> #{sdt => boolean(), lttng => true | {false, Why}, dof =>
+/// true | {false, Why}}`: which sinks this library can fire in: SDT notes
+/// (this build has them), LTTng-UST (the provider package and
+/// liblttng-ust loaded; otherwise why not, as a binary), and DTrace's own
+/// registration (the DOF handed to the helper device, and the kernel lets
+/// DTrace's is-enabled probes work; otherwise why not).
 #[rustler::nif]
 fn sinks(env: Env<'_>) -> Term<'_> {
     use rustler::Encoder;
@@ -76,9 +78,14 @@ fn sinks(env: Env<'_>) -> Term<'_> {
         Ok(()) => true_().encode(env),
         Err(why) => (false_(), why).encode(env),
     };
+    let dof = match crate::dof::status() {
+        Ok(()) => true_().encode(env),
+        Err(why) => (false_(), why).encode(env),
+    };
     rustler::types::map::map_new(env)
         .map_put(atoms::sdt().encode(env), probes::AVAILABLE.encode(env))
         .and_then(|m| m.map_put(atoms::lttng().encode(env), lttng))
+        .and_then(|m| m.map_put(atoms::dof().encode(env), dof))
         .unwrap_or_else(|_| atoms::error().encode(env))
 }
 

@@ -1,0 +1,130 @@
+//! DTrace's helper device: where a process hands DTrace its DOF
+//! (`DTRACEHIOC_ADDDOF`, answered with a generation number) and takes it
+//! back (`DTRACEHIOC_REMOVE`). The same device path and requests on every
+//! DTrace platform, with each one's request numbers and `dof_helper_t`:
+//! - Linux (DTrace 2.x, `dtprobed` over CUSE): `_IOW(0xd8, 3, dof_helper_t)`
+//!   and `_IOW(0xd8, 2, int)`, the generation passed by value
+//!   (dtrace-utils, `include/dtrace/ioctl.h`, `libdtrace/drti.c`);
+//! - illumos: `DTRACEHIOC | 3` and `| 2` with `DTRACEHIOC` = `('d' << 24 |
+//!   't' << 16 | 'h' << 8)`, the generation by value;
+//! - FreeBSD: `_IOWR('z', 3, dof_helper_t)` (its `dof_helper_t` carries the
+//!   pid) and `_IOW('z', 2, int)`, the generation by reference.
+//!
+//! illumos and FreeBSD are type-checked here (`cargo check --target`), not
+//! run.
+
+use std::ffi::c_void;
+use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
+
+/// The helper device, on every DTrace platform.
+pub(crate) const DEVICE: &str = "/dev/dtrace/helper";
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const ADDDOF: libc::c_ulong =
+    nix::request_code_write!(0xd8, 3, size_of::<dof::dof_bindings::dof_helper_t>()) as libc::c_ulong;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const REMOVE: libc::c_ulong = nix::request_code_write!(0xd8, 2, size_of::<libc::c_int>()) as libc::c_ulong;
+
+#[cfg(target_os = "illumos")]
+const ADDDOF: libc::c_int = 0x6474_6803;
+#[cfg(target_os = "illumos")]
+const REMOVE: libc::c_int = 0x6474_6802;
+
+#[cfg(target_os = "freebsd")]
+const ADDDOF: libc::c_ulong =
+    nix::request_code_readwrite!(b'z', 3, size_of::<dof::dof_bindings::dof_helper_t>()) as libc::c_ulong;
+#[cfg(target_os = "freebsd")]
+const REMOVE: libc::c_ulong = nix::request_code_write!(b'z', 2, size_of::<libc::c_int>()) as libc::c_ulong;
+
+/// The DOF as the helper device reads it: inside this library's own data
+/// segment, since Linux's `dtprobed` files DOF under the mapped object that
+/// holds it, and for as long as the library is loaded. Written only in
+/// [`add`], under the registration lock of module `dof`.
+#[repr(C, align(8))]
+struct Image(std::cell::UnsafeCell<[u8; super::IMAGE_CAPACITY]>);
+
+// SAFETY: the buffer is written only by `add`, which module `dof` calls
+// with its registration mutex held, and read only by the kernel's helper
+// device during that call.
+unsafe impl Sync for Image {}
+
+// `.data`, not `.bss`: a zeroed static would otherwise be anonymous memory.
+#[unsafe(link_section = ".data.dtrace_nif_dof")]
+static IMAGE: Image = Image(std::cell::UnsafeCell::new([0; super::IMAGE_CAPACITY]));
+
+/// Copies `dof` into the library's buffer and registers it: the helper's
+/// generation number, or why not.
+pub(crate) fn add(dof: &[u8]) -> Result<i32, String> {
+    if dof.len() > super::IMAGE_CAPACITY {
+        return Err(format!("DOF of {} bytes, over the library's {} bytes", dof.len(), super::IMAGE_CAPACITY));
+    }
+    let image = IMAGE.0.get();
+    // SAFETY: `image` points to the static buffer, which only this function
+    // writes, under module `dof`'s lock; no reference to it is alive.
+    unsafe { (&mut *image)[..dof.len()].copy_from_slice(dof) };
+    let file = OpenOptions::new().read(true).write(true).open(DEVICE).map_err(|e| format!("{DEVICE}: {e}"))?;
+    let mut helper = dof::dof_bindings::dof_helper_t::default();
+    let name = module_name();
+    for (dst, &src) in helper.dofhp_mod.iter_mut().zip(name.as_bytes().iter().take(63)) {
+        *dst = src as libc::c_char;
+    }
+    helper.dofhp_addr = load_base();
+    helper.dofhp_dof = image as u64;
+    #[cfg(target_os = "freebsd")]
+    {
+        helper.dofhp_pid = std::process::id() as i32;
+    }
+    // SAFETY: the request takes a pointer to a `dof_helper_t`, which lives
+    // across the call; the device reads it and the DOF it points to (the
+    // static buffer, filled above) during the call only.
+    let generation = unsafe { libc::ioctl(file.as_raw_fd(), ADDDOF as _, &raw const helper as *const c_void) };
+    if generation < 0 {
+        return Err(format!("{DEVICE} refused the DOF: {}", std::io::Error::last_os_error()));
+    }
+    Ok(generation)
+}
+
+/// Takes back the DOF of `generation`; a failure is left alone (the device
+/// drops a process's DOF when it exits).
+pub(crate) fn remove(generation: i32) {
+    let Ok(file) = OpenOptions::new().read(true).write(true).open(DEVICE) else { return };
+    #[cfg(not(target_os = "freebsd"))]
+    // SAFETY: this request takes the generation by value; nothing is read
+    // through it.
+    let _ = unsafe { libc::ioctl(file.as_raw_fd(), REMOVE as _, generation as libc::c_long) };
+    #[cfg(target_os = "freebsd")]
+    // SAFETY: FreeBSD's request reads an int through the pointer, which
+    // lives across the call.
+    let _ = unsafe { libc::ioctl(file.as_raw_fd(), REMOVE as _, &raw const generation) };
+}
+
+/// This library's file name and load address, from `dladdr` of one of its
+/// functions.
+fn dl_info() -> Option<libc::Dl_info> {
+    // SAFETY: an all-zero `Dl_info` is valid (null pointers); `dladdr`
+    // fills it for an address inside a loaded object, here this function.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `dladdr` reads nothing through the address it is given and
+    // writes only `info`.
+    let found = unsafe { libc::dladdr(dl_info as *const c_void, &mut info) };
+    (found != 0).then_some(info)
+}
+
+/// The module name DTrace shows (`erlang<PID>:MODULE:...`): the library's
+/// file name, as `drti.o` gives it.
+fn module_name() -> String {
+    dl_info()
+        .filter(|i| !i.dli_fname.is_null())
+        // SAFETY: `dladdr` set `dli_fname` to the object's NUL-terminated
+        // path, which lives as long as the object.
+        .map(|i| unsafe { std::ffi::CStr::from_ptr(i.dli_fname) }.to_string_lossy().into_owned())
+        .and_then(|path| path.rsplit('/').next().map(str::to_string))
+        .unwrap_or_else(|| "dtrace_nif.so".to_string())
+}
+
+/// The library's load address (used by the helper only to relocate DOF
+/// relocations, which ours has none of).
+fn load_base() -> u64 {
+    dl_info().map_or(0, |i| i.dli_fbase as u64)
+}
