@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif test test-repeat demo demo-recorder bench figures soak clean generated check-aarch64
+.PHONY: all deps build nif test test-repeat demo demo-recorder bench figures soak clean generated check-aarch64 check-platforms
 
 all: build
 
@@ -45,6 +45,7 @@ test: deps
 	$(CARGO) test --release
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) clippy --release --all-targets --features test-hooks -- -D warnings
+	sh scripts/check-platforms.sh
 	MIX_ENV=test $(MIX) test
 	$(REBAR3) edoc
 	$(REBAR3) dialyzer
@@ -94,6 +95,11 @@ generated:
 # target aarch64-unknown-linux-gnu and Debian's gcc-aarch64-linux-gnu).
 check-aarch64:
 	sh scripts/check-aarch64.sh
+
+# cargo check and clippy for illumos, FreeBSD and macOS (rustup targets,
+# installed when missing); part of make test.
+check-platforms:
+	sh scripts/check-platforms.sh
 
 clean:
 	$(REBAR3) clean

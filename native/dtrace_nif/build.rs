@@ -265,6 +265,7 @@ fn probe_module(provider: &Provider, probe: &Probe, first_index: usize, backend:
         if numbered { (quote!(label: usize,), quote!(label,)) } else { (quote!(), quote!()) };
     let label_only = if numbered { quote!(label) } else { quote!() };
     let label_only_param = if numbered { quote!(label: usize) } else { quote!() };
+    let unused_label = if numbered { quote!(let _ = label;) } else { quote!() };
 
     let consts = probe.labels.map(|(first, last)| {
         let (first, last, n) = (first as usize, last as usize, (last - first + 1) as usize);
@@ -295,7 +296,7 @@ fn probe_module(provider: &Provider, probe: &Probe, first_index: usize, backend:
             /// No SDT probes on this target: never enabled.
             #[inline(always)]
             pub(crate) fn sdt_enabled(#label_only_param) -> bool {
-                let _ = (#label_only,);
+                #unused_label
                 false
             }
             #[inline(always)]
