@@ -194,8 +194,8 @@ available() ->
 %% kernel lets DTrace's is-enabled probes work; else `{false, Why}': no
 %% helper device (most Linux machines; no error and no cost), the device
 %% refused the DOF, or kernel lockdown (Secure Boot) refuses the
-%% `bpf_probe_write_user' that Linux DTrace sets is-enabled probes with (the
-%% DOF is registered, but its probes never fire; the stapsdt way works).</li>
+%% `bpf_probe_write_user' that Linux DTrace sets is-enabled probes with (no
+%% DOF is registered then; the stapsdt way works).</li>
 %% </ul>
 %% `Why' is a binary. {@link available/0} is `true' when `sdt' or `lttng'
 %% works. Not in OTP's dyntrace (an extension). Without the NIF every sink

@@ -31,26 +31,27 @@
 //! No helper device (most Linux machines: `dtprobed` needs CUSE) is no
 //! error: [`status`] says why DOF is not live, as `dtrace:sinks()` does.
 //! Under kernel lockdown (Secure Boot), DTrace's is-enabled probes cannot
-//! write (`bpf_probe_write_user` is refused), so probes found through DOF
-//! never fire; the stapsdt way still works there.
+//! work (Linux DTrace sets them with `bpf_probe_write_user`, which lockdown
+//! refuses), so no DOF is registered there and [`status`] says so; the
+//! stapsdt way still works.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 #[cfg(dtrace_sdt)]
-mod helper;
+pub(crate) mod helper;
 
 /// One probe as DOF describes it.
 #[derive(Debug)]
-pub struct DofProbe {
+pub struct DofProbe<'a> {
     /// DTrace's name for it (`user_trace-i4s4`: each `__` of the note
     /// name becomes `-`).
-    pub name: &'static str,
+    pub name: &'a str,
     /// The function DOF names as its place (`erlang<PID>:MODULE:FUNCTION:NAME`):
     /// the note name.
-    pub function: &'static str,
+    pub function: &'a str,
     /// OTP's argument types, as `probes.d` declares them (`char *`, `int`).
-    pub args: &'static [&'static str],
+    pub args: &'a [&'a str],
 }
 
 // DOF_PROBES: [DofProbe; PROBE_COUNT], by catalogue index; DOF_SIZE: the
@@ -207,7 +208,7 @@ pub(crate) fn load() {
         match register() {
             Ok(generation) => {
                 st.generation = Some(generation);
-                st.why_not = lockdown_refuses_is_enabled();
+                st.why_not = None;
                 ACTIVE.store(true, Relaxed);
             }
             Err(why) => st.why_not = Some(why),
@@ -256,10 +257,13 @@ fn register() -> Result<i32, String> {
              (dtrace -p PID, provider erlang$target)"
         ));
     }
+    if let Some(why) = lockdown_refuses_is_enabled() {
+        return Err(why);
+    }
     let sites = sites();
     let section = section(crate::probes::PROVIDER, &DOF_PROBES, &sites)?;
     let bytes = dof::serialize_section(&section);
-    helper::add(&bytes)
+    helper::add_own(&bytes)
 }
 
 #[cfg(not(dtrace_sdt))]
@@ -269,8 +273,10 @@ fn register() -> Result<i32, String> {
 
 /// Why DTrace's is-enabled probes cannot work on this kernel, if they
 /// cannot: lockdown (`/sys/kernel/security/lockdown` other than `[none]`)
-/// refuses `bpf_probe_write_user`, with which Linux DTrace sets them.
-fn lockdown_refuses_is_enabled() -> Option<String> {
+/// refuses `bpf_probe_write_user`, with which Linux DTrace sets them. No
+/// DOF is registered then: its probes could be listed but never fire.
+#[cfg(dtrace_sdt)]
+pub(crate) fn lockdown_refuses_is_enabled() -> Option<String> {
     if !cfg!(any(target_os = "linux", target_os = "android")) {
         return None;
     }
@@ -278,9 +284,9 @@ fn lockdown_refuses_is_enabled() -> Option<String> {
     let mode = modes.split_whitespace().find(|m| m.starts_with('['))?.trim_matches(['[', ']']);
     (mode != "none").then(|| {
         format!(
-            "registered with the DTrace helper device, but kernel lockdown ({mode}) refuses \
-             bpf_probe_write_user, so DTrace's is-enabled probes never fire; use DTrace's stapsdt \
-             provider (dtrace -p PID, provider erlang$target)"
+            "not registered with the DTrace helper device: kernel lockdown ({mode}) refuses \
+             bpf_probe_write_user, with which DTrace's is-enabled probes say it listens; DTrace's \
+             stapsdt provider still sees the probes (dtrace -p PID, provider erlang$target)"
         )
     })
 }
@@ -342,7 +348,8 @@ mod tests {
             assert_eq!(status(), Err("unloaded".to_string()));
         } else {
             let why = loaded.unwrap_err();
-            let expected = if cfg!(dtrace_sdt) { "no DTrace helper device /dev/dtrace/helper" } else { "no probe sites" };
+            let expected =
+                if cfg!(dtrace_sdt) { "no DTrace helper device /dev/dtrace/helper" } else { "no probe sites" };
             assert!(why.starts_with(expected), "{why}");
             assert!(!was_active);
         }

@@ -10,6 +10,12 @@
 //! semaphore and, while a tracer listens, calls its site with each
 //! argument in its register ([`Probe::fire`]).
 //!
+//! Where DTrace's helper device exists, the provider is also registered
+//! with DTrace as DOF (module [`crate::dof`]), written into the object's
+//! `.dtrace_dof` once it is loaded, so that `myprov*:::` finds it; each
+//! probe then also asks its is-enabled site, where DTrace writes 1 while it
+//! listens. The DOF is taken back when the provider is deleted.
+//!
 //! # Files
 //! The node's objects live in one private directory, created with mode 0700
 //! by `mkdtemp` on first use: `$TMPDIR/dtrace-<OS pid>-XXXXXX/`
@@ -226,6 +232,9 @@ pub struct Probe {
     site: NonNull<c_void>,
     /// The semaphore, in the object's `.probes` (file-backed, writable).
     semaphore: NonNull<AtomicU16>,
+    /// The is-enabled site (`nop; ret`), once the provider's DOF is
+    /// registered with DTrace; `None` otherwise.
+    is_enabled: Option<NonNull<c_void>>,
 }
 
 // SAFETY: the pointers point into the object, which stays mapped while the
@@ -258,10 +267,12 @@ impl Probe {
         unsafe { self.semaphore.as_ref() }
     }
 
-    /// Is a tracer listening? One load.
+    /// Is a tracer listening: the semaphore, or DTrace through the
+    /// is-enabled site when the provider's DOF is registered? One load
+    /// without DOF.
     #[inline(always)]
     pub fn enabled(&self) -> bool {
-        self.semaphore().load(Relaxed) != 0
+        self.semaphore().load(Relaxed) != 0 || self.is_enabled.is_some_and(call_is_enabled)
     }
 
     /// Fires the probe: calls its site with `registers` (argument k in the
@@ -351,6 +362,54 @@ fn call_site(site: NonNull<c_void>, r: &[u64; MAX_ARGS]) {
 #[cfg(not(dtrace_sdt))]
 fn call_site(_site: NonNull<c_void>, _r: &[u64; MAX_ARGS]) {}
 
+/// Calls an is-enabled site with the address of a 32-bit word in the first
+/// argument register; `true` if DTrace wrote 1 there while it trapped.
+#[cfg(all(dtrace_sdt, target_arch = "x86_64"))]
+#[inline(never)]
+fn call_is_enabled(site: NonNull<c_void>) -> bool {
+    let mut on: u32 = 0;
+    // SAFETY: `site` is an is-enabled site of a loaded object (`Probe`):
+    // `nop; ret`, where DTrace may put a breakpoint, which traps, may write
+    // 4 bytes at the address in `rdi` (`on`, alive across the call), and
+    // returns with every register as it was. `clobber_abi("C")`: a C
+    // function; no `nostack` (`call` pushes the return address). The asm
+    // may write memory, so `on` is read again after it.
+    unsafe {
+        core::arch::asm!(
+            "call {site}",
+            site = in(reg) site.as_ptr(),
+            in("rdi") &raw mut on,
+            clobber_abi("C"),
+        );
+    }
+    on != 0
+}
+
+/// Calls an is-enabled site with the address of a 32-bit word in the first
+/// argument register; `true` if DTrace wrote 1 there while it trapped.
+#[cfg(all(dtrace_sdt, target_arch = "aarch64"))]
+#[inline(never)]
+fn call_is_enabled(site: NonNull<c_void>) -> bool {
+    let mut on: u32 = 0;
+    // SAFETY: as on x86_64, with `x0` and `blr` (the link register is
+    // among the registers `clobber_abi("C")` declares clobbered).
+    unsafe {
+        core::arch::asm!(
+            "blr {site}",
+            site = in(reg) site.as_ptr(),
+            in("x0") &raw mut on,
+            clobber_abi("C"),
+        );
+    }
+    on != 0
+}
+
+/// No sites without SDT support.
+#[cfg(not(dtrace_sdt))]
+fn call_is_enabled(_site: NonNull<c_void>) -> bool {
+    false
+}
+
 /// A loaded provider.
 pub struct Provider {
     name: String,
@@ -358,6 +417,9 @@ pub struct Provider {
     /// Sorted by name.
     probes: Box<[Probe]>,
     deleted: AtomicBool,
+    /// The helper device's generation number of the provider's DOF while
+    /// it is registered with DTrace, or why it is not.
+    dof: Mutex<Result<i32, String>>,
     /// Declared last, so dropped (closed) after everything pointing into it.
     _library: Library,
 }
@@ -408,6 +470,13 @@ impl Provider {
         self.probes.binary_search_by(|p| p.name.as_str().cmp(name)).ok().map(|i| &self.probes[i])
     }
 
+    /// `Ok(())` when DTrace finds the provider through DOF (`prov*:::`);
+    /// otherwise why not (as [`crate::dof`]'s status: no helper device,
+    /// refused, deleted).
+    pub fn dof_status(&self) -> Result<(), String> {
+        self.dof.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
     /// Has [`Provider::delete`] been called?
     #[inline(always)]
     pub fn is_deleted(&self) -> bool {
@@ -423,6 +492,14 @@ impl Provider {
         }
         let _ = fs::remove_file(&self.path);
         registry().names.remove(&self.name);
+        let mut dof = self.dof.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Ok(generation) = *dof {
+            #[cfg(dtrace_sdt)]
+            crate::dof::helper::remove(generation);
+            #[cfg(not(dtrace_sdt))]
+            let _ = generation;
+        }
+        *dof = Err("deleted".to_string());
         true
     }
 }
@@ -445,7 +522,11 @@ fn load(arch: Arch, provider: &str, probes: &[ProbeDef], number: u64) -> Result<
     let dir = private_dir().map_err(NewError::Io)?;
     let file_name = format!("{provider}.{number}.so");
     let specs: Vec<ProbeSpec<'_>> = probes.iter().map(|p| ProbeSpec { name: &p.name, types: &p.types }).collect();
-    let object = sdt_object::write(arch, provider, &file_name, &specs, build_id(provider, probes, number))
+    let descriptions = dof_descriptions(probes);
+    let dof_probes: Vec<crate::dof::DofProbe<'_>> =
+        descriptions.iter().map(|(name, note, args)| crate::dof::DofProbe { name, function: note, args }).collect();
+    let dof_room = dof_size(provider, &dof_probes);
+    let object = sdt_object::write(arch, provider, &file_name, &specs, build_id(provider, probes, number), dof_room)
         .map_err(|e| NewError::Io(io::Error::other(format!("{e:?}"))))?;
     let path = dir.join(&file_name);
     write_new_file(&path, &object.bytes).map_err(NewError::Io)?;
@@ -458,16 +539,27 @@ fn load(arch: Arch, provider: &str, probes: &[ProbeDef], number: u64) -> Result<
         }
     };
     let mut loaded = Vec::with_capacity(probes.len());
+    let mut enabled_sites = Vec::with_capacity(probes.len());
     for (def, layout) in probes.iter().zip(&object.probes) {
         let site = library.symbol(&layout.site_symbol);
         let semaphore = library.symbol(&layout.semaphore_symbol);
-        let (Some(site), Some(semaphore)) = (site, semaphore) else {
+        let is_enabled = library.symbol(&layout.is_enabled_symbol);
+        let (Some(site), Some(semaphore), Some(is_enabled)) = (site, semaphore, is_enabled) else {
             drop(library);
             let _ = fs::remove_file(&path);
             return Err(NewError::Dlopen(path, format!("no symbol {}", layout.site_symbol)));
         };
         let types = def.types.iter().copied().collect();
-        loaded.push(Probe { name: def.name.clone(), types, site, semaphore: semaphore.cast() });
+        loaded.push(Probe { name: def.name.clone(), types, site, semaphore: semaphore.cast(), is_enabled: None });
+        enabled_sites.push(is_enabled);
+    }
+    // The object's load address: a site's address less its link-time one.
+    let base = (loaded[0].site.as_ptr() as u64).wrapping_sub(object.probes[0].entry);
+    let dof = register_dof(provider, &file_name, &dof_probes, &object, base);
+    if dof.is_ok() {
+        for (probe, site) in loaded.iter_mut().zip(enabled_sites) {
+            probe.is_enabled = Some(site);
+        }
     }
     loaded.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Provider {
@@ -475,8 +567,81 @@ fn load(arch: Arch, provider: &str, probes: &[ProbeDef], number: u64) -> Result<
         path,
         probes: loaded.into_boxed_slice(),
         deleted: AtomicBool::new(false),
+        dof: Mutex::new(dof),
         _library: library,
     })
+}
+
+/// Each probe's DTrace name, note name and argument types, as its DOF
+/// describes it.
+fn dof_descriptions(probes: &[ProbeDef]) -> Vec<(String, String, Vec<&'static str>)> {
+    probes
+        .iter()
+        .map(|p| (dtrace_catalogue::dtrace_name(&p.name), p.name.clone(), p.types.iter().map(|t| t.c_name()).collect()))
+        .collect()
+}
+
+/// The bytes of the provider's DOF (the same whatever the addresses).
+fn dof_size(provider: &str, probes: &[crate::dof::DofProbe<'_>]) -> u64 {
+    let sites: Vec<crate::dof::Site> = (0..probes.len())
+        .flat_map(|index| {
+            [crate::dof::Kind::Probe, crate::dof::Kind::IsEnabled].map(|kind| crate::dof::Site {
+                index,
+                kind,
+                address: 0,
+            })
+        })
+        .collect();
+    crate::dof::section(provider, probes, &sites).map_or(0, |s| dof::serialize_section(&s).len() as u64)
+}
+
+/// Registers the loaded object's probes with DTrace's helper device, its
+/// DOF written into the object's `.dtrace_dof`: the generation number, or
+/// why not (no device: most Linux machines).
+#[cfg(dtrace_sdt)]
+fn register_dof(
+    provider: &str,
+    file_name: &str,
+    probes: &[crate::dof::DofProbe<'_>],
+    object: &sdt_object::SdtObject,
+    base: u64,
+) -> Result<i32, String> {
+    use crate::dof::{Kind, Site, helper};
+    if !Path::new(helper::DEVICE).exists() {
+        return Err(format!("no DTrace helper device {}", helper::DEVICE));
+    }
+    if let Some(why) = crate::dof::lockdown_refuses_is_enabled() {
+        return Err(why);
+    }
+    let sites: Vec<Site> = object
+        .probes
+        .iter()
+        .enumerate()
+        .flat_map(|(index, l)| {
+            [
+                Site { index, kind: Kind::Probe, address: base + l.site },
+                Site { index, kind: Kind::IsEnabled, address: base + l.is_enabled },
+            ]
+        })
+        .collect();
+    let bytes = dof::serialize_section(&crate::dof::section(provider, probes, &sites)?);
+    let (offset, room) = object.dof;
+    let image = (base + offset) as *mut u8;
+    // SAFETY: `.dtrace_dof` is `room` bytes of the object's writable,
+    // file-backed segment, mapped while the provider lives (the caller
+    // holds the library); nothing else reads or writes it.
+    unsafe { helper::add(image, room as usize, &bytes, file_name, base) }
+}
+
+#[cfg(not(dtrace_sdt))]
+fn register_dof(
+    _provider: &str,
+    _file_name: &str,
+    _probes: &[crate::dof::DofProbe<'_>],
+    _object: &sdt_object::SdtObject,
+    _base: u64,
+) -> Result<i32, String> {
+    Err("no probe sites on this platform".to_string())
 }
 
 /// A build id unique to this file: perf keys its cache by build id, and a

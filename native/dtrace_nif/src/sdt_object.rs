@@ -7,15 +7,18 @@
 //! header, program headers, `.hash`, `.dynsym`, `.dynstr`, `.dynamic`,
 //! section headers and note headers all come from the crate's types. The
 //! only bytes written here by hand are the machine code of the sites
-//! (`nop; ret`, padded with traps) and the note descriptors' strings.
+//! (`nop; ret`, with the DOF stack copy for probes with arguments past
+//! DTrace's registers, padded with traps) and the note descriptors' strings.
 //!
 //! Layout (each address equals its file offset, so a tracer that takes a
 //! note's address for a file offset, as perf 6.1 does, is right too):
 //!
 //! ```text
 //! LOAD R E  ELF header, program headers, .hash, .dynsym, .dynstr,
-//!           .note.gnu.build-id, .text (one 16-byte site per probe), .stapsdt.base
-//! LOAD RW   (from the next page) .dynamic, .probes (one u16 semaphore per probe)
+//!           .note.gnu.build-id, .text (64 bytes per probe: its site, then
+//!           at +48 its is-enabled site), .stapsdt.base
+//! LOAD RW   (from the next page) .dynamic, .probes (one u16 semaphore per probe),
+//!           .dtrace_dof (room for the provider's DOF, filled after loading)
 //! no load   .note.stapsdt (one note per probe), .shstrtab, section headers
 //! ```
 //!
@@ -26,9 +29,20 @@
 //! - `.note.gnu.build-id`, unique per file: perf files probes by build id;
 //!   two files with one id make `perf probe` use the first, deleted, path.
 //! - `.stapsdt.base`: gdb relocates note addresses by its address.
-//! - dynamic symbols `<provider>_<probe>_site` and
-//!   `<provider>_<probe>_semaphore`: the loader finds sites and semaphores
-//!   by name (`dlsym`), and backtraces name the site.
+//! - dynamic symbols `<provider>_<probe>_site`, `<provider>_<probe>_enabled`
+//!   and `<provider>_<probe>_semaphore`: the loader finds sites, is-enabled
+//!   sites and semaphores by name (`dlsym`), and backtraces name the site.
+//! - The site, called with argument k in the catalogue's register k:
+//!   `nop; ret`; for a probe with arguments past the registers DTrace reads
+//!   at a DOF probe, those registers are first copied to stack space
+//!   reserved around the `nop`, where DTrace reads them
+//!   ([`Arch::dof_stack_args`]). The note and the DOF name the `nop`.
+//! - The is-enabled site (`nop; ret`), called with a pointer to a 32-bit
+//!   word in the first register, into which Linux DTrace writes 1 while it
+//!   listens to the probe through DOF.
+//! - `.dtrace_dof`: the DOF that registers the provider with DTrace's
+//!   helper device is written there once the object is loaded (Linux's
+//!   `dtprobed` files DOF under the mapped object that holds it).
 //! - `PT_GNU_STACK` (RW): without it glibc would want an executable stack.
 
 use dtrace_catalogue::{Arch, MAX_ARGS, Type};
@@ -38,8 +52,12 @@ use object::pod::bytes_of;
 use object::write::elf::{FileHeader, ProgramHeader, SectionHeader, Sym, Writer};
 use object::{Endianness, write};
 
-/// Bytes of `.text` per probe: the site, then traps up to the next site.
-pub const SITE_STRIDE: u64 = 16;
+/// Bytes of `.text` per probe: the site, its is-enabled site at
+/// [`IS_ENABLED_AT`], traps between and after.
+pub const SITE_STRIDE: u64 = 64;
+
+/// Where a probe's is-enabled site is, from the start of its site.
+pub const IS_ENABLED_AT: u64 = 48;
 
 /// `NT_STAPSDT`, the note type of `sys/sdt.h`'s probes (version 3 layout).
 const NT_STAPSDT: u32 = 3;
@@ -57,14 +75,20 @@ pub struct ProbeSpec<'a> {
 /// (its link-time addresses), with the dynamic symbols naming them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeLayout {
-    /// The site's address (the note's location).
+    /// The site's entry, which the caller calls (its symbol's value).
+    pub entry: u64,
+    /// The site's `nop`: the note's location and the DOF's offset.
     pub site: u64,
+    /// The is-enabled site (a `nop`; its symbol's value).
+    pub is_enabled: u64,
     /// The semaphore's address (in `.probes`).
     pub semaphore: u64,
     /// The dynamic symbol of the site: `<provider>_<probe>_site`.
     pub site_symbol: String,
     /// The dynamic symbol of the semaphore: `<provider>_<probe>_semaphore`.
     pub semaphore_symbol: String,
+    /// The dynamic symbol of the is-enabled site: `<provider>_<probe>_enabled`.
+    pub is_enabled_symbol: String,
 }
 
 /// A written object: the file's bytes and where each probe is, in the
@@ -75,6 +99,8 @@ pub struct SdtObject {
     pub bytes: Vec<u8>,
     /// One entry per probe.
     pub probes: Vec<ProbeLayout>,
+    /// The address and size of `.dtrace_dof`, the room for the DOF.
+    pub dof: (u64, u64),
 }
 
 /// Why an object could not be written. The caller validates names and
@@ -93,12 +119,16 @@ impl From<write::Error> for WriteError {
     }
 }
 
-/// What differs between architectures: the machine, the site's code and
-/// the page size the segments are aligned to.
+/// What differs between architectures: the machine, the instructions of
+/// the sites and the page size the segments are aligned to.
 struct Machine {
     e_machine: elf::Machine,
-    /// `nop; ret`, then traps up to [`SITE_STRIDE`] bytes.
-    site: [u8; SITE_STRIDE as usize],
+    /// `nop`.
+    nop: &'static [u8],
+    /// `ret`.
+    ret: &'static [u8],
+    /// A trap, the padding between sites (as long as an instruction).
+    trap: &'static [u8],
     /// The largest page size of the architecture: the writable segment
     /// starts on a page of its own whatever the kernel's page size.
     max_page: u64,
@@ -106,19 +136,78 @@ struct Machine {
 
 fn machine(arch: Arch) -> Machine {
     match arch {
-        // nop (90), ret (c3), int3 (cc) as padding.
-        Arch::X86_64 => Machine {
-            e_machine: elf::EM_X86_64,
-            site: [0x90, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc],
-            max_page: 0x1000,
-        },
-        // nop (d503201f), ret (d65f03c0), brk #0 (d4200000) twice, little-endian.
+        // nop (90), ret (c3), int3 (cc).
+        Arch::X86_64 => {
+            Machine { e_machine: elf::EM_X86_64, nop: &[0x90], ret: &[0xc3], trap: &[0xcc], max_page: 0x1000 }
+        }
+        // nop (d503201f), ret (d65f03c0), brk #0 (d4200000), little-endian.
         Arch::Aarch64 => Machine {
             e_machine: elf::EM_AARCH64,
-            site: [0x1f, 0x20, 0x03, 0xd5, 0xc0, 0x03, 0x5f, 0xd6, 0x00, 0x00, 0x20, 0xd4, 0x00, 0x00, 0x20, 0xd4],
+            nop: &[0x1f, 0x20, 0x03, 0xd5],
+            ret: &[0xc0, 0x03, 0x5f, 0xd6],
+            trap: &[0x00, 0x00, 0x20, 0xd4],
             max_page: 0x10000,
         },
     }
+}
+
+/// The machine code of [`Arch::dof_stack_args`] for a probe of `nargs`
+/// arguments: the copy of the registers past DTrace's to the stack, and
+/// the instruction that gives the space back (both empty when there are
+/// none). Encodings: x86_64 `lea rsp, [rsp + disp8]` (48 8d 64 24 d8) and
+/// `mov [rsp + disp8], r10..r15` (4c 89 /r 24 d8); aarch64 `sub`/`add sp,
+/// sp, #imm12` and `str xN, [sp, #imm12 * 8]`. The unit tests check them
+/// against the assembler's.
+fn stack_args_code(arch: Arch, nargs: usize) -> (Vec<u8>, Vec<u8>) {
+    let first = arch.dof_register_args();
+    let extra = nargs.saturating_sub(first);
+    if extra == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let bytes = (extra * 8).div_ceil(16) * 16;
+    let (mut spill, mut free) = (Vec::new(), Vec::new());
+    match arch {
+        Arch::X86_64 => {
+            spill.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, (bytes as u8).wrapping_neg()]);
+            for i in 0..extra {
+                // r10 + (first - 6) + i: ModRM reg field is its low 3 bits.
+                let reg = (10 + (first - 6) + i) as u8 & 7;
+                spill.extend_from_slice(&[0x4c, 0x89, 0x44 | (reg << 3), 0x24, (i * 8) as u8]);
+            }
+            free.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, bytes as u8]);
+        }
+        Arch::Aarch64 => {
+            spill.extend_from_slice(&(0xd100_03ffu32 | ((bytes as u32) << 10)).to_le_bytes());
+            for i in 0..extra {
+                let reg = (first + i) as u32;
+                spill.extend_from_slice(&(0xf900_03e0u32 | ((i as u32) << 10) | reg).to_le_bytes());
+            }
+            free.extend_from_slice(&(0x9100_03ffu32 | ((bytes as u32) << 10)).to_le_bytes());
+        }
+    }
+    (spill, free)
+}
+
+/// One probe's [`SITE_STRIDE`] bytes of code, and where its `nop` is:
+/// the site (stack copy, `nop`, stack freed, `ret`), traps up to
+/// [`IS_ENABLED_AT`], the is-enabled site (`nop; ret`), traps to the end.
+fn probe_code(arch: Arch, nargs: usize) -> (Vec<u8>, u64) {
+    let m = machine(arch);
+    let (spill, free) = stack_args_code(arch, nargs);
+    let mut code = spill;
+    let nop_at = code.len() as u64;
+    code.extend_from_slice(m.nop);
+    code.extend_from_slice(&free);
+    code.extend_from_slice(m.ret);
+    while (code.len() as u64) < IS_ENABLED_AT {
+        code.extend_from_slice(m.trap);
+    }
+    code.extend_from_slice(m.nop);
+    code.extend_from_slice(m.ret);
+    while (code.len() as u64) < SITE_STRIDE {
+        code.extend_from_slice(m.trap);
+    }
+    (code, nop_at)
 }
 
 fn align(v: u64, a: u64) -> u64 {
@@ -158,13 +247,14 @@ fn push_sdt_note(out: &mut Vec<u8>, site: u64, base: u64, semaphore: u64, string
 
 /// Writes the object of `provider` with `probes` for `arch`, named
 /// `soname`, with build id `build_id` (unique per file: see the module
-/// doc).
+/// doc) and `dof_room` bytes of `.dtrace_dof`.
 pub fn write(
     arch: Arch,
     provider: &str,
     soname: &str,
     probes: &[ProbeSpec<'_>],
     build_id: [u8; 20],
+    dof_room: u64,
 ) -> Result<SdtObject, WriteError> {
     let m = machine(arch);
     let mut note_args = Vec::with_capacity(probes.len());
@@ -177,6 +267,8 @@ pub fn write(
     // The writer borrows every string it is given until it is done.
     let site_symbols: Vec<String> = probes.iter().map(|p| format!("{provider}_{}_site", p.name)).collect();
     let semaphore_symbols: Vec<String> = probes.iter().map(|p| format!("{provider}_{}_semaphore", p.name)).collect();
+    let enabled_symbols: Vec<String> = probes.iter().map(|p| format!("{provider}_{}_enabled", p.name)).collect();
+    let code: Vec<(Vec<u8>, u64)> = probes.iter().map(|p| probe_code(arch, p.types.len())).collect();
 
     let mut bytes = Vec::new();
     let mut w = Writer::new(Endianness::Little, true, &mut bytes);
@@ -189,6 +281,7 @@ pub fn write(
     let soname_id = w.add_dynamic_string(soname.as_bytes());
     let site_ids: Vec<_> = site_symbols.iter().map(|s| w.add_dynamic_string(s.as_bytes())).collect();
     let semaphore_ids: Vec<_> = semaphore_symbols.iter().map(|s| w.add_dynamic_string(s.as_bytes())).collect();
+    let enabled_ids: Vec<_> = enabled_symbols.iter().map(|s| w.add_dynamic_string(s.as_bytes())).collect();
 
     // Section header order.
     w.reserve_null_section_index();
@@ -204,13 +297,17 @@ pub fn write(
     w.reserve_dynamic_section_index();
     let probes_name = w.add_section_name(b".probes");
     let probes_index = w.reserve_section_index();
+    let dof_name = w.add_section_name(b".dtrace_dof");
+    w.reserve_section_index();
     let notes_name = w.add_section_name(b".note.stapsdt");
     w.reserve_section_index();
     w.reserve_shstrtab_section_index();
 
-    // Dynamic symbols: the null symbol, then a site and a semaphore per probe.
+    // Dynamic symbols: the null symbol, then a site, a semaphore and an
+    // is-enabled site per probe.
     w.reserve_null_dynamic_symbol_index();
     for _ in probes {
+        w.reserve_dynamic_symbol_index();
         w.reserve_dynamic_symbol_index();
         w.reserve_dynamic_symbol_index();
     }
@@ -236,16 +333,23 @@ pub fn write(
     let dynamic_offset = w.reserve_dynamic(DYNAMIC_ENTRIES);
     let probes_len = 2 * probes.len() as u64;
     let probes_offset = w.reserve(probes_len, 8);
+    let dof_offset = w.reserve(dof_room, 8);
     let rw_end = w.reserved_len();
 
     // Not loaded: the notes (their addresses are link-time addresses, here
     // equal to file offsets).
     let layout: Vec<ProbeLayout> = (0..probes.len())
-        .map(|i| ProbeLayout {
-            site: text_offset + SITE_STRIDE * i as u64,
-            semaphore: probes_offset + 2 * i as u64,
-            site_symbol: site_symbols[i].clone(),
-            semaphore_symbol: semaphore_symbols[i].clone(),
+        .map(|i| {
+            let entry = text_offset + SITE_STRIDE * i as u64;
+            ProbeLayout {
+                entry,
+                site: entry + code[i].1,
+                is_enabled: entry + IS_ENABLED_AT,
+                semaphore: probes_offset + 2 * i as u64,
+                site_symbol: site_symbols[i].clone(),
+                semaphore_symbol: semaphore_symbols[i].clone(),
+                is_enabled_symbol: enabled_symbols[i].clone(),
+            }
         })
         .collect();
     let mut notes = Vec::new();
@@ -284,10 +388,8 @@ pub fn write(
     w.write_program_header(&segment(elf::PT_GNU_STACK, elf::PF_R | elf::PF_W, 0, 0, 16));
 
     // .hash: entry i is dynamic symbol i (0 is the null symbol).
-    let hashed: Vec<&[u8]> = site_symbols
-        .iter()
-        .zip(&semaphore_symbols)
-        .flat_map(|(site, semaphore)| [site.as_bytes(), semaphore.as_bytes()])
+    let hashed: Vec<&[u8]> = (0..probes.len())
+        .flat_map(|i| [site_symbols[i].as_bytes(), semaphore_symbols[i].as_bytes(), enabled_symbols[i].as_bytes()])
         .collect();
     w.write_hash(buckets, symbol_count, |i| i.checked_sub(1).map(|k| elf::hash(hashed[k as usize])));
 
@@ -303,17 +405,19 @@ pub fn write(
             st_size: 2,
         };
         let site_name = w.dynamic_string_offset(Some(site_ids[i]));
-        w.write_dynamic_symbol(&symbol(site_name, text_index, elf::STT_FUNC, l.site));
+        w.write_dynamic_symbol(&symbol(site_name, text_index, elf::STT_FUNC, l.entry));
         let semaphore_name = w.dynamic_string_offset(Some(semaphore_ids[i]));
         w.write_dynamic_symbol(&symbol(semaphore_name, probes_index, elf::STT_OBJECT, l.semaphore));
+        let enabled_name = w.dynamic_string_offset(Some(enabled_ids[i]));
+        w.write_dynamic_symbol(&symbol(enabled_name, text_index, elf::STT_FUNC, l.is_enabled));
     }
     w.write_dynstr();
 
     w.pad_until(build_id_offset);
     w.write(&build_id_note);
     w.pad_until(text_offset);
-    for _ in probes {
-        w.write(&m.site);
+    for (probe_code, _) in &code {
+        w.write(probe_code);
     }
     w.write(&[0]); // .stapsdt.base
 
@@ -328,6 +432,8 @@ pub fn write(
     w.write_dynamic(elf::DT_NULL, 0)?;
     w.pad_until(probes_offset);
     w.write(&vec![0; probes_len as usize]); // semaphores, all down
+    w.pad_until(dof_offset);
+    w.write(&vec![0; dof_room as usize]); // the DOF, written once loaded
 
     w.pad_until(notes_offset);
     w.write(&notes);
@@ -361,6 +467,8 @@ pub fn write(
     let name = w.section_name_offset(Some(probes_name));
     let data = elf::SHF_ALLOC | elf::SHF_WRITE;
     w.write_section_header(&section(name, elf::SHT_PROGBITS, data, probes_offset, probes_offset, probes_len, 8));
+    let name = w.section_name_offset(Some(dof_name));
+    w.write_section_header(&section(name, elf::SHT_PROGBITS, data, dof_offset, dof_offset, dof_room, 8));
     let name = w.section_name_offset(Some(notes_name));
     let none = elf::SectionFlags(0);
     w.write_section_header(&section(name, elf::SHT_NOTE, none, 0, notes_offset, notes.len() as u64, 4));
@@ -369,7 +477,7 @@ pub fn write(
     if w.reserved_len() != w.len() {
         return Err(WriteError::Object(format!("wrote {} of {} bytes", w.len(), w.reserved_len())));
     }
-    Ok(SdtObject { bytes, probes: layout })
+    Ok(SdtObject { bytes, probes: layout, dof: (dof_offset, dof_room) })
 }
 
 #[cfg(test)]
@@ -406,7 +514,7 @@ mod tests {
     }
 
     fn object(arch: Arch) -> SdtObject {
-        write(arch, "myapp", "myapp.1.so", &probes(), [7; 20]).expect("written")
+        write(arch, "myapp", "myapp.1.so", &probes(), [7; 20], 100).expect("written")
     }
 
     /// Every `stapsdt` note: (site, base, semaphore, provider, name, args).
@@ -452,11 +560,20 @@ mod tests {
                 assert_eq!(Some(args.clone()), arch.note_args(spec.types));
                 assert_eq!((*site, *semaphore), (layout.site, layout.semaphore));
                 assert_eq!(*note_base, base);
-                assert!(*site >= text && site + SITE_STRIDE <= text + text_len);
+                assert!(layout.entry >= text && layout.entry + SITE_STRIDE <= text + text_len);
                 assert!(*semaphore >= sems && semaphore + 2 <= sems + sems_len);
-                // The site's code: nop, ret.
-                let code = &o.bytes[*site as usize..*site as usize + SITE_STRIDE as usize];
-                assert_eq!(code, machine(arch).site);
+                // The site's code: the stack copy, nop, the stack freed,
+                // ret; the is-enabled site: nop, ret.
+                let m = machine(arch);
+                let (spill, free) = stack_args_code(arch, spec.types.len());
+                let at = |a: u64, n: usize| &o.bytes[a as usize..a as usize + n];
+                assert_eq!(at(layout.entry, spill.len()), &spill[..]);
+                assert_eq!(*site, layout.entry + spill.len() as u64);
+                assert_eq!(at(*site, m.nop.len()), m.nop);
+                assert_eq!(at(*site + m.nop.len() as u64, free.len()), &free[..]);
+                assert_eq!(at(*site + (m.nop.len() + free.len()) as u64, m.ret.len()), m.ret);
+                assert_eq!(layout.is_enabled, layout.entry + IS_ENABLED_AT);
+                assert_eq!(at(layout.is_enabled, m.nop.len() + m.ret.len()), [m.nop, m.ret].concat());
                 // The semaphore starts down.
                 assert_eq!(&o.bytes[*semaphore as usize..*semaphore as usize + 2], &[0, 0]);
             }
@@ -506,7 +623,7 @@ mod tests {
                 assert_eq!(addr, offset);
                 assert!(addr >= rx.1 && addr + size <= rx.1 + rx.2, "{name} in the executable segment");
             }
-            for name in [".dynamic", ".probes"] {
+            for name in [".dynamic", ".probes", ".dtrace_dof"] {
                 let (addr, offset, size) = section(data, name);
                 assert_eq!(addr, offset);
                 assert!(addr >= rw.1 && addr + size <= rw.1 + rw.2, "{name} in the writable segment");
@@ -533,17 +650,19 @@ mod tests {
             .collect();
         let mut expected = Vec::new();
         for l in &o.probes {
-            expected.push((l.site_symbol.clone(), l.site, true));
+            expected.push((l.site_symbol.clone(), l.entry, true));
             expected.push((l.semaphore_symbol.clone(), l.semaphore, false));
+            expected.push((l.is_enabled_symbol.clone(), l.is_enabled, true));
         }
         assert_eq!(named, expected);
         assert_eq!(o.probes[0].site_symbol, "myapp_request__start_site");
         assert_eq!(o.probes[0].semaphore_symbol, "myapp_request__start_semaphore");
+        assert_eq!(o.probes[0].is_enabled_symbol, "myapp_request__start_enabled");
     }
 
     #[test]
     fn the_build_id_is_the_one_given() {
-        let o = write(Arch::X86_64, "p", "p.1.so", &probes(), *b"0123456789abcdefghij").unwrap();
+        let o = write(Arch::X86_64, "p", "p.1.so", &probes(), *b"0123456789abcdefghij", 0).unwrap();
         let data = &o.bytes[..];
         let header = Header::parse(data).unwrap();
         let sections = header.sections(LE, data).unwrap();
@@ -553,12 +672,44 @@ mod tests {
         assert_eq!(note.desc(), b"0123456789abcdefghij");
     }
 
+    /// The stack copy's machine code is what GNU as (and objdump) make of
+    /// `Arch::dof_stack_args`'s text (x86_64's `mov [rsp + 0]` in its
+    /// 8-bit displacement form).
+    #[test]
+    fn the_stack_copy_is_the_assemblers() {
+        assert_eq!(stack_args_code(Arch::X86_64, 6), (vec![], vec![]));
+        let (spill, free) = stack_args_code(Arch::X86_64, 12);
+        assert_eq!(
+            spill,
+            [
+                0x48, 0x8d, 0x64, 0x24, 0xd0, 0x4c, 0x89, 0x54, 0x24, 0x00, 0x4c, 0x89, 0x5c, 0x24, 0x08, 0x4c, 0x89,
+                0x64, 0x24, 0x10, 0x4c, 0x89, 0x6c, 0x24, 0x18, 0x4c, 0x89, 0x74, 0x24, 0x20, 0x4c, 0x89, 0x7c, 0x24,
+                0x28
+            ]
+        );
+        assert_eq!(free, [0x48, 0x8d, 0x64, 0x24, 0x30]);
+        let (spill, free) = stack_args_code(Arch::X86_64, 7);
+        assert_eq!(spill, [0x48, 0x8d, 0x64, 0x24, 0xf0, 0x4c, 0x89, 0x54, 0x24, 0x00]);
+        assert_eq!(free, [0x48, 0x8d, 0x64, 0x24, 0x10]);
+        assert_eq!(stack_args_code(Arch::Aarch64, 8), (vec![], vec![]));
+        let words = |v: Vec<u8>| v.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>();
+        let (spill, free) = stack_args_code(Arch::Aarch64, 12);
+        assert_eq!(words(spill), [0xd10083ff, 0xf90003e8, 0xf90007e9, 0xf9000bea, 0xf9000feb]);
+        assert_eq!(words(free), [0x910083ff]);
+        // The whole site fits before the is-enabled site.
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            let (code, nop_at) = probe_code(arch, MAX_ARGS);
+            assert_eq!(code.len() as u64, SITE_STRIDE);
+            assert!(nop_at < IS_ENABLED_AT);
+        }
+    }
+
     #[test]
     fn thirteen_arguments_are_refused() {
         let types = [Type::I64; 13];
         let too_many = [ProbeSpec { name: "x", types: &types }];
         assert_eq!(
-            write(Arch::X86_64, "p", "p.so", &too_many, [0; 20]).unwrap_err(),
+            write(Arch::X86_64, "p", "p.so", &too_many, [0; 20], 0).unwrap_err(),
             WriteError::TooManyArgs("x".into())
         );
     }

@@ -44,7 +44,7 @@ const REMOVE: libc::c_ulong = nix::request_code_write!(b'z', 2, size_of::<libc::
 #[repr(C, align(8))]
 struct Image(std::cell::UnsafeCell<[u8; super::IMAGE_CAPACITY]>);
 
-// SAFETY: the buffer is written only by `add`, which module `dof` calls
+// SAFETY: the buffer is written only by `add_own`, which module `dof` calls
 // with its registration mutex held, and read only by the kernel's helper
 // device during that call.
 unsafe impl Sync for Image {}
@@ -53,31 +53,46 @@ unsafe impl Sync for Image {}
 #[unsafe(link_section = ".data.dtrace_nif_dof")]
 static IMAGE: Image = Image(std::cell::UnsafeCell::new([0; super::IMAGE_CAPACITY]));
 
-/// Copies `dof` into the library's buffer and registers it: the helper's
-/// generation number, or why not.
-pub(crate) fn add(dof: &[u8]) -> Result<i32, String> {
-    if dof.len() > super::IMAGE_CAPACITY {
-        return Err(format!("DOF of {} bytes, over the library's {} bytes", dof.len(), super::IMAGE_CAPACITY));
+/// Copies `dof` into this library's own buffer and registers it: the
+/// helper's generation number, or why not.
+pub(crate) fn add_own(dof: &[u8]) -> Result<i32, String> {
+    let image = IMAGE.0.get().cast::<u8>();
+    // SAFETY: `image` is the static buffer of `IMAGE_CAPACITY` bytes, in
+    // this library's data segment for as long as it is loaded; only this
+    // function writes it, under module `dof`'s lock, and no reference to it
+    // is alive.
+    unsafe { add(image, super::IMAGE_CAPACITY, dof, &module_name(), load_base()) }
+}
+
+/// Copies `dof` to `image` and registers it for the object named `module`
+/// (the name DTrace shows), loaded at `base`: the helper's generation
+/// number, or why not.
+///
+/// # Safety
+/// `image` must point to `capacity` writable bytes inside a mapped object
+/// (not anonymous memory: Linux's `dtprobed` files DOF under the object
+/// holding it) that nothing else reads or writes during the call.
+pub(crate) unsafe fn add(image: *mut u8, capacity: usize, dof: &[u8], module: &str, base: u64) -> Result<i32, String> {
+    if dof.len() > capacity {
+        return Err(format!("DOF of {} bytes, over the {capacity} bytes set aside for it", dof.len()));
     }
-    let image = IMAGE.0.get();
-    // SAFETY: `image` points to the static buffer, which only this function
-    // writes, under module `dof`'s lock; no reference to it is alive.
-    unsafe { (&mut *image)[..dof.len()].copy_from_slice(dof) };
+    // SAFETY: the caller's contract: `capacity` (>= `dof.len()`) writable
+    // bytes at `image`, nobody else using them.
+    unsafe { std::ptr::copy_nonoverlapping(dof.as_ptr(), image, dof.len()) };
     let file = OpenOptions::new().read(true).write(true).open(DEVICE).map_err(|e| format!("{DEVICE}: {e}"))?;
     let mut helper = dof::dof_bindings::dof_helper_t::default();
-    let name = module_name();
-    for (dst, &src) in helper.dofhp_mod.iter_mut().zip(name.as_bytes().iter().take(63)) {
+    for (dst, &src) in helper.dofhp_mod.iter_mut().zip(module.as_bytes().iter().take(63)) {
         *dst = src as libc::c_char;
     }
-    helper.dofhp_addr = load_base();
+    helper.dofhp_addr = base;
     helper.dofhp_dof = image as u64;
     #[cfg(target_os = "freebsd")]
     {
         helper.dofhp_pid = std::process::id() as i32;
     }
     // SAFETY: the request takes a pointer to a `dof_helper_t`, which lives
-    // across the call; the device reads it and the DOF it points to (the
-    // static buffer, filled above) during the call only.
+    // across the call; the device reads it and the DOF it points to (filled
+    // above) during the call only.
     let generation = unsafe { libc::ioctl(file.as_raw_fd(), ADDDOF as _, &raw const helper as *const c_void) };
     if generation < 0 {
         return Err(format!("{DEVICE} refused the DOF: {}", std::io::Error::last_os_error()));
