@@ -40,6 +40,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 #[cfg(dtrace_sdt)]
 pub(crate) mod helper;
+#[cfg(all(dtrace_sdt, any(target_os = "linux", target_os = "android")))]
+mod main_thread;
 
 /// One probe as DOF describes it.
 #[derive(Debug)]
@@ -62,6 +64,16 @@ include!(concat!(env!("OUT_DIR"), "/dof_probes.rs"));
 /// the compiler duplicated would add (4 bytes per offset), many times over.
 #[cfg(dtrace_sdt)]
 const IMAGE_CAPACITY: usize = DOF_SIZE + 16 * 1024;
+
+/// The DOF version: 3 on Linux, where DTrace takes is-enabled sites only
+/// from version 3 DOF (they write 1 through the first argument, which
+/// version 2's sites, returning a value, do not pass: dtrace-utils,
+/// `libcommon/dof_parser.c`); the `dof` crate's default (2) elsewhere,
+/// where is-enabled sites return their value.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const DOF_VERSION: u8 = dof::dof_bindings::DOF_VERSION_3 as u8;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const DOF_VERSION: u8 = dof::dof_bindings::DOF_VERSION as u8;
 
 /// Set once the DOF is registered with the helper device: from then on the
 /// probes ask their is-enabled sites too.
@@ -178,7 +190,10 @@ pub fn section(provider: &str, probes: &[DofProbe], sites: &[Site]) -> Result<do
         })
         .collect();
     let provider = dof::Provider { name: provider.to_string(), probes };
-    Ok(dof::Section { providers: [(provider.name.clone(), provider)].into_iter().collect(), ..Default::default() })
+    let mut section =
+        dof::Section { providers: [(provider.name.clone(), provider)].into_iter().collect(), ..Default::default() };
+    section.ident.version = DOF_VERSION;
+    Ok(section)
 }
 
 /// Where the registration stands.

@@ -14,7 +14,9 @@
 //! run.
 
 use std::ffi::c_void;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 use std::fs::OpenOptions;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 use std::os::fd::AsRawFd;
 
 /// The helper device, on every DTrace platform.
@@ -79,7 +81,6 @@ pub(crate) unsafe fn add(image: *mut u8, capacity: usize, dof: &[u8], module: &s
     // SAFETY: the caller's contract: `capacity` (>= `dof.len()`) writable
     // bytes at `image`, nobody else using them.
     unsafe { std::ptr::copy_nonoverlapping(dof.as_ptr(), image, dof.len()) };
-    let file = OpenOptions::new().read(true).write(true).open(DEVICE).map_err(|e| format!("{DEVICE}: {e}"))?;
     let mut helper = dof::dof_bindings::dof_helper_t::default();
     for (dst, &src) in helper.dofhp_mod.iter_mut().zip(module.as_bytes().iter().take(63)) {
         *dst = src as libc::c_char;
@@ -90,28 +91,39 @@ pub(crate) unsafe fn add(image: *mut u8, capacity: usize, dof: &[u8], module: &s
     {
         helper.dofhp_pid = std::process::id() as i32;
     }
-    // SAFETY: the request takes a pointer to a `dof_helper_t`, which lives
-    // across the call; the device reads it and the DOF it points to (filled
-    // above) during the call only.
-    let generation = unsafe { libc::ioctl(file.as_raw_fd(), ADDDOF as _, &raw const helper as *const c_void) };
-    if generation < 0 {
-        return Err(format!("{DEVICE} refused the DOF: {}", std::io::Error::last_os_error()));
-    }
-    Ok(generation)
+    // The request takes a pointer to the `dof_helper_t`, which lives across
+    // the call; the device reads it and the DOF it points to (filled above)
+    // during the call only.
+    request(ADDDOF, &raw const helper as u64).map_err(|e| format!("{DEVICE} refused the DOF: {e}"))
 }
 
 /// Takes back the DOF of `generation`; a failure is left alone (the device
 /// drops a process's DOF when it exits).
 pub(crate) fn remove(generation: i32) {
-    let Ok(file) = OpenOptions::new().read(true).write(true).open(DEVICE) else { return };
     #[cfg(not(target_os = "freebsd"))]
-    // SAFETY: this request takes the generation by value; nothing is read
-    // through it.
-    let _ = unsafe { libc::ioctl(file.as_raw_fd(), REMOVE as _, generation as libc::c_long) };
+    // Linux and illumos take the generation by value.
+    let _ = request(REMOVE, generation as u64);
     #[cfg(target_os = "freebsd")]
-    // SAFETY: FreeBSD's request reads an int through the pointer, which
-    // lives across the call.
-    let _ = unsafe { libc::ioctl(file.as_raw_fd(), REMOVE as _, &raw const generation) };
+    // FreeBSD reads an int through the pointer, which lives across the call.
+    let _ = request(REMOVE as u64, &raw const generation as u64);
+}
+
+/// `ioctl(DEVICE, request, argument)`: on Linux from the main thread
+/// (`main_thread`: dtprobed files DOF under the requesting thread's id).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn request(request: u64, argument: u64) -> Result<i32, String> {
+    super::main_thread::ioctl(request, argument)
+}
+
+/// `ioctl(DEVICE, request, argument)`, from this thread: illumos and
+/// FreeBSD file DOF under the process.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn request(request: u64, argument: u64) -> Result<i32, String> {
+    let file = OpenOptions::new().read(true).write(true).open(DEVICE).map_err(|e| format!("{DEVICE}: {e}"))?;
+    // SAFETY: the caller passes a value or a pointer valid for the call,
+    // as the request wants.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), request as _, argument as libc::c_long) };
+    if r < 0 { Err(std::io::Error::last_os_error().to_string()) } else { Ok(r) }
 }
 
 /// This library's file name and load address, from `dladdr` of one of its
