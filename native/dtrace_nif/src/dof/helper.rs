@@ -23,21 +23,19 @@ use std::os::fd::AsRawFd;
 pub(crate) const DEVICE: &str = "/dev/dtrace/helper";
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
-const ADDDOF: libc::c_ulong =
-    nix::request_code_write!(0xd8, 3, size_of::<dof::dof_bindings::dof_helper_t>()) as libc::c_ulong;
+const ADDDOF: u64 = nix::request_code_write!(0xd8, 3, size_of::<dof::dof_bindings::dof_helper_t>()) as u64;
 #[cfg(any(target_os = "linux", target_os = "android"))]
-const REMOVE: libc::c_ulong = nix::request_code_write!(0xd8, 2, size_of::<libc::c_int>()) as libc::c_ulong;
+const REMOVE: u64 = nix::request_code_write!(0xd8, 2, size_of::<libc::c_int>()) as u64;
 
 #[cfg(target_os = "illumos")]
-const ADDDOF: libc::c_int = 0x6474_6803;
+const ADDDOF: u64 = 0x6474_6803;
 #[cfg(target_os = "illumos")]
-const REMOVE: libc::c_int = 0x6474_6802;
+const REMOVE: u64 = 0x6474_6802;
 
 #[cfg(target_os = "freebsd")]
-const ADDDOF: libc::c_ulong =
-    nix::request_code_readwrite!(b'z', 3, size_of::<dof::dof_bindings::dof_helper_t>()) as libc::c_ulong;
+const ADDDOF: u64 = nix::request_code_readwrite!(b'z', 3, size_of::<dof::dof_bindings::dof_helper_t>()) as u64;
 #[cfg(target_os = "freebsd")]
-const REMOVE: libc::c_ulong = nix::request_code_write!(b'z', 2, size_of::<libc::c_int>()) as libc::c_ulong;
+const REMOVE: u64 = nix::request_code_write!(b'z', 2, size_of::<libc::c_int>()) as u64;
 
 /// The DOF as the helper device reads it: inside this library's own data
 /// segment, since Linux's `dtprobed` files DOF under the mapped object that
