@@ -103,7 +103,7 @@ pub(crate) fn remove(generation: i32) {
     let _ = request(REMOVE, generation as u64);
     #[cfg(target_os = "freebsd")]
     // FreeBSD reads an int through the pointer, which lives across the call.
-    let _ = request(REMOVE as u64, &raw const generation as u64);
+    let _ = request(REMOVE, &raw const generation as u64);
 }
 
 /// `ioctl(DEVICE, request, argument)`: on Linux from the main thread
