@@ -22,7 +22,7 @@
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
--export([test_panic/0, test_allocations/0]).
+-export([test_panic/0, test_allocations/0, test_dof_force_active/0]).
 
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
@@ -33,7 +33,7 @@
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
        provider_probe/2, provider_path/1, provider_delete/1,
-       test_panic/0, test_allocations/0]).
+       test_panic/0, test_allocations/0, test_dof_force_active/0]).
 
 -type integer_maybe() :: integer() | atom().
 %% Any atom means "absent" (0).
@@ -261,6 +261,12 @@ test_panic() ->
 %% The heap allocations made inside probe-path NIF bodies so far.
 -spec test_allocations() -> non_neg_integer() | {error, no_test_hooks}.
 test_allocations() ->
+    stub({error, no_test_hooks}).
+
+%% Every probe's check asks its DOF is-enabled site from now on, as once
+%% the DOF is registered (make bench measures that check).
+-spec test_dof_force_active() -> ok | {error, no_test_hooks}.
+test_dof_force_active() ->
     stub({error, no_test_hooks}).
 
 %%%===================================================================

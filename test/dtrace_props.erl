@@ -33,7 +33,8 @@ calls_per_case() ->
 %% test hooks, which only a test build has).
 functions() ->
     [{M, F, A} || M <- [dtrace, dtrace_nif], {F, A} <- M:module_info(exports),
-                  F =/= module_info, F =/= test_panic, F =/= test_allocations].
+                  F =/= module_info, F =/= test_panic, F =/= test_allocations,
+                  F =/= test_dof_force_active].
 
 prop_any_term_any_position() ->
     ?FORALL(Terms, vector(10, probe_term()),
