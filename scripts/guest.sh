@@ -99,8 +99,7 @@ ensure_tools() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2
 }
 busybox_static() {
-    bb=$(command -v busybox 2>/dev/null) || return 1
-    ! file -L "$bb" 2>/dev/null | grep -q 'dynamically linked'
+    dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed'
 }
 
 # root NAME: builds NAME's root unless the cache holds it complete for the
@@ -124,6 +123,7 @@ build_root() {
     # second source. Sid's Release file in a snapshot archive is past its
     # Valid-Until: checked for the root's suite, not for the others.
     set -- "deb $archive $suite main"
+    # shellcheck disable=SC2086 # one package a line
     for other in $(printf '%s\n' $pkgs | sed -n 's|^[^/]*/||p' | sort -u); do
         [ "$other" = "$suite" ] || set -- "$@" "deb [check-valid-until=no] $archive $other main"
     done
@@ -133,7 +133,9 @@ build_root() {
     start=$(date +%s)
     # INITRD=No: the kernel's postinst skips update-initramfs (the guest
     # boots from the initramfs made here; ~40 MB and ~20 s saved).
-    # Documentation, manuals and translations are left out.
+    # Documentation, manuals and translations are left out. The hooks'
+    # $1 is the root being built (mmdebstrap's argument).
+    # shellcheck disable=SC2016
     INITRD=No mmdebstrap --variant=minbase --mode=root --format=directory --quiet \
         --aptopt="APT::Default-Release \"$suite\"" \
         --dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -280,10 +282,17 @@ if [ -x /usr/sbin/dtprobed ]; then
     done
     chmod 666 /dev/dtrace/helper
 fi
-echo "guest: running $(cat /run/guest/cmd)"
+echo "guest: up $(cut -d' ' -f1 /proc/uptime) s after boot, running $(cat /run/guest/cmd)"
 cd "$(cat /run/guest/cwd)" || exit 125
 /bin/sh /run/guest/cmd </dev/null
 EOF
+}
+
+# The console's tail when the guest ended before its output was shown.
+show_console() {
+    grep -q 'guest: init$' "$run/console" && return 0
+    log "the console's tail:"
+    tail -n 30 "$run/console" >&2
 }
 
 run_guest() {
@@ -315,6 +324,7 @@ run_guest() {
     # kernel noise (kept in the log, shown on failure).
     # shellcheck disable=SC2086 # $fsdevs is a list of options
     {
+        rc=0
         timeout -k 10 "$timeout" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
             -smp "${DTRACE_GUEST_CPUS:-2}" -m "${DTRACE_GUEST_MEM:-2048}" \
             -nographic -no-reboot -nic none \
@@ -323,26 +333,28 @@ run_guest() {
             -fsdev "local,id=root,path=$rootdir,security_model=passthrough,readonly=on" \
             -device virtio-9p-pci,fsdev=root,mount_tag=root \
             -virtfs "local,path=$run/harness,mount_tag=harness,security_model=passthrough" \
-            $fsdevs </dev/null
-        echo $? > "$run/qemu.rc"
+            $fsdevs </dev/null || rc=$?
+        echo $rc > "$run/qemu.rc"
     } | tr -d '\r' | tee "$run/console" |
         awk -v nonce="$nonce" -v verbose="${DTRACE_GUEST_VERBOSE:-}" '
             { gsub(/\033(\[[0-9;?]*[A-Za-z]|c)/, "") }
             $1 == "DTRACE-GUEST-STATUS" && $2 == nonce { next }
             /^\[ *[0-9.]+\] reboot: Power down$/ && !verbose { next }
-            /^guest: init$/ || verbose { on = 1 }
+            # init clears the screen first: its line may start with firmware text
+            !on && /guest: init$/ { on = 1; if (!verbose) $0 = "guest: init" }
+            verbose { on = 1 }
             on { print; fflush() }'
     qemu_rc=$(cat "$run/qemu.rc")
     status=$(awk -v nonce="$nonce" '$1 == "DTRACE-GUEST-STATUS" && $2 == nonce { print $3 }' "$run/console")
     log "guest $name ran $(($(date +%s) - start)) s"
     if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
-        log "deadline of $timeout s passed; the console's tail:"
-        tail -n 30 "$run/console" >&2
+        log "deadline of $timeout s passed"
+        show_console
         exit 124
     fi
     if [ -z "$status" ]; then
-        log "the guest ended without a status (QEMU exit $qemu_rc); the console's tail:"
-        tail -n 30 "$run/console" >&2
+        log "the guest ended without a status (QEMU exit $qemu_rc)"
+        show_console
         exit 125
     fi
     exit "$status"
@@ -360,6 +372,7 @@ chroot_root() {
     shares > "$run/shares"
     quote "$@" > "$run/cmd"
     guest_cwd "$(cat "$run/shares")" > "$run/cwd"
+    # shellcheck disable=SC2016 # the inner script's own variables
     unshare --mount --propagation private /bin/sh -eu -c '
         run=$1 root=$2
         mkdir "$run/upper" "$run/new"
