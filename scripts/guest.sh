@@ -50,8 +50,8 @@
 # running: the trixie-dtrace root 77 s to build (290 MB; trixie-build 54 s),
 # the initramfs under 1 s, boot to the command about 4 s, a trivial
 # command's whole round trip 5-6 s; in the guest dtprobed's helper device
-# appears within 0.1 s, the first `dtrace -n BEGIN` takes 9-15 s (DTrace
-# converts the kernel's BTF to CTF at every start), `dtrace -l` 7-12 s.
+# appears within 0.1 s, the first `dtrace -n BEGIN` takes 9-15 s,
+# `dtrace -l` 7-12 s.
 #
 # Needs root, and the packages qemu-system-x86, busybox-static, mmdebstrap,
 # cpio, xz-utils (installed with apt-get when missing).
