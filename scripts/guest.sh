@@ -104,7 +104,8 @@ busybox_static() {
 }
 
 # root NAME: builds NAME's root unless the cache holds it complete for the
-# current entry; sets $rootdir.
+# current entry; sets $rootdir. Builders hold NAME.lock exclusively, runs
+# hold it shared (use_root), so a root is never rebuilt under a guest.
 build_root() {
     line=$(entry "$1")
     name=$1
@@ -152,6 +153,16 @@ build_root() {
     echo "$hash" > "$cache/$name/complete"
     log "root $name built in $(($(date +%s) - start)) s ($(du -sh "$rootdir" | cut -f1))"
     exec 9>&-
+}
+
+# use_root NAME: build_root, then a shared hold on the root until this
+# script (and QEMU, which inherits the descriptor) ends.
+use_root() {
+    build_root "$1"
+    exec 8>>"$cache/$1.lock"
+    flock -s 8
+    [ "$(cat "$cache/$1/complete" 2>/dev/null)" = "$hash" ] ||
+        die "root $1 was rebuilt meanwhile; run again"
 }
 
 # The checkout this script belongs to, then -s directories and
@@ -300,7 +311,7 @@ show_console() {
 }
 
 run_guest() {
-    build_root "$1"
+    use_root "$1"
     ensure_tools
     run=$(mktemp -d /tmp/dtrace-guest.XXXXXX)
     # shellcheck disable=SC2064 # $run is meant to expand now
@@ -368,7 +379,7 @@ run_guest() {
 # (the cache stays as built), in a private mount namespace, with the shares
 # bound at their paths.
 chroot_root() {
-    build_root "$1"
+    use_root "$1"
     shift
     run=$(mktemp -d /tmp/dtrace-guest.XXXXXX)
     # shellcheck disable=SC2064
