@@ -47,7 +47,7 @@
 # inside the guest are not (several times slower than the host).
 #
 # Measured on a 2-core Debian 12 host (kernel 6.18) with other builds
-# running: the trixie-dtrace root 77 s to build (290 MB; trixie-build 54 s),
+# running: the trixie-dtrace root 49-77 s to build (290 MB; trixie-build 54 s),
 # the initramfs under 1 s, boot to the command about 4 s, a trivial
 # command's whole round trip 5-6 s; in the guest dtprobed's helper device
 # appears within 0.6 s, the first `dtrace -n BEGIN` takes 9-15 s,
@@ -129,7 +129,7 @@ build_root() {
     for other in $(printf '%s\n' $pkgs | sed -n 's|^[^/]*/||p' | sort -u); do
         [ "$other" = "$suite" ] || set -- "$@" "deb [check-valid-until=no] $archive $other main"
     done
-    log "building root $name ($suite: $pkgs) in $cache/$name, about 2 minutes"
+    log "building root $name ($suite: $pkgs) in $cache/$name, about a minute"
     rm -f "$cache/$name/complete"
     rm -rf "$rootdir" "$rootdir.new"
     start=$(date +%s)
