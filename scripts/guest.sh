@@ -49,7 +49,7 @@
 # Measured on a 2-core Debian 12 host (kernel 6.18) with other builds
 # running: the trixie-dtrace root 49-77 s to build (290 MB; trixie-build 54 s),
 # the initramfs under 1 s, boot to the command in 4-9 s, a trivial
-# command's whole round trip 5-6 s; in the guest dtprobed's helper device
+# command's whole round trip 5-10 s; in the guest dtprobed's helper device
 # appears within 0.9 s, the first `dtrace -n BEGIN` takes 9-19 s,
 # `dtrace -l` 7-14 s.
 #
