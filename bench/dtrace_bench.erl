@@ -30,7 +30,7 @@
 -define(N_ENABLED, 200000).
 -define(N_THROUGHPUT, 10000000).
 
-main([OutFile, FloorDir, NoLttngEbin, RecorderFile]) ->
+main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin]) ->
     {module, dtrace} = code:ensure_loaded(dtrace),
     true = dtrace:available(),
     S1K = lists:duplicate(1024, $x),
@@ -122,7 +122,7 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile]) ->
     FamilyRows = family_rows(can_trace()),
     print(FamilyRows),
     {LttngRows0, LttngWhy} = lttng_rows(),
-    LttngRows = LttngRows0 ++ sink_rows(NoLttngEbin),
+    LttngRows = LttngRows0 ++ sink_rows(NoLttngEbin, DofEbin),
     print(LttngRows),
     Recorder = recorder_rows(RecorderFile),
     Totals = totals(Floors, EnRows, VmRows, LttngRows),
@@ -524,11 +524,13 @@ recorder_rows(File) ->
             ["\nSkipped: ", Why, ".\n"]
     end.
 
-%% Disabled dtrace:p/4 in two fresh nodes started alike, one with this
-%% library and one with the same library built without the LTTng sink,
-%% measured in alternate rounds.
-sink_rows(NoLttngEbin) ->
-    io:format("~nDisabled dtrace:p/4, with and without the LTTng sink built in (two nodes):~n"),
+%% Disabled dtrace:p/4 in three fresh nodes started alike, measured in
+%% alternate rounds: A with this library, B with the same library built
+%% without the LTTng sink, C with the test-hooks build in which every
+%% probe's check also asks its DOF is-enabled site, as once the DOF is
+%% registered with DTrace's helper device (which this machine may lack).
+sink_rows(NoLttngEbin, DofEbin) ->
+    io:format("~nDisabled dtrace:p/4, with and without the LTTng sink built in, and with the DOF check (three nodes):~n"),
     Bench = filename:dirname(code:which(?MODULE)),
     Start = fun(Ebin) ->
                     {ok, P, _} = peer:start_link(#{connection => standard_io,
@@ -537,17 +539,21 @@ sink_rows(NoLttngEbin) ->
             end,
     With = Start(filename:dirname(code:which(dtrace))),
     Without = Start(NoLttngEbin),
+    Dof = Start(DofEbin),
     #{lttng := true} = peer:call(With, dtrace, sinks, []),
     #{lttng := {false, <<"built without the LTTng sink">>}} = peer:call(Without, dtrace, sinks, []),
+    ok = peer:call(Dof, dtrace_nif, test_dof_force_active, []),
     Run = fun(P, N) -> peer:call(P, ?MODULE, p4_disabled_ns, [N], 60000) end,
-    _ = [Run(P, ?N_DISABLED div 10) || P <- [With, Without]],
-    Rounds = [{Run(With, ?N_DISABLED), Run(Without, ?N_DISABLED)} || _ <- lists:seq(1, ?ROUNDS)],
-    peer:stop(With),
-    peer:stop(Without),
-    [{"dtrace:p/4 disabled, LTTng sink built in (node A)", stats([W || {W, _} <- Rounds])},
-     {"dtrace:p/4 disabled, built without the LTTng sink (node B)", stats([O || {_, O} <- Rounds])}].
+    _ = [Run(P, ?N_DISABLED div 10) || P <- [With, Without, Dof]],
+    Rounds = [{Run(With, ?N_DISABLED), Run(Without, ?N_DISABLED), Run(Dof, ?N_DISABLED)}
+              || _ <- lists:seq(1, ?ROUNDS)],
+    [peer:stop(P) || P <- [With, Without, Dof]],
+    [{"dtrace:p/4 disabled, LTTng sink built in (node A)", stats([W || {W, _, _} <- Rounds])},
+     {"dtrace:p/4 disabled, built without the LTTng sink (node B)", stats([O || {_, O, _} <- Rounds])},
+     {"dtrace:p/4 disabled, DOF registered: is-enabled site asked too (node C)",
+      stats([D || {_, _, D} <- Rounds])}].
 
-%% @private In a node of sink_rows/1.
+%% @private In a node of sink_rows/2.
 p4_disabled_ns(N) ->
     false = dtrace:p(1, 2, "ab", "cd"),
     ns_per_call(fun() -> dtrace:p(1, 2, "ab", "cd") end, N).
@@ -795,8 +801,11 @@ lttng_budgets(Rows) ->
     Med = fun(Rs, Name) -> element(1, proplists:get_value(Name, Rs)) end,
     A = Med(Rows, "dtrace:p/4 disabled, LTTng sink built in (node A)"),
     B = Med(Rows, "dtrace:p/4 disabled, built without the LTTng sink (node B)"),
+    C = Med(Rows, "dtrace:p/4 disabled, DOF registered: is-enabled site asked too (node C)"),
     [{io_lib:format("disabled dtrace:p/4 with the LTTng sink built in within 2 ns of without it: "
-                    "~.1f ns vs ~.1f ns", [A, B]), A - B =< 2}].
+                    "~.1f ns vs ~.1f ns", [A, B]), A - B =< 2},
+     {io_lib:format("disabled dtrace:p/4 with the DOF is-enabled site asked within 3 ns of without it: "
+                    "~.1f ns vs ~.1f ns", [C, A]), C - A =< 3}].
 
 %% Own work (total - floors) per enabled path, and the idle node.
 total_budgets(Totals, Vm) ->
@@ -914,7 +923,9 @@ figures(#{disabled := Dis, floors := Floors, enabled := En, vm := Vm, families :
          {"procs_per_process", Family("procs")},
          {"function_per_call", Family("function")},
          {"gc_per_collection", Family("gc")},
-         {"p4_lttng_session", Ns(Med(Lttng, "dtrace:p/4 (2 ints, 2 strings), LTTng"))}],
+         {"p4_lttng_session", Ns(Med(Lttng, "dtrace:p/4 (2 ints, 2 strings), LTTng"))},
+         {"p4_disabled_node_a", Ns(Med(Lttng, "dtrace:p/4 disabled, LTTng sink built in (node A)"))},
+         {"p4_disabled_dof", Ns(Med(Lttng, "dtrace:p/4 disabled, DOF registered: is-enabled site asked too (node C)"))}],
     [{K, V} || {K, V} <- All, V =/= undefined].
 
 verdict(true) -> "PASS";

@@ -17,7 +17,12 @@ nolttng="$work/no-lttng/dtrace"
 mkdir -p "$nolttng/ebin" "$nolttng/priv"
 cp _build/default/lib/dtrace/ebin/* "$nolttng/ebin/"
 cp "$target/no-lttng/release/libdtrace_nif.so" "$nolttng/priv/dtrace_nif.so"
+# The test-hooks build (scripts/test-hooks-build.sh), whose
+# dtrace_nif:test_dof_force_active/0 makes every probe ask its DOF
+# is-enabled site, for the disabled-cost row of a registered DOF.
+sh scripts/test-hooks-build.sh
+dof=${REBAR_BASE_DIR:-$PWD/_build}/test_hooks/dtrace/ebin
 mkdir -p "$work/floors"
 # Two schedulers, bound, so the throughput rows mean "one per core".
 exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
-    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$work/floors\", \"$nolttng/ebin\", \"$work/recorder.md\"])."
+    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$work/floors\", \"$nolttng/ebin\", \"$work/recorder.md\", \"$dof\"])."
