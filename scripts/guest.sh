@@ -63,7 +63,7 @@ set -eu
 # trixie-build: the same userland with a C toolchain and sid's DTrace, for
 #   `chroot` builds of test programs (dtrace -h, dtrace -G) the guest runs.
 roots='
-trixie-dtrace|trixie|linux-image-amd64 kmod fuse3 procps erlang-base dtrace/sid libdtrace2/sid
+trixie-dtrace|trixie|linux-image-amd64 kmod fuse3 procps erlang-base erlang-runtime-tools erlang-common-test dtrace/sid libdtrace2/sid
 trixie-build|trixie|gcc libc6-dev dtrace/sid libdtrace2/sid
 '
 # Bump when the way roots are built changes (options below, hooks).
