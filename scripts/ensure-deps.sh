@@ -6,7 +6,7 @@
 set -eu
 
 # command -> Debian package
-need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc lttng:lttng-tools babeltrace2:babeltrace2 mmdebstrap:mmdebstrap"
+need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc lttng:lttng-tools babeltrace2:babeltrace2 mmdebstrap:mmdebstrap xz:xz-utils curl:curl"
 # Erlang applications (no command to look for) -> Debian package
 need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-dialyzer runtime_tools:erlang-runtime-tools"
 # Header files (no command, no application to look for) -> Debian package;
