@@ -76,8 +76,9 @@ if ! grep -qs ' /sys/kernel/debug debugfs ' /proc/mounts; then
     mount -t debugfs none /sys/kernel/debug 2>/dev/null || true
 fi
 libdir=/usr/lib/x86_64-linux-gnu/dtrace
-if [ ! -e "$libdir" ] && [ ! -L "$libdir" ]; then
-    ln -s "$root$libdir" "$libdir" 2>/dev/null || true
+if [ ! -e "$libdir" ]; then
+    # Absent, or a link left dangling by a root since removed.
+    ln -sfn "$root$libdir" "$libdir" 2>/dev/null || true
 fi
 run() {
     "$root/lib64/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/x86_64-linux-gnu" \
