@@ -227,28 +227,45 @@ otp_function_calls(Config) ->
     no_dtrace_messages(Result).
 
 %% port-command and port-exit name the port as it was opened (OTP's script
-%% stops with "invalid address (0x0)" on a NULL name).
+%% stops with "invalid address (0x0)" on a NULL name), a port opened before
+%% DTrace started too (automatic mode reads its name as it starts tracing
+%% ports).
 otp_port1(Config) ->
+    Peer = ?config(peer, Config),
+    {Old, OldOwner} = peer:call(Peer, erlang, apply,
+                                [fun() ->
+                                         Self = self(),
+                                         Pid = spawn(fun() ->
+                                                             P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
+                                                             Self ! {opened, P},
+                                                             receive stop -> ok end
+                                                     end),
+                                         receive {opened, P} -> {P, Pid} end
+                                 end, []]),
     Result = window(Config, otp_script(Config, "port1.d"),
                     ["port-open", "port-command", "port-exit"],
                     fun() ->
-                            P = open_port({spawn, "cat >/dev/null"}, []),
+                            P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
                             port_command(P, "x"),
                             close_port(P)
                     end,
                     fun() ->
-                            P = open_port({spawn, "cat >/dev/null"}, [binary]),
+                            P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
                             true = port_command(P, <<"hi">>),
                             close_port(P),
+                            true = port_command(Old, "old"),
                             {pid_to_list(self()), erlang:port_to_list(P)}
                     end,
                     fun({Owner, Port}) ->
-                            [iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", Port]),
+                            [iolist_to_binary(["port command pid ", Owner, " port ", erlang:port_to_list(Old),
+                                               " port name cat >/dev/null command type command"]),
+                             iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", Port]),
                              iolist_to_binary(["port command pid ", Owner, " port ", Port,
                                                " port name cat >/dev/null command type command"]),
                              {contains, iolist_to_binary(["port exit pid ", Owner, " port ", Port,
                                                           " port name cat >/dev/null reason "])}]
                     end),
+    OldOwner ! stop,
     no_dtrace_messages(Result).
 
 %%--------------------------------------------------------------------
@@ -429,7 +446,10 @@ wait_hibernating(P) ->
            fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
            5000).
 
-%% Closes port P; a port that already exited is fine too.
+%% Closes port P; a port that already exited (port_close/1 then raises
+%% badarg) is fine too. (The ports here are opened with exit_status: without
+%% it a port closes as soon as its program's standard output does, and
+%% `cat >/dev/null' closes it at once.)
 close_port(P) ->
     try port_close(P) of
         true -> ok

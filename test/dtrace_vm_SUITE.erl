@@ -137,8 +137,10 @@ wait_hibernating(P) ->
            fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
            5000).
 
-%% Closes port P; a port that already exited (its program ended: port_close/1
-%% then raises badarg) is fine too.
+%% Closes port P; a port that already exited (port_close/1 then raises
+%% badarg) is fine too. (The ports here are opened with exit_status: without
+%% it a port closes as soon as its program's standard output does, and
+%% `cat >/dev/null' closes it at once.)
 close_port(P) ->
     try port_close(P) of
         true -> ok
@@ -685,14 +687,14 @@ shipped_scripts(Config) ->
     %% port1.bt
     Run("port1.bt",
         fun() ->
-                P = open_port({spawn, "cat >/dev/null"}, []),
+                P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
                 port_command(P, "x"),
                 catch port_close(P)
         end,
         [{contains, <<"port open">>}, {contains, <<"port command">>},
          {contains, <<"port exit">>}],
         fun() ->
-                P = open_port({spawn, "cat >/dev/null"}, [binary]),
+                P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
                 true = port_command(P, <<"hi">>),
                 close_port(P),
                 {pid_to_list(self()), erlang:port_to_list(P)}

@@ -166,6 +166,22 @@ fn vm_listening(env: Env<'_>) -> Term<'_> {
     (atoms(wanted_flags(Target::Processes)), atoms(port_flags), crate::probes::listened(), meta).encode(env)
 }
 
+/// `vm_port_name(Port, Name, Owner) -> boolean()`: keeps the name `Port`
+/// was opened with (a binary, `erlang:port_info(Port, name)`) and the
+/// process connected to it, for `port__command` and `port__exit`, as the
+/// port's `open` event does; `dtrace_vm` calls it for the ports already
+/// open when it starts tracing ports. `false` if the table has no room (or
+/// the arguments are not a port, a binary and a pid).
+#[rustler::nif]
+fn vm_port_name(port: Term<'_>, name: rustler::Binary<'_>, owner: Term<'_>) -> bool {
+    if port.get_type() != TermType::Port || owner.get_type() != TermType::Pid {
+        return false;
+    }
+    let (mut p, mut o) = (TextBuf::new(), TextBuf::new());
+    let _ = (p.term(port), o.term(owner));
+    crate::port_names::insert(p.text(), o.text(), name.as_slice())
+}
+
 /// `vm_flags() -> {ProcessFlags, PortFlags}`: every trace flag automatic
 /// mode may set, from the feed table (what `dtrace_vm` clears after a
 /// crash of its predecessor).
