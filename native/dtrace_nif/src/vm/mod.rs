@@ -173,7 +173,8 @@ fn vm_listening(env: Env<'_>) -> Term<'_> {
 /// open when it starts tracing ports. `false` if the table has no room (or
 /// the arguments are not a port, a binary and a pid).
 #[rustler::nif]
-fn vm_port_name(port: Term<'_>, name: rustler::Binary<'_>, owner: Term<'_>) -> bool {
+fn vm_port_name(port: Term<'_>, name: Term<'_>, owner: Term<'_>) -> bool {
+    let Ok(name) = name.decode::<rustler::Binary>() else { return false };
     if port.get_type() != TermType::Port || owner.get_type() != TermType::Pid {
         return false;
     }
