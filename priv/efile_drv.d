@@ -5,7 +5,10 @@
  * script printed, and on exit a latency distribution (microseconds, entry
  * to return) per user tag.
  *
- * Usage: dtrace -qs efile_drv.d -p <beam OS pid>
+ * Usage (root), Linux (the library's SDT notes, provider erlang<PID>):
+ *   priv/dtrace-d -p <beam OS pid> -qs priv/efile_drv.d
+ * DTrace with the provider registered through DOF (illumos, FreeBSD,
+ * macOS): dtrace -Z -qs efile_drv.d
  *
  * Probe arguments (provider erlang; DTrace spells __ as -):
  *   efile_drv-entry:      thread_id, tag, user_tag, command, s1, s2,
@@ -15,11 +18,11 @@
  *   efile_drv-return:     thread_id, tag, user_tag, command, success, errno
  * {thread_id, tag} names one operation.
  *
- * Where it runs: DTrace must be able to see the library's SDT probes. The
- * Linux build of dtrace_nif writes SystemTap SDT notes, which bpftrace,
- * perf, gdb and SystemTap read (see efile.bt for bpftrace); this script is
- * for DTrace implementations that read them, and is not run by the test
- * suite (no DTrace runtime exists on the Linux machines it runs on).
+ * The port (args[10]) is past what DTrace 2.0.7 reads of a stapsdt probe
+ * (arg0..arg9); priv/dtrace-d reads it from its register instead. This is
+ * the D script for dtrace_file's I/O: it answers efile.bt's questions (each
+ * operation with its user tag, latency per tag) in the lines of OTP's own
+ * efile_drv.d.
  */
 
 #pragma D option quiet

@@ -6,10 +6,13 @@
 set -eu
 
 # command -> Debian package
-# qemu-system-x86_64 .. xz: scripts/guest.sh, the QEMU guests the DTrace
-# tests run in (it checks that busybox is the static one itself).
+# mmdebstrap .. curl: scripts/dtrace-sid.sh (Oracle's DTrace from sid) and
+# scripts/otp-source.sh; qemu-system-x86_64 .. cpio: scripts/guest.sh, the
+# QEMU guests the DTrace tests run in (it checks that busybox is the static
+# one itself).
 need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc lttng:lttng-tools babeltrace2:babeltrace2
-  qemu-system-x86_64:qemu-system-x86 mmdebstrap:mmdebstrap busybox:busybox-static cpio:cpio xz:xz-utils"
+  mmdebstrap:mmdebstrap xz:xz-utils curl:curl
+  qemu-system-x86_64:qemu-system-x86 busybox:busybox-static cpio:cpio"
 # Erlang applications (no command to look for) -> Debian package
 need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-dialyzer runtime_tools:erlang-runtime-tools"
 # Header files (no command, no application to look for) -> Debian package;

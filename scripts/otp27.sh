@@ -46,32 +46,12 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2
 fi
 
-# trixie's deb-src index in a private apt state directory: the machine's own
-# sources are left alone. The archive is the one apt is configured with
-# (scripts/debian-archive.sh), never a host named here.
-apt_dir=$cache/apt
-mkdir -p "$apt_dir/lists/partial"
-archive=$("$(dirname "$0")/debian-archive.sh")
-echo "deb-src $archive trixie main" > "$apt_dir/sources.list"
-apt_opts="-o Dir::Etc::sourcelist=$apt_dir/sources.list -o Dir::Etc::sourceparts=- -o Dir::State::Lists=$apt_dir/lists"
-# shellcheck disable=SC2086 # the options are meant to split
-apt-get $apt_opts update -qq >&2
-# fetch SOURCE-PACKAGE: downloads its orig tarball into $cache/src, checks its
-# SHA256 and prints its path.
+# fetch SOURCE-PACKAGE: its orig tarball from trixie, downloaded once into
+# $cache/src and checked against trixie's SHA256 (scripts/otp-source.sh);
+# prints its path.
+here=$(cd "$(dirname "$0")" && pwd)
 fetch() {
-    # shellcheck disable=SC2086
-    line=$(apt-get $apt_opts source --print-uris "$1" 2>/dev/null | grep "\.orig\.tar" | head -1)
-    [ -n "$line" ] || { log "trixie has no source for $1"; exit 1; }
-    url=$(echo "$line" | awk '{print $1}' | tr -d "'")
-    file=$(echo "$line" | awk '{print $2}')
-    sum=$(echo "$line" | awk '{print $4}' | sed 's/^SHA256://')
-    if ! echo "$sum  $cache/src/$file" | sha256sum -c --status 2>/dev/null; then
-        log "downloading $file"
-        curl -fsSL -o "$cache/src/$file.part" "$url"
-        mv "$cache/src/$file.part" "$cache/src/$file"
-        echo "$sum  $cache/src/$file" | sha256sum -c --status || { log "$file: SHA256 mismatch"; exit 1; }
-    fi
-    echo "$cache/src/$file"
+    DTRACE_TOOLCHAINS=$cache "$here/otp-source.sh" "$1"
 }
 # unpack TARBALL DIR: a fresh copy of the tarball's top directory at DIR.
 unpack() {

@@ -18,7 +18,7 @@
          user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
 -export([span_enabled/0, span_begin/4, span_end/5]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
--export([vm_listening/0, vm_flags/0, vm_call_probes/2]).
+-export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
@@ -29,7 +29,7 @@
        user_trace_i4s4/9, i4s4/9, user_trace_n/10,
        span_enabled/0, span_begin/4, span_end/5,
        efile_enabled/0, efile_entry/10, efile_return/6,
-       vm_listening/0, vm_flags/0, vm_call_probes/2,
+       vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
        provider_probe/2, provider_path/1, provider_delete/1,
@@ -190,6 +190,13 @@ vm_listening() ->
 -spec vm_flags() -> {[atom()], [atom()]}.
 vm_flags() ->
     stub({[], []}).
+
+%% Keeps the name Port was opened with and the process it is connected to,
+%% for port__command and port__exit (a port opened before its `open` event
+%% could be traced); false when the table has no room for it.
+-spec vm_port_name(Port :: port(), Name :: binary(), Owner :: pid()) -> boolean().
+vm_port_name(_Port, _Name, _Owner) ->
+    stub(false).
 
 %% Which calls fire which function probes: Patterns are
 %% {Module, Function | '_', Arity | '_', global | local}, Bifs {M, F, A}.

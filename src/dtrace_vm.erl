@@ -70,6 +70,9 @@
 %% which sets no trace flag on any process.
 -define(SPAWN_BIFS, [{erlang, spawn, 3}, {erlang, spawn_link, 3}, {erlang, spawn_opt, 4}]).
 -define(META, {dtrace, spawn_meta}).
+%% The most ports whose names are read when ports start being traced (the
+%% library keeps at most 1024).
+-define(PORT_NAMES, 1024).
 -define(META_MS, [{'_', [], [{return_trace}]}]).
 
 %% OTP 25's spec of erlang:trace_info/2 says a tracer module comes back as
@@ -295,11 +298,22 @@ clear_meta(legacy) ->
 apply_flags(Want, #s{flags = Want} = S) ->
     S;
 apply_flags({WantP, WantO} = Want, #s{flags = {HaveP, HaveO}, tracing = T} = S) ->
+    _ = lists:member(ports, WantO) andalso not lists:member(ports, HaveO) andalso port_names(),
     set(T, existing_processes, HaveP -- WantP, WantP),
     set(T, existing_ports, HaveO -- WantO, WantO),
     New = set_new(T, new_processes, HaveP -- WantP, WantP),
     _ = set_new(T, new_ports, HaveO -- WantO, WantO),
     S#s{flags = Want, new = New}.
+
+%% The names the ports already open were opened with, for port__command and
+%% port__exit (their `open` events were not traced): at most ?PORT_NAMES
+%% ports are asked, as the library's table is bounded too.
+port_names() ->
+    Ports = lists:sublist(erlang:ports(), ?PORT_NAMES),
+    _ = [catch dtrace_nif:vm_port_name(P, unicode:characters_to_binary(Name), Owner)
+         || P <- Ports, {name, Name} <- [erlang:port_info(P, name)],
+            {connected, Owner} <- [erlang:port_info(P, connected)]],
+    true.
 
 %% Removes Off from our processes (ports), then sets On on ours and on
 %% free ones (without sessions, erlang:trace/3 skips the ones another

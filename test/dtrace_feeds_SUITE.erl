@@ -134,7 +134,14 @@ expected(Name, Feeds) ->
     Rows = [F || #{sdt := S, lttng := L} = F <- Feeds, lists:member(Name, S ++ L)],
     Auto = [F || #{auto := true} = F <- Rows],
     P = lists:usort(lists:append([Fl || #{on := processes, flags := Fl} <- Auto])),
-    O = lists:usort(lists:append([Fl || #{on := ports, flags := Fl} <- Auto])),
+    O0 = lists:usort(lists:append([Fl || #{on := ports, flags := Fl} <- Auto])),
+    %% port__command names the port as it was opened, which only the port's
+    %% open event says: automatic mode also sets `ports' for it (vm/mod.rs,
+    %% vm_listening).
+    O = case Name of
+            <<"port__command">> -> lists:usort([ports | O0]);
+            _ -> O0
+        end,
     Meta = [x || #{on := spawn_meta} <- Rows] =/= [] andalso P =:= [] andalso O =:= [],
     {P, O, Meta}.
 

@@ -459,9 +459,9 @@ histogram_count(Header, Lines) ->
             ct:fail("~s not in the tracer's output: ~p", [Header, Lines])
     end.
 
-%% priv/efile_drv.d cannot run here (no DTrace runtime on Linux), so check
-%% what can be: each probe it names exists in the library with at least as
-%% many arguments as the clause reads.
+%% Each probe priv/efile_drv.d names exists in the library with at least as
+%% many arguments as the clause reads (dtrace_dtrace_SUITE runs the script
+%% under DTrace, where a DTrace can run).
 d_script_matches_the_probes(_Config) ->
     {ok, D} = file:read_file(filename:join(code:priv_dir(dtrace), "efile_drv.d")),
     {0, Notes} = dtrace_test_tracer:run("readelf", ["-n", dtrace_test_catalogue:nif_path()]),

@@ -140,6 +140,7 @@ nif(efile_return, _, {ok, ok}) -> true;
 nif(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andalso is_list(L) andalso is_list(M);
 nif(vm_flags, [], {ok, {P, O}}) -> is_list(P) andalso is_list(O);
 nif(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
+nif(vm_port_name, [_, _, _], {ok, R}) -> is_boolean(R);
 %% The run-time providers' NIFs. Terms drawn here are never handles, so
 %% every function that takes one raises badarg; provider_new returns what
 %% dtrace_provider:new/2 documents (dtrace_provider_props checks each

@@ -75,7 +75,9 @@ provider erlang {
 	 * listens (the feed table below says which events feed which probe).
 	 * OTP's names and argument orders; integers are int64_t; where
 	 * erl_tracer does not carry OTP's value, a sentinel: -1 for an
-	 * integer, "<unknown>" for an mfa, NULL for a string.
+	 * integer, 0 for the sequential-trace token fields (OTP's value
+	 * without a token), "<unknown>" for an mfa, "" for a string (never
+	 * NULL where OTP passes a string).
 	 */
 
 	/* procs, or alone meta tracing of the spawn BIFs: a process spawned p, which starts in mfa (m:f/arity). */
@@ -93,15 +95,15 @@ provider erlang {
 	/* running: p goes to sleep in erlang:hibernate/3 (mfa; the resume mfa is not in the event), also after waking only to handle a signal. */
 	probe process__hibernate(char *p, char *mfa);
 
-	/* send: sender sent a message of size words to receiver, on this node; token fields -1. */
+	/* send: sender sent a message of size words to receiver, on this node; token fields 0 (no token). */
 	probe message__send(char *sender, char *receiver, int64_t size,
 	    int64_t token_label, int64_t token_previous, int64_t token_current);
 
-	/* send: sender sent a message of size words to receiver on node_name; token fields -1. */
+	/* send: sender sent a message of size words to receiver on node_name; token fields 0 (no token). */
 	probe message__send__remote(char *sender, char *node_name, char *receiver, int64_t size,
 	    int64_t token_label, int64_t token_previous, int64_t token_current);
 
-	/* 'receive': a message of size words was queued to receiver; queue_len and token fields -1. */
+	/* 'receive': a message of size words was queued to receiver; queue_len -1, token fields 0 (no token). */
 	probe message__queued(char *receiver, int64_t size, int64_t queue_len,
 	    int64_t token_label, int64_t token_previous, int64_t token_current);
 
@@ -135,10 +137,10 @@ provider erlang {
 	/* ports: process opened port, with the name it was opened with. */
 	probe port__open(char *process, char *port_name, char *port);
 
-	/* ports: port exited with reason; process and port_name NULL (not in the event). */
+	/* ports: port exited with reason; process: the one that opened it, port_name: the name it was opened with (kept from its open event; the port itself and "" when unknown). */
 	probe port__exit(char *process, char *port, char *port_name, char *reason);
 
-	/* 'receive' on ports: process sent port a command, close or connect; port_name NULL. */
+	/* 'receive' on ports: process sent port a command, close or connect; port_name: the name it was opened with ("" when unknown). */
 	probe port__command(char *process, char *port, char *port_name, char *command_type);
 
 	/* Not OTP's. procs: p and other were linked or unlinked; kind is link, unlink, getting_linked or getting_unlinked. */

@@ -39,6 +39,9 @@ pub mod efile;
 mod flat_size;
 #[cfg(not(test))]
 mod nif;
+// The names ports were opened with, for the VM's port probes (pure Rust:
+// unit-tested).
+mod port_names;
 #[cfg(not(test))]
 mod span;
 #[cfg(not(test))]

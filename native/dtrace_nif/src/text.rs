@@ -284,6 +284,21 @@ impl TextBuf {
         self.copy(text.as_bytes())
     }
 
+    /// `text` (bytes without a NUL), cut to fit.
+    pub fn bytes(&mut self, text: &[u8]) -> Str<'_> {
+        self.copy(text)
+    }
+
+    /// The text written last, without its NUL (empty when none).
+    pub fn text(&self) -> &[u8] {
+        self.written().split_last().map_or(&[], |(_, t)| t)
+    }
+
+    /// The text written last, or NULL when none.
+    pub fn get(&self) -> Str<'_> {
+        self.str()
+    }
+
     /// The name of an atom (latin-1 atoms as is; others as `%T` writes
     /// them).
     pub fn atom(&mut self, env: Env<'_>, atom: Term<'_>) -> Str<'_> {

@@ -3,7 +3,8 @@
 
 use rustler::{Atom, Env, Term, TermType};
 
-use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED};
+use super::ports::known_port;
+use super::{Event, NO_TOKEN, TraceTag, UNAVAILABLE, UNDEFINED};
 use crate::flat_size::flat_size;
 use crate::probes::org_erlang_dyntrace::{message_receive, message_send};
 use crate::probes::{Str, message__queued, message__send, message__send__remote, port__command};
@@ -25,7 +26,7 @@ pub(crate) fn send(e: &Event<'_>, _tag: TraceTag) {
         match destination(e.env, to) {
             Destination::Local(to) if local => {
                 let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
-                message__send::fire(sender, e.id(to, &mut receiver), size, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE);
+                message__send::fire(sender, e.id(to, &mut receiver), size, NO_TOKEN, NO_TOKEN, NO_TOKEN);
             }
             Destination::Remote { node, receiver: r } if remote => {
                 let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
@@ -39,9 +40,9 @@ pub(crate) fn send(e: &Event<'_>, _tag: TraceTag) {
                     node_text,
                     e.id(r, &mut receiver),
                     size,
-                    UNAVAILABLE,
-                    UNAVAILABLE,
-                    UNAVAILABLE,
+                    NO_TOKEN,
+                    NO_TOKEN,
+                    NO_TOKEN,
                 );
             }
             _ => {}
@@ -58,14 +59,15 @@ pub(crate) fn send(e: &Event<'_>, _tag: TraceTag) {
 }
 
 /// `'receive'` on a process: a message TraceTerm was queued to the tracee
-/// (OTP's `message__queued`; the queue length and token fields are not in
-/// the event). Also OTP's `message_receive`, for a port too.
+/// (OTP's `message__queued`; the queue length is not in the event: -1; nor
+/// is the token: 0, OTP's value without one). Also OTP's `message_receive`,
+/// for a port too.
 pub(crate) fn queued(e: &Event<'_>, _tag: TraceTag) {
     let mut receiver = TextBuf::new();
     let receiver = e.tracee(&mut receiver);
     if message__queued::enabled() && e.tracee.get_type() != TermType::Port {
         let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
-        message__queued::fire(receiver, size, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE);
+        message__queued::fire(receiver, size, UNAVAILABLE, NO_TOKEN, NO_TOKEN, NO_TOKEN);
     }
     if message_receive::enabled() {
         let mut message = TextBuf::new();
@@ -90,8 +92,10 @@ pub(crate) fn port_command(e: &Event<'_>, _tag: TraceTag) {
     } else {
         return;
     };
-    let (mut pid, mut port, mut k) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
-    port__command::fire(e.id(from, &mut pid), e.tracee(&mut port), Str::NULL, k.literal(kind));
+    let (mut pid, mut port, mut name, mut k) = (TextBuf::new(), TextBuf::new(), TextBuf::new(), TextBuf::new());
+    let _ = e.tracee(&mut port);
+    known_port(&port, &mut name, None);
+    port__command::fire(e.id(from, &mut pid), port.get(), name.get(), k.literal(kind));
 }
 
 /// Where a message goes.
@@ -186,10 +190,10 @@ fn external_atom(bytes: &[u8]) -> Option<&[u8]> {
     bytes.get(start..start + len)
 }
 
-/// A remote pid's node name into `buf`; NULL if it cannot be read.
+/// A remote pid's node name into `buf`; empty if it cannot be read.
 fn node_of_pid<'b>(env: Env<'_>, pid: Term<'_>, buf: &'b mut TextBuf) -> Str<'b> {
     match pid_node(env, pid) {
         Some(node) => buf.atom(env, rustler::Encoder::encode(&node, env)),
-        None => Str::NULL,
+        None => buf.literal(""),
     }
 }

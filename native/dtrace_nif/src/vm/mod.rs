@@ -108,8 +108,10 @@ fn enabled(call: NifCall) -> ErlNifTerm {
     if a.trace_tag == atoms::trace_status().as_c_arg() {
         return atoms::trace().as_c_arg();
     }
-    let listened =
-        trace_tag_of(a.trace_tag).is_some_and(|tag| listens(target_of(a.tracer_state, call.is_port(a.tracee)), tag));
+    let listened = trace_tag_of(a.trace_tag).is_some_and(|tag| {
+        let target = target_of(a.tracer_state, call.is_port(a.tracee));
+        listens(target, tag) || (target == Target::Ports && names_port(tag) && port_names_wanted())
+    });
     if listened { atoms::trace() } else { atoms::discard() }.as_c_arg()
 }
 
@@ -121,10 +123,30 @@ fn trace(call: NifCall) -> ErlNifTerm {
         if let Some(tag) = trace_tag_of(a.trace_tag.as_c_arg()) {
             let target = target_of(a.tracer_state.as_c_arg(), a.tracee.get_type() == TermType::Port);
             let event = Event { env, trace_tag: a.trace_tag, tracee: a.tracee, term: a.trace_term, opts: a.opts };
+            let names = target == Target::Ports && names_port(tag) && port_names_wanted();
+            if names && tag == TraceTag::Open {
+                ports::remember(&event);
+            }
             dispatch(target, tag, &event);
+            if names && tag == TraceTag::Closed {
+                ports::forget(&event);
+            }
         }
         ok().encode(env)
     })
+}
+
+/// A port's `open` and `closed` events keep and forget the name it was
+/// opened with (`port_names`).
+fn names_port(tag: TraceTag) -> bool {
+    matches!(tag, TraceTag::Open | TraceTag::Closed)
+}
+
+/// Is a probe that names a port by the name it was opened with listening?
+/// Then ports' `open` and `closed` events are wanted even when nobody
+/// listens to `port__open`.
+fn port_names_wanted() -> bool {
+    crate::probes::port__command::enabled() || crate::probes::port__exit::enabled()
 }
 
 /// `vm_listening() -> {ProcessFlags, PortFlags, Listened, Meta}`: the trace
@@ -136,8 +158,29 @@ fn trace(call: NifCall) -> ErlNifTerm {
 fn vm_listening(env: Env<'_>) -> Term<'_> {
     let atoms = |flags: Vec<&str>| -> Vec<Atom> { flags.iter().filter_map(|f| Atom::from_str(env, f).ok()).collect() };
     let meta: Vec<Atom> = if spawn_meta_listens() { atoms(vec!["spawn"]) } else { vec![] };
-    (atoms(wanted_flags(Target::Processes)), atoms(wanted_flags(Target::Ports)), crate::probes::listened(), meta)
-        .encode(env)
+    let mut port_flags = wanted_flags(Target::Ports);
+    if port_names_wanted() && !port_flags.contains(&"ports") {
+        // port__command's port name comes from the port's `open` event.
+        port_flags.push("ports");
+    }
+    (atoms(wanted_flags(Target::Processes)), atoms(port_flags), crate::probes::listened(), meta).encode(env)
+}
+
+/// `vm_port_name(Port, Name, Owner) -> boolean()`: keeps the name `Port`
+/// was opened with (a binary, `erlang:port_info(Port, name)`) and the
+/// process connected to it, for `port__command` and `port__exit`, as the
+/// port's `open` event does; `dtrace_vm` calls it for the ports already
+/// open when it starts tracing ports. `false` if the table has no room (or
+/// the arguments are not a port, a binary and a pid).
+#[rustler::nif]
+fn vm_port_name(port: Term<'_>, name: Term<'_>, owner: Term<'_>) -> bool {
+    let Ok(name) = name.decode::<rustler::Binary>() else { return false };
+    if port.get_type() != TermType::Port || owner.get_type() != TermType::Pid {
+        return false;
+    }
+    let (mut p, mut o) = (TextBuf::new(), TextBuf::new());
+    let _ = (p.term(port), o.term(owner));
+    crate::port_names::insert(p.text(), o.text(), name.as_slice())
 }
 
 /// `vm_flags() -> {ProcessFlags, PortFlags}`: every trace flag automatic
@@ -168,8 +211,15 @@ const UNKNOWN_MFA: &str = "<unknown>";
 /// The mfa text OTP's LTTng events give when the VM does not know it.
 const UNDEFINED: &str = "undefined";
 
-/// The sentinel for an integer erl_tracer does not carry.
+/// The sentinel for an integer erl_tracer does not carry (a message
+/// queue's length, a call's depth, a size the bounded walk gave up on).
 const UNAVAILABLE: i64 = -1;
+
+/// The sequential-trace token fields (label, previous, current) of a
+/// message that carries no token: 0, as OTP passes them (its scripts test
+/// `arg3 == 0 && arg4 == 0 && arg5 == 0`). erl_tracer does not carry the
+/// token, so every message is passed so.
+const NO_TOKEN: i64 = 0;
 
 impl<'a> Event<'a> {
     /// `extra` in the options map, if any.

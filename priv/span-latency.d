@@ -1,0 +1,53 @@
+#!/usr/sbin/dtrace -qs
+/*
+ * Latency of spans (dtrace:span/2, span_begin/1 + span_end/1), per span
+ * kind, and every slow span with its user tag: the D twin of
+ * span-latency.bt.
+ *
+ * span-end carries everything: arg0 pid, arg1 user tag (NULL: none),
+ * arg2 span id, arg3 parent span id (0: none), arg4 kind, arg5 duration
+ * in nanoseconds.
+ *
+ * Usage (root), Linux (the library's SDT notes, provider erlang<PID>):
+ *   priv/dtrace-d -p <beam OS pid> -s priv/span-latency.d
+ * DTrace with the provider registered through DOF (illumos, FreeBSD,
+ * macOS): dtrace -Z -s priv/span-latency.d
+ * The first 10 spans over 10 ms are printed as they end (all are counted
+ * in @slow_spans); Ctrl-C prints the counts and histograms.
+ */
+
+#pragma D option quiet
+
+BEGIN
+{
+    printf("Tracing dtrace spans (span-end)... Ctrl-C to end.\n");
+}
+
+erlang*:::span-end
+{
+    this->kind = copyinstr(arg4);
+    @spans[this->kind] = count();
+    @latency_us[this->kind] = quantize(arg5 / 1000);
+}
+
+erlang*:::span-end
+/arg5 / 1000 > 10000/
+{
+    @slow_spans[copyinstr(arg4)] = count();
+    printed++;
+}
+
+erlang*:::span-end
+/arg5 / 1000 > 10000 && printed <= 10/
+{
+    printf("slow span: %s, %d us, tag '%s', pid %s\n", copyinstr(arg4), arg5 / 1000,
+           arg1 != NULL ? copyinstr(arg1) : "", copyinstr(arg0));
+}
+
+END
+{
+    printf("\nSpans, slow spans (> 10 ms) and latency histograms (us), per kind:\n");
+    printa("spans %s: %@d\n", @spans);
+    printa("slow spans %s: %@d\n", @slow_spans);
+    printa("latency (us) %s:%@d\n", @latency_us);
+}

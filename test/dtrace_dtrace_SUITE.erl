@@ -1,0 +1,458 @@
+%% Oracle's Linux DTrace (sid's 2.0.7, through scripts/dtrace-sid.sh) on a
+%% traced peer, through the library's SDT notes (DTrace's stapsdt provider,
+%% erlang<PID>): OTP's own lib/runtime_tools/examples/*.d, read from the OTP
+%% source tarball (scripts/otp-source.sh; never copied into the repository),
+%% and the D scripts shipped in priv/, each run with priv/dtrace-d (erlang*
+%% made erlang$target, -Z) while the peer does the work the script shows.
+%% Each case asserts the lines the script prints, in OTP's format with the
+%% values the workload made, and that DTrace printed no message of its own
+%% (no error, no drop).
+%%
+%% The window: DTrace attaches probe by probe, so each script is run with a
+%% clause added per probe the case needs, printing "WINDOW READY <probe>"
+%% once it fired; the peer fires those probes in a loop until every one has
+%% printed, and only then does the work whose lines are asserted.
+%%
+%% Needs root, a kernel DTrace runs on, and the sid root scripts/dtrace-sid.sh
+%% makes (about a minute the first time). With CI=true a DTrace that cannot
+%% run fails the suite; otherwise it is skipped, saying why.
+-module(dtrace_dtrace_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([suite/0, all/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([otp_user_probe/1, otp_user_probe_n/1, otp_messages/1, otp_process_scheduling/1,
+         otp_spawn_exit/1, otp_garbage_collection/1, otp_function_calls/1, otp_port1/1,
+         shipped_spawn_exit/1, shipped_span_latency/1, shipped_message_latency/1,
+         shipped_efile_drv/1]).
+
+%% DTrace takes 10-20 s to start here (it converts the kernel's BTF).
+-define(START_TIMEOUT, 180000).
+-define(EVENTS_TIMEOUT, 30000).
+-define(EXIT_TIMEOUT, 30000).
+
+suite() ->
+    [{timetrap, {minutes, 5}}].
+
+all() ->
+    [otp_user_probe, otp_user_probe_n, otp_messages, otp_process_scheduling,
+     otp_spawn_exit, otp_garbage_collection, otp_function_calls, otp_port1,
+     shipped_spawn_exit, shipped_span_latency, shipped_message_latency, shipped_efile_drv].
+
+%%--------------------------------------------------------------------
+%% Set-up: DTrace, OTP's examples
+
+init_per_suite(Config) ->
+    case dtrace() of
+        {ok, DTrace} ->
+            Examples = otp_examples(?config(priv_dir, Config)),
+            [{dtrace, DTrace}, {otp_examples, Examples} | Config];
+        {no, Why} ->
+            case dtrace_test_tracer:in_ci() of
+                true -> ct:fail("CI=true and DTrace cannot run: ~ts", [Why]);
+                false -> {skip, lists:flatten(Why)}
+            end
+    end.
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_testcase(_TC, Config) ->
+    Peer = dtrace_test_peer:start_peer(),
+    {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+    [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config].
+
+end_per_testcase(_TC, Config) ->
+    dtrace_test_peer:stop_peer(?config(peer, Config)).
+
+%% The project's root (this file is in its test/).
+root() ->
+    filename:dirname(filename:dirname(?FILE)).
+
+%% {ok, Wrapper}: the executable scripts/dtrace-sid.sh prints, once it ran
+%% a trivial script; {no, Why} otherwise.
+dtrace() ->
+    case string:trim(os:cmd("id -u")) of
+        "0" ->
+            Script = filename:join([root(), "scripts", "dtrace-sid.sh"]),
+            case dtrace_test_tracer:run("sh", ["-c", Script ++ " 2>&1"]) of
+                {0, Lines} ->
+                    Wrapper = binary_to_list(lists:last(Lines)),
+                    case dtrace_test_tracer:run(Wrapper, ["-q", "-n", "BEGIN { printf(\"up\\n\"); exit(0); }"]) of
+                        {0, Out} ->
+                            case lists:member(<<"up">>, Out) of
+                                true -> {ok, Wrapper};
+                                false -> {no, io_lib:format("DTrace ran BEGIN without its output: ~p", [Out])}
+                            end;
+                        {Status, Out} ->
+                            {no, io_lib:format("DTrace cannot run a trivial script (~p): ~p", [Status, Out])}
+                    end;
+                {Status, Lines} ->
+                    {no, io_lib:format("scripts/dtrace-sid.sh failed (~p): ~p", [Status, Lines])}
+            end;
+        _ ->
+            {no, "DTrace needs root"}
+    end.
+
+%% The directory holding OTP's lib/runtime_tools/examples/*.d, extracted
+%% from the OTP source tarball (downloaded by scripts/otp-source.sh if it is
+%% not in the toolchain cache yet).
+otp_examples(Priv) ->
+    Fetch = filename:join([root(), "scripts", "otp-source.sh"]),
+    {0, Lines} = dtrace_test_tracer:run("sh", ["-c", Fetch ++ " erlang"]),
+    Tarball = binary_to_list(lists:last(Lines)),
+    true = filelib:is_regular(Tarball),
+    Dir = filename:join(Priv, "otp-source"),
+    ok = filelib:ensure_path(Dir),
+    {0, _} = dtrace_test_tracer:run("tar", ["-xJf", Tarball, "-C", Dir, "--wildcards",
+                                            "*/lib/runtime_tools/examples/*.d"]),
+    [Examples] = filelib:wildcard(filename:join(Dir, "*/lib/runtime_tools/examples")),
+    ct:log("OTP's example D scripts from ~ts: ~p", [Tarball, filelib:wildcard("*.d", Examples)]),
+    Examples.
+
+otp_script(Config, Name) ->
+    filename:join(?config(otp_examples, Config), Name).
+
+shipped_script(Name) ->
+    filename:join(code:priv_dir(dtrace), Name).
+
+%%--------------------------------------------------------------------
+%% OTP's examples
+
+otp_user_probe(Config) ->
+    Result = window(Config, otp_script(Config, "user-probe.d"),
+                    ["user_trace-s1", "user_trace-i4s4"],
+                    fun() -> dtrace:user_trace_s1("ready"), dtrace:p(-1) end,
+                    fun() ->
+                            true = dtrace:user_trace_s1("s1 from the suite"),
+                            dtrace:put_tag(<<"dtag">>),
+                            true = dtrace:p(1, 2, "abc", <<"def">>),
+                            dtrace:put_tag(undefined),
+                            true = dtrace:p(7, 8, "x"),
+                            pid_to_list(self())
+                    end,
+                    fun(P) -> [<<"s1 from the suite">>,
+                               iolist_to_binary([P, " dtag 1 2 0 0 'abc' 'def' '' ''"]),
+                               iolist_to_binary([P, "  7 8 0 0 'x' '' '' ''"])]
+                    end),
+    no_dtrace_messages(Result).
+
+otp_user_probe_n(Config) ->
+    Result = window(Config, otp_script(Config, "user-probe-n.d"),
+                    ["user_trace-n0", "user_trace-n1"],
+                    fun() -> dtrace:pn(0, -1), dtrace:pn(1, -1) end,
+                    fun() ->
+                            true = dtrace:pn(0, 10, "zero"),
+                            dtrace:put_tag(<<"ntag">>),
+                            true = dtrace:pn(1, 11, 12, "one", "uno"),
+                            pid_to_list(self())
+                    end,
+                    fun(P) -> [iolist_to_binary(["probe n0: ", P, "  10 0 0 0 'zero' '' '' ''"]),
+                               iolist_to_binary(["probe n1: ", P, " ntag 11 12 0 0 'one' 'uno' '' ''"])]
+                    end),
+    no_dtrace_messages(Result).
+
+%% The token fields are 0 without a token, so OTP's first send and queued
+%% clauses print (not the "label ... token" ones).
+otp_messages(Config) ->
+    Result = window(Config, otp_script(Config, "messages.d"),
+                    ["message-send", "message-queued"],
+                    fun() -> self() ! ready, receive ready -> ok end end,
+                    fun() ->
+                            S = spawn(fun dtrace_test_workload:sink/0),
+                            S ! {a, b, c},
+                            {pid_to_list(self()), pid_to_list(S)}
+                    end,
+                    fun({From, To}) ->
+                            [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),
+                             iolist_to_binary(["queued: ", To, ": 4 words, queue len -1"])]
+                    end),
+    no_dtrace_messages(Result),
+    ?assertEqual([], [L || L <- lines(Result), binary:match(L, <<" token {">>) =/= nomatch]).
+
+otp_process_scheduling(Config) ->
+    Hibernating = fun() ->
+                          P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
+                          wait_hibernating(P),
+                          P ! wake,
+                          P
+                  end,
+    Result = window(Config, otp_script(Config, "process-scheduling.d"),
+                    ["process-scheduled", "process-unscheduled", "process-hibernate"],
+                    Hibernating,
+                    fun() -> pid_to_list(Hibernating()) end,
+                    fun(P) -> [iolist_to_binary(["  Schedule pid ", P, " mfa erlang:apply/2"]),
+                               iolist_to_binary(["Unschedule pid ", P]),
+                               iolist_to_binary(["  Hibernate pid ", P, " resume mfa erlang:hibernate/3"])]
+                    end),
+    no_dtrace_messages(Result).
+
+otp_spawn_exit(Config) ->
+    spawn_exit(Config, otp_script(Config, "spawn-exit.d")).
+
+otp_garbage_collection(Config) ->
+    Result = window(Config, otp_script(Config, "garbage-collection.d"),
+                    ["gc_major-start", "gc_major-end"],
+                    fun() -> erlang:garbage_collect() end,
+                    fun() ->
+                            Self = self(),
+                            P = spawn(fun() -> erlang:garbage_collect(), Self ! {collected, self()},
+                                               receive stop -> ok end end),
+                            receive {collected, P} -> pid_to_list(P) end
+                    end,
+                    fun(P) -> [{contains, iolist_to_binary(["GC major start pid ", P, " need "])},
+                               {contains, iolist_to_binary(["GC major end pid ", P, " reclaimed "])}]
+                    end),
+    no_dtrace_messages(Result).
+
+otp_function_calls(Config) ->
+    Peer = ?config(peer, Config),
+    ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_workload, double, 1}, {erlang, phash2, 1}]]),
+    Result = window(Config, otp_script(Config, "function-calls.d"),
+                    ["global-function-entry", "function-return", "bif-entry", "bif-return"],
+                    fun() -> dtrace_test_workload:double(1), erlang:phash2(x) end,
+                    fun() ->
+                            6 = dtrace_test_workload:double(3),
+                            _ = erlang:phash2(y),
+                            pid_to_list(self())
+                    end,
+                    fun(P) -> [iolist_to_binary(["pid ", P, " enter (global)  dtrace_test_workload:double/1 depth -1"]),
+                               iolist_to_binary(["pid ", P, " return dtrace_test_workload:double/1 depth -1"]),
+                               iolist_to_binary(["pid ", P, " BIF entry  mfa erlang:phash2/1"]),
+                               iolist_to_binary(["pid ", P, " BIF return mfa erlang:phash2/1"])]
+                    end),
+    ok = peer:call(Peer, dtrace, function_probes, [[]]),
+    no_dtrace_messages(Result).
+
+%% port-command and port-exit name the port as it was opened (OTP's script
+%% stops with "invalid address (0x0)" on a NULL name), a port opened before
+%% DTrace started too (automatic mode reads its name as it starts tracing
+%% ports).
+otp_port1(Config) ->
+    Peer = ?config(peer, Config),
+    {Old, OldOwner} = peer:call(Peer, erlang, apply,
+                                [fun() ->
+                                         Self = self(),
+                                         Pid = spawn(fun() ->
+                                                             P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
+                                                             Self ! {opened, P},
+                                                             receive stop -> ok end
+                                                     end),
+                                         receive {opened, P} -> {P, Pid} end
+                                 end, []]),
+    Result = window(Config, otp_script(Config, "port1.d"),
+                    ["port-open", "port-command", "port-exit"],
+                    fun() ->
+                            P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
+                            port_command(P, "x"),
+                            close_port(P)
+                    end,
+                    fun() ->
+                            P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
+                            true = port_command(P, <<"hi">>),
+                            close_port(P),
+                            true = port_command(Old, "old"),
+                            {pid_to_list(self()), erlang:port_to_list(P)}
+                    end,
+                    fun({Owner, Port}) ->
+                            [iolist_to_binary(["port command pid ", Owner, " port ", erlang:port_to_list(Old),
+                                               " port name cat >/dev/null command type command"]),
+                             iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", Port]),
+                             iolist_to_binary(["port command pid ", Owner, " port ", Port,
+                                               " port name cat >/dev/null command type command"]),
+                             {contains, iolist_to_binary(["port exit pid ", Owner, " port ", Port,
+                                                          " port name cat >/dev/null reason "])}]
+                    end),
+    OldOwner ! stop,
+    no_dtrace_messages(Result).
+
+%%--------------------------------------------------------------------
+%% The D scripts shipped in priv/
+
+shipped_spawn_exit(Config) ->
+    spawn_exit(Config, shipped_script("spawn-exit.d")).
+
+%% A slow span prints as it ends, with its tag; at exit, the counts and
+%% histograms per kind.
+shipped_span_latency(Config) ->
+    Result = window(Config, shipped_script("span-latency.d"), ["span-end"],
+                    fun() -> dtrace:span(ready, fun() -> ok end) end,
+                    fun() ->
+                            dtrace:put_tag(<<"slowtag">>),
+                            dtrace:span(suite_slow, fun() -> timer:sleep(15) end),
+                            dtrace:put_tag(undefined),
+                            [dtrace:span(suite_fast, fun() -> ok end) || _ <- [1, 2, 3]],
+                            pid_to_list(self())
+                    end,
+                    fun(P) -> [{contains, <<"slow span: suite_slow, ">>},
+                               {contains, iolist_to_binary([" us, tag 'slowtag', pid ", P])},
+                               {at_exit, <<"spans suite_fast: 3">>},
+                               {at_exit, <<"spans suite_slow: 1">>},
+                               {at_exit, <<"slow spans suite_slow: 1">>},
+                               {at_exit, <<"latency (us) suite_slow:">>},
+                               {at_exit, <<"latency (us) suite_fast:">>}]
+                    end),
+    no_dtrace_messages(Result).
+
+%% The wait from a send to its receiver running, at exit, per receiver.
+shipped_message_latency(Config) ->
+    Result = window(Config, shipped_script("message-latency.d"),
+                    ["message-send", "process-scheduled"],
+                    fun() -> Self = self(), spawn(fun() -> Self ! ready end), receive ready -> ok end end,
+                    fun() ->
+                            Self = self(),
+                            E = spawn(fun() -> receive ping -> Self ! pong end end),
+                            E ! ping,
+                            receive pong -> pid_to_list(E) end
+                    end,
+                    fun(E) -> [{at_exit, <<"wait (us):">>},
+                               {at_exit, {contains, iolist_to_binary(["longest wait ", E, ": "])}}]
+                    end),
+    no_dtrace_messages(Result).
+
+%% dtrace_file's operations in the lines of OTP's efile_drv.d, the port
+%% (args[10], read from its register by priv/dtrace-d) included, and the
+%% latency per tag at exit.
+shipped_efile_drv(Config) ->
+    File = filename:join(?config(priv_dir, Config), "efile-drv-d.txt"),
+    ok = file:write_file(File, <<"efile_drv.d">>),
+    Result = window(Config, shipped_script("efile_drv.d"), ["efile_drv-entry", "efile_drv-return"],
+                    fun() -> dtrace_file:read_file_info(File) end,
+                    fun() ->
+                            dtrace:put_tag(<<"ftag">>),
+                            {ok, <<"efile_drv.d">>} = dtrace_file:read_file(File),
+                            ok
+                    end,
+                    fun(ok) -> [{contains, iolist_to_binary(["user tag ftag | READ_FILE (15) | args: ", File])},
+                                {contains, <<"user tag ftag | READ_FILE (15) ok">>},
+                                {at_exit, <<"Latency (us) of file operations, per user tag:">>},
+                                {at_exit, {contains, <<"ftag">>}}]
+                    end),
+    no_dtrace_messages(Result),
+    %% The port is text, not "?" (its register read) and not an error.
+    [Entry | _] = [L || L <- lines(Result), binary:match(L, <<"user tag ftag | READ_FILE">>) =/= nomatch,
+                        binary:match(L, <<"enter">>) =/= nomatch],
+    ?assertMatch({match, _}, re:run(Entry, "\\(port [^?)][^)]*\\)$")).
+
+spawn_exit(Config, Script) ->
+    Result = window(Config, Script, ["process-spawn", "process-exit"],
+                    fun() -> spawn(fun() -> ok end) end,
+                    fun() ->
+                            {P, Ref} = spawn_monitor(fun() -> exit(shipped) end),
+                            receive {'DOWN', Ref, process, P, shipped} -> pid_to_list(P) end
+                    end,
+                    fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
+                               iolist_to_binary(["pid ", P, " reason shipped"])]
+                    end),
+    no_dtrace_messages(Result).
+
+%%--------------------------------------------------------------------
+%% The window
+
+%% Runs Script (written with erlang*, as OTP's are) through priv/dtrace-d on
+%% the peer, with a clause per probe in Probes (D names) that prints
+%% "WINDOW READY <probe>" once; fires Ready() in the peer until each has
+%% printed, then runs Work() there, waits until every line Expect(Result)
+%% names (an equal binary, {contains, Part}; {at_exit, _} ones are printed
+%% when DTrace exits) has been printed, stops DTrace with SIGINT and checks
+%% them all. Returns {Result, Lines}.
+window(Config, Script, Probes, Ready, Work, Expect) ->
+    Peer = ?config(peer, Config),
+    {ok, Text} = file:read_file(Script),
+    Readies = [io_lib:format("~nerlang*:::~s~n/!dtrace_suite_ready~b/~n{~n"
+                             "    dtrace_suite_ready~b = 1;~n"
+                             "    printf(\"WINDOW READY ~s\\n\");~n}~n", [P, I, I, P])
+               || {I, P} <- lists:zip(lists:seq(1, length(Probes)), Probes)],
+    Windowed = filename:join(?config(priv_dir, Config), filename:basename(Script, ".d") ++ "-window.d"),
+    ok = file:write_file(Windowed, [Text, Readies]),
+    Exe = filename:join(code:priv_dir(dtrace), "dtrace-d"),
+    Port = open_port({spawn_executable, Exe},
+                     [{args, ["-q", "-p", ?config(os_pid, Config), "-s", Windowed]},
+                      {env, [{"DTRACE", ?config(dtrace, Config)}]},
+                      {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [Ready]),
+    ReadyLines = [iolist_to_binary(["WINDOW READY ", P]) || P <- Probes],
+    Lines1 = collect(Port, fun(Ls) -> ReadyLines -- Ls =/= [] end, [],
+                     deadline(?START_TIMEOUT), "the probes to attach"),
+    Result = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [Work], 120000),
+    Wanted = Expect(Result),
+    Live = [W || W <- Wanted, not is_tuple(W) orelse element(1, W) =/= at_exit],
+    Lines2 = collect(Port, fun(Ls) -> missing(Live, Ls) =/= [] end, Lines1,
+                     deadline(?EVENTS_TIMEOUT), "the workload's lines"),
+    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
+    _ = os:cmd("kill -INT " ++ integer_to_list(OsPid)),
+    {Status, Lines} = collect_exit(Port, Lines2, deadline(?EXIT_TIMEOUT)),
+    ct:log("~ts: exit status ~p, ~b lines:~n~ts",
+           [filename:basename(Script), Status, length(Lines), lists:join("\n", Lines)]),
+    ?assertEqual(0, Status),
+    All = [case W of {at_exit, X} -> X; X -> X end || W <- Wanted],
+    ?assertEqual({filename:basename(Script), []}, {filename:basename(Script), missing(All, Lines)}),
+    {Result, Lines}.
+
+deadline(Ms) ->
+    erlang:monotonic_time(millisecond) + Ms.
+
+%% Port's lines (after Acc) while Continue(Lines) holds; fails at Deadline
+%% or if DTrace exits first.
+collect(Port, Continue, Acc, Deadline, What) ->
+    case Continue(Acc) of
+        false -> Acc;
+        true ->
+            receive
+                {Port, {data, {eol, Line}}} -> collect(Port, Continue, Acc ++ [Line], Deadline, What);
+                {Port, {data, {noeol, Part}}} -> collect(Port, Continue, Acc ++ [Part], Deadline, What);
+                {Port, {exit_status, Status}} ->
+                    ct:fail("DTrace exited (~p) while waiting for ~s: ~p", [Status, What, Acc])
+            after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+                    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
+                    _ = os:cmd("kill -KILL " ++ integer_to_list(OsPid)),
+                    ct:fail("DTrace did not print ~s in time: ~p", [What, Acc])
+            end
+    end.
+
+%% {ExitStatus, AllLines} once Port exits; fails at Deadline.
+collect_exit(Port, Acc, Deadline) ->
+    receive
+        {Port, {data, {eol, Line}}} -> collect_exit(Port, Acc ++ [Line], Deadline);
+        {Port, {data, {noeol, Part}}} -> collect_exit(Port, Acc ++ [Part], Deadline);
+        {Port, {exit_status, Status}} -> {Status, Acc}
+    after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+            {os_pid, OsPid} = erlang:port_info(Port, os_pid),
+            _ = os:cmd("kill -KILL " ++ integer_to_list(OsPid)),
+            ct:fail("DTrace did not exit after SIGINT: ~p", [Acc])
+    end.
+
+%% The entries of Wanted that no line satisfies.
+missing(Wanted, Lines) ->
+    [W || W <- Wanted, not lists:any(fun(L) -> satisfies(L, W) end, Lines)].
+
+satisfies(Line, {contains, Part}) -> binary:match(Line, Part) =/= nomatch;
+satisfies(Line, Line) -> true;
+satisfies(_, _) -> false.
+
+lines({_Result, Lines}) ->
+    Lines.
+
+%% DTrace printed nothing of its own: no error ("invalid address", "illegal
+%% operation"), no drops, no warning.
+no_dtrace_messages({_, Lines}) ->
+    ?assertEqual([], [L || <<"dtrace:", _/binary>> = L <- Lines]).
+
+%% Waits (at most 5 s) until P hibernates (process_info/2 wakes it).
+wait_hibernating(P) ->
+    ok = dtrace_test_workload:wait_until(
+           fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
+           5000).
+
+%% Closes port P; a port that already exited (port_close/1 then raises
+%% badarg) is fine too. (The ports here are opened with exit_status: without
+%% it a port closes as soon as its program's standard output does, and
+%% `cat >/dev/null' closes it at once.)
+close_port(P) ->
+    try port_close(P) of
+        true -> ok
+    catch
+        error:badarg -> undefined = erlang:port_info(P), ok
+    end.
