@@ -16,13 +16,26 @@
 %% Needs root, a kernel DTrace runs on, and the sid root scripts/dtrace-sid.sh
 %% makes (about a minute the first time). With CI=true a DTrace that cannot
 %% run fails the suite; otherwise it is skipped, saying why.
+%%
+%% Two groups run the same cases, one per way DTrace finds the probes:
+%% - stapsdt, on this host: the notes, per process (priv/dtrace-d, -p);
+%% - dof, inside a QEMU guest with Debian 13's kernel and OTP 27, whose
+%%   dtprobed serves DTrace's helper device (this host has no CUSE): the
+%%   library registers its catalogue as DOF at load, and the scripts run as
+%%   shipped (erlang*, no pid), with DTrace's own `dtrace`. Case
+%%   dof_in_guest boots the guest (scripts/guest.sh) and runs this suite's
+%%   dof group there with the guest's OTP (test/guest/ct.sh); inside the
+%%   guest, where DTRACE_TEST_GUEST=1, all/0 is that group. It adds the
+%%   cases only DOF can pass: a DTrace started before two nodes sees both,
+%%   and a run-time provider is seen as prov*:::.
 -module(dtrace_dtrace_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
 
--export([suite/0, all/0, init_per_suite/1, end_per_suite/1,
-         init_per_testcase/2, end_per_testcase/2]).
+-export([suite/0, all/0, groups/0, init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
+-export([dof_in_guest/1, dof_two_nodes_started_later/1, dof_provider/1]).
 -export([otp_user_probe/1, otp_user_probe_n/1, otp_messages/1, otp_process_scheduling/1,
          otp_spawn_exit/1, otp_garbage_collection/1, otp_function_calls/1, otp_port1/1,
          shipped_spawn_exit/1, shipped_span_latency/1, shipped_message_latency/1,
@@ -37,33 +50,66 @@ suite() ->
     [{timetrap, {minutes, 5}}].
 
 all() ->
-    [otp_user_probe, otp_user_probe_n, otp_messages, otp_process_scheduling,
-     otp_spawn_exit, otp_garbage_collection, otp_function_calls, otp_port1,
-     shipped_spawn_exit, shipped_span_latency, shipped_message_latency, shipped_efile_drv].
+    case os:getenv("DTRACE_TEST_GUEST") of
+        "1" -> [{group, dof}];
+        _ -> [{group, stapsdt}, dof_in_guest]
+    end.
+
+groups() ->
+    Scripts = [otp_user_probe, otp_user_probe_n, otp_messages, otp_process_scheduling,
+               otp_spawn_exit, otp_garbage_collection, otp_function_calls, otp_port1,
+               shipped_spawn_exit, shipped_span_latency, shipped_message_latency, shipped_efile_drv],
+    [{stapsdt, [], Scripts},
+     {dof, [], Scripts ++ [dof_two_nodes_started_later, dof_provider]}].
 
 %%--------------------------------------------------------------------
 %% Set-up: DTrace, OTP's examples
 
 init_per_suite(Config) ->
-    case dtrace() of
-        {ok, DTrace} ->
-            Examples = otp_examples(?config(priv_dir, Config)),
-            [{dtrace, DTrace}, {otp_examples, Examples} | Config];
-        {no, Why} ->
-            case dtrace_test_tracer:in_ci() of
-                true -> ct:fail("CI=true and DTrace cannot run: ~ts", [Why]);
-                false -> {skip, lists:flatten(Why)}
-            end
-    end.
+    Config.
 
 end_per_suite(_Config) ->
     ok.
 
+init_per_group(stapsdt, Config) ->
+    case dtrace() of
+        {ok, DTrace} ->
+            Examples = otp_examples(?config(priv_dir, Config)),
+            [{mode, stapsdt}, {dtrace, DTrace}, {otp_examples, Examples} | Config];
+        {no, Why} ->
+            unavailable(Why)
+    end;
+%% Inside the guest: DTrace's own dtrace, and OTP's examples the host
+%% extracted (the guest has no network).
+init_per_group(dof, Config) ->
+    case {os:find_executable("dtrace"), filelib:is_file("/dev/dtrace/helper"),
+          os:getenv("DTRACE_TEST_OTP_EXAMPLES")} of
+        {false, _, _} -> unavailable("no dtrace on PATH");
+        {_, false, _} -> unavailable("no DTrace helper device /dev/dtrace/helper");
+        {_, _, false} -> unavailable("DTRACE_TEST_OTP_EXAMPLES is not set");
+        {DTrace, true, Examples} -> [{mode, dof}, {dtrace, DTrace}, {otp_examples, Examples} | Config]
+    end.
+
+end_per_group(_Group, _Config) ->
+    ok.
+
+unavailable(Why) ->
+    case dtrace_test_tracer:in_ci() of
+        true -> ct:fail("CI=true and DTrace cannot run: ~ts", [Why]);
+        false -> {skip, lists:flatten(Why)}
+    end.
+
+init_per_testcase(dof_in_guest, Config) ->
+    Config;
+init_per_testcase(dof_two_nodes_started_later, Config) ->
+    Config;
 init_per_testcase(_TC, Config) ->
     Peer = dtrace_test_peer:start_peer(),
     {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
     [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config].
 
+end_per_testcase(TC, _Config) when TC =:= dof_in_guest; TC =:= dof_two_nodes_started_later ->
+    ok;
 end_per_testcase(_TC, Config) ->
     dtrace_test_peer:stop_peer(?config(peer, Config)).
 
@@ -367,11 +413,7 @@ window(Config, Script, Probes, Ready, Work, Expect) ->
                || {I, P} <- lists:zip(lists:seq(1, length(Probes)), Probes)],
     Windowed = filename:join(?config(priv_dir, Config), filename:basename(Script, ".d") ++ "-window.d"),
     ok = file:write_file(Windowed, [Text, Readies]),
-    Exe = filename:join(code:priv_dir(dtrace), "dtrace-d"),
-    Port = open_port({spawn_executable, Exe},
-                     [{args, ["-q", "-p", ?config(os_pid, Config), "-s", Windowed]},
-                      {env, [{"DTRACE", ?config(dtrace, Config)}]},
-                      {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    Port = start_dtrace(Config, ["-q", "-s", Windowed]),
     ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [Ready]),
     ReadyLines = [iolist_to_binary(["WINDOW READY ", P]) || P <- Probes],
     Lines1 = collect(Port, fun(Ls) -> ReadyLines -- Ls =/= [] end, [],
@@ -390,6 +432,110 @@ window(Config, Script, Probes, Ready, Work, Expect) ->
     All = [case W of {at_exit, X} -> X; X -> X end || W <- Wanted],
     ?assertEqual({filename:basename(Script), []}, {filename:basename(Script), missing(All, Lines)}),
     {Result, Lines}.
+
+%% DTrace on Args, as a port: on the stapsdt provider through
+%% priv/dtrace-d with the peer's pid (erlang* made erlang$target, -Z); with
+%% DOF, DTrace itself on the script as shipped (-Z for the probes a stock
+%% VM cannot feed), naming no process.
+start_dtrace(Config, Args) ->
+    {Exe, AllArgs, Env} =
+        case ?config(mode, Config) of
+            stapsdt ->
+                {filename:join(code:priv_dir(dtrace), "dtrace-d"), ["-p", ?config(os_pid, Config) | Args],
+                 [{"DTRACE", ?config(dtrace, Config)}]};
+            dof ->
+                {?config(dtrace, Config), ["-Z" | Args], []}
+        end,
+    open_port({spawn_executable, Exe}, [{args, AllArgs}, {env, Env}, {line, 65536}, stderr_to_stdout,
+                                        exit_status, binary]).
+
+%% Starts a DTrace on Program (a D program, given with -n) plus a BEGIN
+%% clause printing READY, and waits for READY.
+start_ready_dtrace(Config, Program) ->
+    Port = start_dtrace(Config, ["-q", "-n", "BEGIN { printf(\"READY\\n\"); }", "-n", Program]),
+    _ = collect(Port, fun(Ls) -> not lists:member(<<"READY">>, Ls) end, [], deadline(?START_TIMEOUT),
+                "BEGIN"),
+    Port.
+
+%% Stops DTrace (SIGINT) and returns all its lines after Acc.
+stop_dtrace(Port, Acc) ->
+    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
+    _ = os:cmd("kill -INT " ++ integer_to_list(OsPid)),
+    {_Status, Lines} = collect_exit(Port, Acc, deadline(?EXIT_TIMEOUT)),
+    Lines.
+
+%%--------------------------------------------------------------------
+%% DOF only
+
+%% On the host: boots the trixie-dtrace guest and runs this suite's dof
+%% group there (test/guest/ct.sh), with OTP's examples extracted here. The
+%% guest's Common Test logs land in this case's log directory.
+dof_in_guest(Config) ->
+    Priv = ?config(priv_dir, Config),
+    Examples = otp_examples(Priv),
+    Logs = filename:join(Priv, "guest-ct"),
+    ok = filelib:ensure_path(Logs),
+    LibDir = filename:dirname(code:lib_dir(dtrace)),
+    TestDir = filename:dirname(code:which(?MODULE)),
+    Guest = filename:join([root(), "scripts", "guest.sh"]),
+    Runner = filename:join([root(), "test", "guest", "ct.sh"]),
+    Port = open_port({spawn_executable, "/bin/sh"},
+                     [{args, [Guest, "run", "trixie-dtrace", "-t", "2400", "--",
+                              "sh", Runner, LibDir, TestDir, Examples, Logs]},
+                      {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    {Status, Lines} = collect_exit(Port, [], deadline(2500000)),
+    ct:log("the guest (exit status ~p):~n~ts", [Status, lists:join("\n", Lines)]),
+    Summary = [L || <<"guest ct: ", _/binary>> = L <- Lines],
+    ct:comment("~ts", [Summary]),
+    ?assertEqual({0, 1}, {Status, length(Summary)}).
+
+%% A DTrace started before two nodes sees both: each registers its DOF as
+%% the library loads, and DTrace picks it up while it runs.
+dof_two_nodes_started_later(Config) ->
+    Port = start_ready_dtrace(Config, "erlang*:::user_trace-i4s4 "
+                              "{ printf(\"node %d %s\\n\", pid, copyinstr(arg6)); }"),
+    Peers = [dtrace_test_peer:start_peer() || _ <- [a, b]],
+    try
+        Fire = fun(Name) ->
+                       fun() ->
+                               1 = dtrace_test_workload:fire_until_true(fun() -> dtrace:p(1, 2, "warm-up") end,
+                                                                        erlang:monotonic_time(millisecond) + 120000),
+                               true = dtrace:p(1, 2, Name)
+                       end
+               end,
+        Pids = [begin
+                    true = peer:call(P, erlang, apply, [Fire(Name), []], 150000),
+                    list_to_integer(dtrace_test_peer:os_pid(P))
+                end || {P, Name} <- lists:zip(Peers, ["node-a", "node-b"])],
+        Wanted = [iolist_to_binary(io_lib:format("node ~b ~s", [Pid, Name]))
+                  || {Pid, Name} <- lists:zip(Pids, ["node-a", "node-b"])],
+        Lines = collect(Port, fun(Ls) -> missing(Wanted, Ls) =/= [] end, [], deadline(?EVENTS_TIMEOUT),
+                        "both nodes' probes"),
+        ct:log("~ts", [lists:join("\n", stop_dtrace(Port, Lines))])
+    after
+        [dtrace_test_peer:stop_peer(P) || P <- Peers]
+    end.
+
+%% A run-time provider, defined while DTrace runs, is seen as prov*:::,
+%% its arguments past the sixth included (read from the stack copy).
+dof_provider(Config) ->
+    Port = start_ready_dtrace(Config, "suiteprov*:::req-start "
+                              "{ printf(\"req %d %s %d\\n\", arg0, copyinstr(arg6), arg7); }"),
+    Peer = ?config(peer, Config),
+    ok = peer:call(Peer, erlang, apply,
+                   [fun() ->
+                            {ok, P} = dtrace_provider:new(suiteprov, [{req__start, [int, int, int, int, int, int,
+                                                                                     string, int]}]),
+                            Args = fun(N, S) -> [N, 0, 0, 0, 0, 0, S, N + 1] end,
+                            1 = dtrace_test_workload:fire_until_true(
+                                  fun() -> dtrace_provider:fire(P, req__start, Args(0, "warm-up")) end,
+                                  erlang:monotonic_time(millisecond) + 120000),
+                            true = dtrace_provider:fire(P, req__start, Args(42, "GET /")),
+                            ok
+                    end, []], 150000),
+    Lines = collect(Port, fun(Ls) -> not lists:member(<<"req 42 GET / 43">>, Ls) end, [],
+                    deadline(?EVENTS_TIMEOUT), "the provider's probe"),
+    ct:log("~ts", [lists:join("\n", stop_dtrace(Port, Lines))]).
 
 deadline(Ms) ->
     erlang:monotonic_time(millisecond) + Ms.

@@ -3,7 +3,7 @@
 %%% and small processes and functions for the VM-probe suites.
 -module(dtrace_test_workload).
 
--export([fire_until_true/1, count_trues/2, start_ready_loop/1,
+-export([fire_until_true/1, fire_until_true/2, count_trues/2, start_ready_loop/1,
          stop_ready_loop_and_run/1, gdb_workload/1]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
 %% For the VM-probe suites.
