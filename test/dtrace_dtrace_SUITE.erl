@@ -433,10 +433,11 @@ window(Config, Script, Probes, Ready, Work, Expect) ->
     ?assertEqual({filename:basename(Script), []}, {filename:basename(Script), missing(All, Lines)}),
     {Result, Lines}.
 
-%% DTrace on Args, as a port: on the stapsdt provider through
-%% priv/dtrace-d with the peer's pid (erlang* made erlang$target, -Z); with
-%% DOF, DTrace itself on the script as shipped (-Z for the probes a stock
-%% VM cannot feed), naming no process.
+%% DTrace on Args, as a port, through priv/dtrace-d: on the stapsdt
+%% provider with the peer's pid (erlang* made erlang$target, -Z); with DOF,
+%% on the script as shipped (-Z for the probes a stock VM cannot feed),
+%% naming no process (dtrace-d then only reads args[10] from its register,
+%% which DTrace 2.0.7 cannot read of any probe).
 start_dtrace(Config, Args) ->
     {Exe, AllArgs, Env} =
         case ?config(mode, Config) of
@@ -444,7 +445,8 @@ start_dtrace(Config, Args) ->
                 {filename:join(code:priv_dir(dtrace), "dtrace-d"), ["-p", ?config(os_pid, Config) | Args],
                  [{"DTRACE", ?config(dtrace, Config)}]};
             dof ->
-                {?config(dtrace, Config), ["-Z" | Args], []}
+                {filename:join(code:priv_dir(dtrace), "dtrace-d"), ["-Z" | Args],
+                 [{"DTRACE", ?config(dtrace, Config)}]}
         end,
     open_port({spawn_executable, Exe}, [{args, AllArgs}, {env, Env}, {line, 65536}, stderr_to_stdout,
                                         exit_status, binary]).
