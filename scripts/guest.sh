@@ -254,6 +254,12 @@ mount -t devtmpfs dev $r/dev
 mkdir -p $r/dev/pts $r/dev/shm
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts $r/dev/pts
 mount -t tmpfs -o mode=1777 shm $r/dev/shm
+# What udev makes on a booted system: /dev/fd and the standard streams
+# (bash's and DTrace's /dev/fd/N paths need them).
+ln -sf /proc/self/fd $r/dev/fd
+ln -sf /proc/self/fd/0 $r/dev/stdin
+ln -sf /proc/self/fd/1 $r/dev/stdout
+ln -sf /proc/self/fd/2 $r/dev/stderr
 mount -t tmpfs -o mode=1777 tmp $r/tmp
 mount -t tmpfs -o mode=0755 run $r/run
 mount -t debugfs debugfs $r/sys/kernel/debug

@@ -152,7 +152,8 @@ nif_missing_module_still_loads(Config) ->
                                  {user_trace_i4s4, [a, 1, 2, 3, 4, a, b, c, d]}]],
         ?assertEqual([false, false, false, false, false, false], Results),
         ?assertEqual([], peer:call(Peer, dtrace, span, [kind, fun erlang:nodes/0])),
-        ?assertEqual(#{sdt => false, lttng => {false, <<"NIF not loaded">>}}, peer:call(Peer, dtrace, sinks, [])),
+        ?assertEqual(#{sdt => false, lttng => {false, <<"NIF not loaded">>}, dof => {false, <<"NIF not loaded">>}},
+                     peer:call(Peer, dtrace, sinks, [])),
         ?assertEqual(undefined, peer:call(Peer, dtrace, put_tag, ["x"]))
     after
         peer:stop(Peer)
