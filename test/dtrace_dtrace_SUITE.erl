@@ -521,7 +521,8 @@ dof_two_nodes_started_later(Config) ->
     end.
 
 %% A run-time provider, defined while DTrace runs, is seen as prov*:::,
-%% its arguments past the sixth included (read from the stack copy).
+%% its arguments past the sixth included (read from the stack copy); once
+%% deleted, DTrace lists it no more (its DOF was taken back).
 dof_provider(Config) ->
     Port = start_ready_dtrace(Config, "suiteprov*:::req-start "
                               "{ printf(\"req %d %s %d\\n\", arg0, copyinstr(arg6), arg7); }"),
@@ -535,11 +536,20 @@ dof_provider(Config) ->
                                   fun() -> dtrace_provider:fire(P, req__start, Args(0, "warm-up")) end,
                                   erlang:monotonic_time(millisecond) + 120000),
                             true = dtrace_provider:fire(P, req__start, Args(42, "GET /")),
+                            register(dtrace_suite_provider, spawn(fun() -> receive delete -> ok end,
+                                                                        ok = dtrace_provider:delete(P) end)),
                             ok
                     end, []], 150000),
     Lines = collect(Port, fun(Ls) -> not lists:member(<<"req 42 GET / 43">>, Ls) end, [],
                     deadline(?EVENTS_TIMEOUT), "the provider's probe"),
-    ct:log("~ts", [lists:join("\n", stop_dtrace(Port, Lines))]).
+    ct:log("~ts", [lists:join("\n", stop_dtrace(Port, Lines))]),
+    Listed = fun() ->
+                     {_, Out} = dtrace_test_tracer:run(?config(dtrace, Config), ["-l", "-n", "suiteprov*:::req-start"]),
+                     lists:any(fun(L) -> binary:match(L, <<"req-start">>) =/= nomatch end, Out)
+             end,
+    ?assert(Listed()),
+    peer:call(Peer, erlang, send, [dtrace_suite_provider, delete]),
+    ok = dtrace_test_workload:wait_until(fun() -> not Listed() end, 120000).
 
 deadline(Ms) ->
     erlang:monotonic_time(millisecond) + Ms.

@@ -494,8 +494,15 @@ impl Provider {
         registry().names.remove(&self.name);
         let mut dof = self.dof.lock().unwrap_or_else(PoisonError::into_inner);
         if let Ok(generation) = *dof {
+            // The request waits for the main thread (module `dof`), and a
+            // delete may run in a resource destructor on a scheduler: a
+            // thread of its own makes it, and nothing waits for it. If no
+            // thread can be made, the device drops the DOF when the process
+            // exits.
             #[cfg(dtrace_sdt)]
-            crate::dof::helper::remove(generation);
+            let _ = std::thread::Builder::new()
+                .name("dtrace-dof-remove".into())
+                .spawn(move || crate::dof::helper::remove(generation));
             #[cfg(not(dtrace_sdt))]
             let _ = generation;
         }
