@@ -221,7 +221,7 @@ otp_messages(Config) ->
 otp_process_scheduling(Config) ->
     Hibernating = fun() ->
                           P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
-                          wait_hibernating(P),
+                          dtrace_test_workload:wait_hibernating(P),
                           P ! wake,
                           P
                   end,
@@ -293,12 +293,12 @@ otp_port1(Config) ->
                     fun() ->
                             P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
                             port_command(P, "x"),
-                            close_port(P)
+                            dtrace_test_workload:close_port(P)
                     end,
                     fun() ->
                             P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
                             true = port_command(P, <<"hi">>),
-                            close_port(P),
+                            dtrace_test_workload:close_port(P),
                             true = port_command(Old, "old"),
                             {pid_to_list(self()), erlang:port_to_list(P)}
                     end,
@@ -603,20 +603,3 @@ lines({_Result, Lines}) ->
 %% operation"), no drops, no warning.
 no_dtrace_messages({_, Lines}) ->
     ?assertEqual([], [L || <<"dtrace:", _/binary>> = L <- Lines]).
-
-%% Waits (at most 5 s) until P hibernates (process_info/2 wakes it).
-wait_hibernating(P) ->
-    ok = dtrace_test_workload:wait_until(
-           fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
-           5000).
-
-%% Closes port P; a port that already exited (port_close/1 then raises
-%% badarg) is fine too. (The ports here are opened with exit_status: without
-%% it a port closes as soon as its program's standard output does, and
-%% `cat >/dev/null' closes it at once.)
-close_port(P) ->
-    try port_close(P) of
-        true -> ok
-    catch
-        error:badarg -> undefined = erlang:port_info(P), ok
-    end.

@@ -3,6 +3,7 @@
 %%% and small processes and functions for the VM-probe suites.
 -module(dtrace_test_workload).
 
+-export([wait_hibernating/1, close_port/1]).
 -export([fire_until_true/1, fire_until_true/2, count_trues/2, start_ready_loop/1,
          stop_ready_loop_and_run/1, gdb_workload/1]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
@@ -242,3 +243,20 @@ provider_handle(Name) ->
     Pid = whereis(Name),
     Pid ! {get, self()},
     receive {handle, Pid, P} -> P end.
+
+%% Waits (at most 5 s) until P hibernates (process_info/2 wakes it).
+wait_hibernating(P) ->
+    ok = wait_until(
+           fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
+           5000).
+
+%% Closes port P; a port that already exited (port_close/1 then raises
+%% badarg) is fine too. (The ports here are opened with exit_status: without
+%% it a port closes as soon as its program's standard output does, and
+%% `cat >/dev/null' closes it at once.)
+close_port(P) ->
+    try port_close(P) of
+        true -> ok
+    catch
+        error:badarg -> undefined = erlang:port_info(P), ok
+    end.

@@ -131,23 +131,6 @@ events_of(Pid, Lines) ->
     Bin = list_to_binary(Pid),
     [Fields || {_, [_Kind, P | _] = Fields} <- events(Lines), P =:= Bin].
 
-%% Waits (at most 5 s) until P hibernates (process_info/2 wakes it).
-wait_hibernating(P) ->
-    ok = dtrace_test_workload:wait_until(
-           fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
-           5000).
-
-%% Closes port P; a port that already exited (port_close/1 then raises
-%% badarg) is fine too. (The ports here are opened with exit_status: without
-%% it a port closes as soon as its program's standard output does, and
-%% `cat >/dev/null' closes it at once.)
-close_port(P) ->
-    try port_close(P) of
-        true -> ok
-    catch
-        error:badarg -> undefined = erlang:port_info(P), ok
-    end.
-
 %% N sends between two known processes give N message__send events with
 %% their pids and the messages' flat sizes in words (erts_debug:flat_size/1),
 %% and N message__queued events at the receiver; a message whose size the
@@ -628,12 +611,12 @@ shipped_scripts(Config) ->
     %% process-scheduling.bt
     Run("process-scheduling.bt",
         fun() -> P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
-                 wait_hibernating(P), P ! wake end,
+                 dtrace_test_workload:wait_hibernating(P), P ! wake end,
         [{contains, <<"  Schedule pid">>}, {contains, <<"Unschedule pid">>},
          {contains, <<"Hibernate pid">>}],
         fun() ->
                 P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
-                wait_hibernating(P),
+                dtrace_test_workload:wait_hibernating(P),
                 P ! wake,
                 pid_to_list(P)
         end,
@@ -696,7 +679,7 @@ shipped_scripts(Config) ->
         fun() ->
                 P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
                 true = port_command(P, <<"hi">>),
-                close_port(P),
+                dtrace_test_workload:close_port(P),
                 {pid_to_list(self()), erlang:port_to_list(P)}
         end,
         fun({Owner, Port}) ->
