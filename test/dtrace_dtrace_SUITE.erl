@@ -290,10 +290,13 @@ otp_port1(Config) ->
                                  end, []]),
     Result = window(Config, otp_script(Config, "port1.d"),
                     ["port-open", "port-command", "port-exit"],
+                    %% A program per call: paced, so that the ready loop
+                    %% leaves DTrace the CPU to start (a one-vCPU guest).
                     fun() ->
                             P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
                             port_command(P, "x"),
-                            dtrace_test_workload:close_port(P)
+                            dtrace_test_workload:close_port(P),
+                            timer:sleep(100)
                     end,
                     fun() ->
                             P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
@@ -362,7 +365,10 @@ shipped_message_latency(Config) ->
 %% (args[10], read from its register by priv/dtrace-d) included, and the
 %% latency per tag at exit.
 shipped_efile_drv(Config) ->
-    File = filename:join(?config(priv_dir, Config), "efile-drv-d.txt"),
+    %% A short path: efile_drv.d prints it through copyinstr(), which keeps
+    %% DTrace's strsize (256 bytes), and the guest's log directories are
+    %% deeper than that.
+    File = filename:join("/tmp", "dtrace-suite-efile-" ++ os:getpid() ++ ".txt"),
     ok = file:write_file(File, <<"efile_drv.d">>),
     Result = window(Config, shipped_script("efile_drv.d"), ["efile_drv-entry", "efile_drv-return"],
                     fun() -> dtrace_file:read_file_info(File) end,
@@ -380,7 +386,8 @@ shipped_efile_drv(Config) ->
     %% The port is text, not "?" (its register read) and not an error.
     [Entry | _] = [L || L <- lines(Result), binary:match(L, <<"user tag ftag | READ_FILE">>) =/= nomatch,
                         binary:match(L, <<"enter">>) =/= nomatch],
-    ?assertMatch({match, _}, re:run(Entry, "\\(port [^?)][^)]*\\)$")).
+    ?assertMatch({match, _}, re:run(Entry, "\\(port [^?)][^)]*\\)$")),
+    ok = file:delete(File).
 
 spawn_exit(Config, Script) ->
     Result = window(Config, Script, ["process-spawn", "process-exit"],
