@@ -480,7 +480,7 @@ stop_dtrace(Port, Acc) ->
 %% group there (test/guest/ct.sh), with OTP's examples extracted here. The
 %% guest's Common Test logs land in this case's log directory.
 dof_in_guest(Config) ->
-    %% The guest emulates its CPU: 14 cases took about 9 minutes here.
+    %% The guest emulates its CPU: 14 cases took 6 to 9 minutes here.
     ct:timetrap({minutes, 45}),
     Priv = ?config(priv_dir, Config),
     Examples = otp_examples(Priv),
