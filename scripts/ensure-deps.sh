@@ -19,9 +19,12 @@ need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-d
 # Debian keeps lttng-ust's headers in the multiarch directory. python3-bt2:
 # babeltrace2's Python bindings, for the flight recorder's report
 # (priv/dtrace-recorder-report), in the system Python's dist-packages.
+# systemtap-sdt-dev: <sys/sdt.h>, for make bench's C floors (bare SDT sites);
+# without it those rows were skipped on a fresh machine.
 need_files="/usr/lib/erlang/lib/proper-*/include/proper.hrl:erlang-proper-dev
   /usr/include/*/lttng/tracepoint.h:liblttng-ust-dev
-  /usr/lib/python3/dist-packages/bt2/__init__.py:python3-bt2"
+  /usr/lib/python3/dist-packages/bt2/__init__.py:python3-bt2
+  /usr/include/*/sys/sdt.h:systemtap-sdt-dev"
 
 missing=
 for pair in $need; do
