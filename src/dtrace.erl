@@ -591,7 +591,10 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %% clock read. Otherwise `span__begin' fires before `Fun' runs and
 %% `span__end', with the duration in nanoseconds (monotonic clock), after
 %% it returns or raises. Spans nest: a span started inside `Fun' in the
-%% same process names this one as its parent. The user tag passed is the
+%% same process names this one as its parent. While a tracer listens to a
+%% `span__vm_*' probe ("why was it slow": priv/dtrace-slow-spans, the flight
+%% recorder), the outermost span's process is traced for the span's time
+%% (scheduling, GC, messages; about 2 us more per span, docs/operators.md). The user tag passed is the
 %% caller's ({@link get_tag_data/0}) when the span begins.
 %% ```
 %% dtrace:span(db_query, fun() -> db:query(Sql) end)
@@ -605,6 +608,7 @@ span(Kind, Fun) when is_function(Fun, 0) ->
         true ->
             {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
             Outer = put(?SPAN_KEY, Id),
+            _ = Outer =:= undefined andalso dtrace_span_trace:begin_span(Id),
             try
                 Fun()
             after
@@ -624,7 +628,10 @@ span(Kind, Fun) when is_function(Fun, 0) ->
 span_begin(Kind) ->
     case dtrace_nif:span_enabled() of
         false -> {dtrace_span, 0, 0, [], 0, undef};
-        true -> traced_span_begin(Kind)
+        true ->
+            {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
+            _ = get(?SPAN_KEY) =:= undefined andalso dtrace_span_trace:begin_span(Id),
+            Span
     end.
 
 %% @doc Ends a span {@link span_begin/1} returned: fires `span__end' with
@@ -636,7 +643,9 @@ span_begin(Kind) ->
 span_end({dtrace_span, 0, _, _, _, _}) ->
     false;
 span_end({dtrace_span, Id, Parent, Kind, Start, Tag}) when is_integer(Start) ->
-    dtrace_nif:span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag);
+    Fired = dtrace_nif:span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag),
+    ok = dtrace_span_trace:end_span(Id),
+    Fired;
 span_end(Other) ->
     erlang:error(badarg, [Other]).
 

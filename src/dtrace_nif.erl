@@ -16,7 +16,7 @@
 
 -export([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
          user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
--export([span_enabled/0, span_begin/4, span_end/5]).
+-export([span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 -export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
@@ -27,7 +27,7 @@
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
        user_trace_i4s4/9, i4s4/9, user_trace_n/10,
-       span_enabled/0, span_begin/4, span_end/5,
+       span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0,
        efile_enabled/0, efile_entry/10, efile_return/6,
        vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
@@ -146,6 +146,12 @@ span_begin(_SpanId, _ParentId, _Kind, _UserTag) ->
                DurationNs :: integer(), UserTag :: binary() | undef) -> boolean().
 span_end(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
     stub(false).
+
+%% The trace flags the outermost span's process gets now (vm/mod.rs): those
+%% of the feed rows on=spans whose span__vm_* probes listen.
+-spec span_vm_flags() -> [atom()].
+span_vm_flags() ->
+    stub([]).
 
 %%%===================================================================
 %%% File I/O probes (efile.rs): see dtrace_file

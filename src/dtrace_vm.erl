@@ -64,6 +64,7 @@
 -define(SESSION_TRACER, {dtrace, auto}).
 -define(SESSION, dtrace_auto).
 -define(META_SESSION, dtrace_spawn_meta).
+-define(SPAN_SESSION, dtrace_span).
 -define(MS, [{'_', [], [{exception_trace}]}]).
 %% process__spawn in automatic mode: meta tracing of the BIFs every local
 %% spawn goes through (spawn/1, spawn_monitor/1, proc_lib, ... call them),
@@ -372,8 +373,13 @@ clear_all() ->
 create_sessions() ->
     destroy_leftovers(),
     try
-        {session, trace:session_create(?SESSION, ?SESSION_TRACER, []),
-         trace:session_create(?META_SESSION, ?META, [])}
+        T = {session, trace:session_create(?SESSION, ?SESSION_TRACER, []),
+             trace:session_create(?META_SESSION, ?META, [])},
+        %% The session of the processes inside a span (dtrace_span_trace):
+        %% theirs to use, in persistent_term; destroyed with the others.
+        persistent_term:put(dtrace_span_trace:session_key(),
+                            trace:session_create(?SPAN_SESSION, {dtrace, span}, [])),
+        T
     catch
         error:Why ->
             destroy_leftovers(),
@@ -386,12 +392,18 @@ create_sessions() ->
 %% kept them alive after it died, by name.
 destroy_leftovers() ->
     _ = [catch trace:session_destroy(W)
-         || {Name, _} = W <- trace:session_info(all), Name =:= ?SESSION orelse Name =:= ?META_SESSION],
+         || {Name, _} = W <- trace:session_info(all),
+            Name =:= ?SESSION orelse Name =:= ?META_SESSION orelse Name =:= ?SPAN_SESSION],
     ok.
 
 destroy_sessions({session, Auto, Meta}) ->
     _ = (catch trace:session_destroy(Auto)),
     _ = (catch trace:session_destroy(Meta)),
+    case persistent_term:get(dtrace_span_trace:session_key(), undefined) of
+        undefined -> ok;
+        Span -> _ = persistent_term:erase(dtrace_span_trace:session_key()),
+                _ = (catch trace:session_destroy(Span))
+    end,
     ok.
 
 %%%===================================================================

@@ -647,6 +647,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         Target::Processes => quote!(Target::Processes),
         Target::Ports => quote!(Target::Ports),
         Target::SpawnMeta => quote!(Target::SpawnMeta),
+        Target::Spans => quote!(Target::Spans),
     };
     // Is row i listening? One function per row.
     let row_fns: Vec<TokenStream> = c
@@ -718,7 +719,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
     // Trace flags per target: all those automatic mode may set, and those
     // whose `auto` rows listen now.
     let mut flag_fns = Vec::new();
-    for t in [Target::Processes, Target::Ports] {
+    for t in [Target::Processes, Target::Ports, Target::Spans] {
         let all = c.flags(t);
         let wanted = all.iter().map(|flag| {
             let rows: Vec<&TokenStream> = c
@@ -752,6 +753,9 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
             Ports,
             /// Meta tracing of the spawn BIFs (tracer state `spawn_meta`).
             SpawnMeta,
+            /// A process in a span, traced by `dtrace:span/2` (tracer
+            /// state `span`).
+            Spans,
         }
 
         /// The trace tags the feed table names.
@@ -785,9 +789,9 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
             }
         }
 
-        /// The trace flags of `target` (processes or ports) that automatic
-        /// mode sets now: those of the rows with a listener (not `auto=no`),
-        /// each once, in the table's order.
+        /// The trace flags of `target` that automatic mode (processes,
+        /// ports) or `dtrace:span/2` (spans) sets now: those of the rows
+        /// with a listener (not `auto=no`), each once, in the table's order.
         #[allow(clippy::possible_missing_else)]
         pub(crate) fn wanted_flags(target: Target) -> Vec<&'static str> {
             let mut flags: Vec<&'static str> = Vec::new();

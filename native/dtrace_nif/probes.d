@@ -53,6 +53,25 @@ provider erlang {
 	probe span__end(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind,
 	    int64_t duration_ns);
 
+	/*
+	 * A process inside a span, for "why was it slow" (not OTP's): while a
+	 * tracer listens to one of these, dtrace:span/2 (span_begin/1) gives
+	 * the outermost span's process the trace flags of its feed rows (on=
+	 * spans) until the span ends; no other process is traced for them.
+	 */
+
+	/* In a span: proc is scheduled in ("in") to run mfa, or out ("out") in mfa; "<unknown>" when the VM does not say. */
+	probe span__vm_scheduled(char *proc, char *mfa, char *type);
+
+	/* In a span: a collection of proc starts or ends (type gc_minor_start, gc_minor_end, gc_major_start, gc_major_end); words needed (start) or reclaimed (end). */
+	probe span__vm_gc(char *proc, char *type, int64_t words);
+
+	/* In a span: proc sent a message of size words to receiver (a pid, a port, a registered name, or a process of another node). */
+	probe span__vm_send(char *proc, char *receiver, int64_t size);
+
+	/* In a span: a message of size words was queued to proc. */
+	probe span__vm_receive(char *proc, int64_t size);
+
 	/* dtrace_file: file operation {thread_id, tag} starts (OTP 20's efile_drv; tag counts the scheduler's operations). */
 	probe efile_drv__entry(int thread_id, int tag, char *user_tag, int command,
 	    char *s1, char *s2, int64_t i1, int64_t i2, int64_t i3, int64_t i4,
@@ -265,6 +284,10 @@ provider org_erlang_dyntrace {
 #pragma dtrace_nif feed on=ports flags=ports tags=register,unregister sdt=dtrace_process__register lttng=process_register fmt=register auto=no
 #pragma dtrace_nif feed on=ports flags=send tags=send,send_to_non_existing_process sdt=message__send,message__send__remote lttng=message_send fmt=send auto=no
 #pragma dtrace_nif feed on=ports flags=receive tags=receive lttng=message_receive fmt=queued auto=no
+#pragma dtrace_nif feed on=spans flags=running tags=in,out sdt=span__vm_scheduled fmt=span_scheduled
+#pragma dtrace_nif feed on=spans flags=garbage_collection tags=gc_minor_start,gc_minor_end,gc_major_start,gc_major_end sdt=span__vm_gc fmt=span_gc
+#pragma dtrace_nif feed on=spans flags=send tags=send,send_to_non_existing_process sdt=span__vm_send fmt=span_send
+#pragma dtrace_nif feed on=spans flags=receive tags=receive sdt=span__vm_receive fmt=span_receive
 
 /*
  * OTP's efile command numbers (efile_drv.c, OTP 20): `command' of the

@@ -534,15 +534,22 @@ pub enum Target {
     /// Meta tracing of the spawn BIFs (tracer state `spawn_meta`): no trace
     /// flag on any process.
     SpawnMeta,
+    /// A process inside a span (tracer state `span`): `dtrace:span/2` sets
+    /// the row's flags on its own process for the outermost span while one
+    /// of the row's probes listens, and removes them at its end. Automatic
+    /// mode never sets them.
+    Spans,
 }
 
 impl Target {
-    /// Its name in the provider file (`processes`, `ports`, `spawn_meta`).
+    /// Its name in the provider file (`processes`, `ports`, `spawn_meta`,
+    /// `spans`).
     pub fn name(self) -> &'static str {
         match self {
             Target::Processes => "processes",
             Target::Ports => "ports",
             Target::SpawnMeta => "spawn_meta",
+            Target::Spans => "spans",
         }
     }
 }
@@ -747,7 +754,10 @@ fn parse_feed(p: &Parser, words: &[String]) -> Result<Feed, ParseError> {
                     "processes" => Target::Processes,
                     "ports" => Target::Ports,
                     "spawn_meta" => Target::SpawnMeta,
-                    other => return p.err(format!("feed: unknown target {other:?} (processes, ports, spawn_meta)")),
+                    "spans" => Target::Spans,
+                    other => {
+                        return p.err(format!("feed: unknown target {other:?} (processes, ports, spawn_meta, spans)"));
+                    }
                 })
             }
             "flags" => feed.flags = list()?,
@@ -775,7 +785,7 @@ fn parse_feed(p: &Parser, words: &[String]) -> Result<Feed, ParseError> {
     }
     match (feed.target, feed.flags.is_empty()) {
         (Target::SpawnMeta, false) => return p.err("feed: on=spawn_meta sets no trace flag"),
-        (Target::Processes | Target::Ports, true) => return p.err("feed: no flags=..."),
+        (Target::Processes | Target::Ports | Target::Spans, true) => return p.err("feed: no flags=..."),
         _ => {}
     }
     if feed.tags.is_empty() {
@@ -960,7 +970,7 @@ mod tests {
     fn the_library_catalogue_has_otps_user_and_file_probes() {
         let p = parse(&probes_d()).unwrap().provider;
         assert_eq!(p.name, "erlang");
-        assert_eq!(p.count(), 983);
+        assert_eq!(p.count(), 987);
         let i4s4 = p.probe("user_trace__i4s4").unwrap();
         assert_eq!(
             i4s4.prototype(),

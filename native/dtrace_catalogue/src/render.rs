@@ -182,6 +182,7 @@ fn feed_source(f: &crate::Feed) -> String {
         Target::Processes => format!("{}: {tags}", f.flags.join(" + ")),
         Target::Ports => format!("{} on ports: {tags}", f.flags.join(" + ")),
         Target::SpawnMeta => format!("meta tracing of the spawn BIFs: {tags}"),
+        Target::Spans => format!("{} on a process in a span: {tags}", f.flags.join(" + ")),
     }
 }
 
@@ -200,6 +201,7 @@ pub fn vm_markdown(c: &Catalogue) -> String {
     for f in &c.feeds {
         let flags = match f.target {
             Target::SpawnMeta => "none (meta patterns on `erlang:spawn/3`, `spawn_link/3`, `spawn_opt/4`)".to_string(),
+            Target::Spans => format!("{} (set by `dtrace:span/2` on its own process, for the span)", code(&f.flags)),
             _ if !f.auto => format!("{}{auto_note}", code(&f.flags)),
             _ => code(&f.flags),
         };
@@ -449,7 +451,7 @@ mod tests {
     #[test]
     fn erlang_terms_expand_numbered_probes() {
         let e = erlang(&catalogue(), Arch::X86_64);
-        assert_eq!(e.lines().filter(|l| l.starts_with("{probe, ")).count(), 983);
+        assert_eq!(e.lines().filter(|l| l.starts_with("{probe, ")).count(), 987);
         assert!(e.contains("{probe, \"user_trace__n950\", [{\"proc\", \"char *\", \"rdi\", \"8@%rdi\"}"));
         assert!(e.contains("{\"thread_id\", \"int\", \"rdi\", \"-4@%edi\"}"));
         assert!(e.contains(

@@ -43,6 +43,11 @@ pub(crate) fn gc(e: &Event<'_>, tag: TraceTag) {
     }
 }
 
+/// The words needed (start) or reclaimed (end) of a GC event's list.
+pub(super) fn wordsize(list: Term<'_>) -> Option<u64> {
+    GcFigures::of(list).wordsize
+}
+
 /// The figures of a GC event's list the probes carry (the one parser of
 /// that list): each `None` when absent.
 #[derive(Default)]

@@ -38,6 +38,7 @@ mod messages;
 mod ports;
 mod procs;
 mod running;
+mod spans;
 
 /// The formatting functions the feed table names, for `feeds.rs`.
 mod fmt {
@@ -47,6 +48,7 @@ mod fmt {
     pub(super) use super::ports::{port_exit, port_link, port_open, port_scheduled};
     pub(super) use super::procs::{exit, link, register, spawn, spawn_meta, unlink};
     pub(super) use super::running::{scheduled, unscheduled};
+    pub(super) use super::spans::{span_gc, span_receive, span_scheduled, span_send};
 }
 
 include!(concat!(env!("OUT_DIR"), "/feeds.rs"));
@@ -66,7 +68,7 @@ nif_args!(
 
 mod atoms {
     rustler::atoms! {
-        trace, discard, trace_status, extra, spawn_meta, undefined,
+        trace, discard, trace_status, extra, spawn_meta, span, undefined,
     }
 }
 
@@ -89,10 +91,12 @@ fn trace_tag_of(term: ErlNifTerm) -> Option<TraceTag> {
 }
 
 /// What an event is about: meta tracing of the spawn BIFs (the tracer
-/// state `spawn_meta`), a port, or a process.
+/// state `spawn_meta`), a process in a span (`span`), a port, or a process.
 fn target_of(tracer_state: ErlNifTerm, tracee_is_port: bool) -> Target {
     if tracer_state == atoms::spawn_meta().as_c_arg() {
         Target::SpawnMeta
+    } else if tracer_state == atoms::span().as_c_arg() {
+        Target::Spans
     } else if tracee_is_port {
         Target::Ports
     } else {
@@ -164,6 +168,14 @@ fn vm_listening(env: Env<'_>) -> Term<'_> {
         port_flags.push("ports");
     }
     (atoms(wanted_flags(Target::Processes)), atoms(port_flags), crate::probes::listened(), meta).encode(env)
+}
+
+/// `span_vm_flags() -> [atom()]`: the trace flags `dtrace:span/2` gives
+/// the process of an outermost span now (with the tracer `{dtrace, span}`):
+/// those of the `on=spans` rows that have a listener; `[]` when none has.
+#[rustler::nif]
+fn span_vm_flags(env: Env<'_>) -> Vec<Atom> {
+    wanted_flags(Target::Spans).iter().filter_map(|f| Atom::from_str(env, f).ok()).collect()
 }
 
 /// `vm_port_name(Port, Name, Owner) -> boolean()`: keeps the name `Port`

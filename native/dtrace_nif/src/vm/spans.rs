@@ -1,0 +1,46 @@
+//! A process inside a span (the `on=spans` rows: tracer state `span`,
+//! flags set by `dtrace:span/2` on its own process for the outermost span
+//! while one of these probes listens): the `span__vm_*` probes, for "why
+//! was it slow" (priv/dtrace_why.py). Each fires only its own probe.
+
+use rustler::TermType;
+
+use super::{Event, TraceTag, UNAVAILABLE, UNKNOWN_MFA, mfa_text};
+use crate::flat_size::flat_size;
+use crate::probes::{span__vm_gc, span__vm_receive, span__vm_scheduled, span__vm_send};
+use crate::text::TextBuf;
+
+/// `in`, `out`: the tracee runs (in) or stops running (out) in TraceTerm's mfa.
+pub(crate) fn span_scheduled(e: &Event<'_>, _tag: TraceTag) {
+    let (mut pid, mut mfa, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
+    span__vm_scheduled::fire(e.tracee(&mut pid), mfa_text(e.term, UNKNOWN_MFA, &mut mfa), e.tag_name(&mut kind));
+}
+
+/// `gc_minor_start` .. `gc_major_end`: the words needed or reclaimed.
+pub(crate) fn span_gc(e: &Event<'_>, _tag: TraceTag) {
+    let (mut pid, mut kind) = (TextBuf::new(), TextBuf::new());
+    let words = super::gc::wordsize(e.term).map_or(UNAVAILABLE, |w| w as i64);
+    span__vm_gc::fire(e.tracee(&mut pid), e.tag_name(&mut kind), words);
+}
+
+/// `send`, `send_to_non_existing_process`: to `extra`, as given to the
+/// send (a registered name is not resolved here).
+pub(crate) fn span_send(e: &Event<'_>, _tag: TraceTag) {
+    let (mut pid, mut to) = (TextBuf::new(), TextBuf::new());
+    let to = match e.extra() {
+        Some(t) => e.id(t, &mut to),
+        None => to.literal(""),
+    };
+    let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
+    span__vm_send::fire(e.tracee(&mut pid), to, size);
+}
+
+/// `'receive'` on a process: a message was queued to it.
+pub(crate) fn span_receive(e: &Event<'_>, _tag: TraceTag) {
+    if e.tracee.get_type() == TermType::Port {
+        return;
+    }
+    let mut pid = TextBuf::new();
+    let size = flat_size(e.term).map_or(UNAVAILABLE, |s| s as i64);
+    span__vm_receive::fire(e.tracee(&mut pid), size);
+}

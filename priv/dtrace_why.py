@@ -1,0 +1,340 @@
+"""dtrace_why: why was a span slow. The rules, written once, shared by
+priv/dtrace-slow-spans (events from bpftrace, live) and
+priv/dtrace-recorder-report (events from a flight-recorder snapshot).
+
+Feed it the events of one node or several in time order (`feed`); each
+span end returns a Breakdown of that span. The events (`kind`, then the
+fields), nanoseconds on one clock:
+
+    span_begin  pid span_id parent_id kind tag
+    span_end    pid span_id duration_ns
+    out         pid                 the process is scheduled out
+    hibernate   pid mfa             ... to hibernate
+    in          pid mfa             ... and in again, to run mfa
+    gc_start    pid                 a collection (minor or major) starts
+    gc_end      pid
+    queued      pid                 a message was queued to pid
+    send        sender receiver
+    call        pid mfa             function probes (dtrace:function_probes/1)
+    return      pid mfa
+    file_start  key command user_tag  dtrace_file's operation `key' starts
+    file_end    key
+
+The rules (docs/operators.md, "Why was it slow"), over the span's own
+process from its begin to its end:
+
+  - GC: the time between a collection's start and end.
+  - scheduled out: the time between `out' (or `hibernate') and the next
+    `in', less any part of it inside a collection (a large collection
+    runs on a dirty scheduler: the process is scheduled out for it, and
+    that time is GC). Each such interval is put under the function the
+    process was scheduled in to run again, which is where it waited:
+    `timer:sleep/1', `gen:do_call/4' (a gen_server call), and so on. The
+    process that sent the last message to it while it was out is named
+    as the one that woke it ("woken by"), and the one it last sent a
+    message to before it went out as the one it waited on ("waiting on"):
+    for a gen_server call, the server (its reply goes to an alias, which
+    names no process: the waker is then not known).
+  - file I/O: dtrace_file operations under the span's user tag, inside
+    the span. Where they overlap the process's scheduled-out time, that
+    time is file I/O, not scheduled out (file operations run on dirty
+    I/O schedulers; a process does not run while it waits for one).
+  - on CPU: the rest (the duration less GC, scheduled out and file I/O).
+  - messages received: `queued' events to the process.
+  - slowest calls: call-to-return times of the functions the operator
+    gave to dtrace:function_probes/1, when any.
+  - the cause: the largest of on CPU, GC, file I/O and each function
+    scheduled out in.
+
+Limits: the process is taken to be on CPU at the span's begin (it is:
+it is running span_begin). Events the tracer lost or the recorder's
+ring buffer overwrote make a breakdown short: `complete' says whether
+the span's begin was seen. Per process, at most MAX_EVENTS events are
+kept for an open span; past that the span is marked truncated.
+"""
+
+import json
+
+MAX_EVENTS = 200_000
+# file operations kept for spans that end later, in ns
+FILE_KEEP_NS = 600 * 1_000_000_000
+
+# OTP's efile_drv command numbers (dtrace_file's module documentation).
+COMMANDS = {1: "OPEN", 2: "READ", 3: "LSEEK", 4: "WRITE", 5: "FSTAT", 6: "PWD", 7: "READDIR",
+            8: "CHDIR", 9: "FSYNC", 10: "MKDIR", 11: "DELETE", 12: "RENAME", 13: "RMDIR",
+            14: "TRUNCATE", 15: "READ_FILE", 16: "WRITE_INFO", 19: "LSTAT", 20: "READLINK",
+            21: "LINK", 22: "SYMLINK", 23: "CLOSE", 24: "PWRITEV", 25: "PREADV", 29: "READ_LINE",
+            30: "FDATASYNC", 31: "FADVISE"}
+
+
+class Breakdown:
+    """Where one span's time went (all times in ns)."""
+
+    def __init__(self, node, pid, span_id, parent_id, kind, tag, begin, end, complete, truncated):
+        self.node, self.pid, self.span_id, self.parent_id = node, pid, span_id, parent_id
+        self.kind, self.tag, self.begin, self.end = kind, tag, begin, end
+        self.complete, self.truncated = complete, truncated
+        self.duration = end - begin
+        self.gc = 0
+        self.gcs = 0
+        self.scheduled_out = 0
+        self.out_in = {}        # mfa -> ns
+        self.woken_by = {}      # mfa -> pid of the last waker
+        self.waiting_on = {}    # mfa -> what it last sent a message to before
+        self.file_io = 0
+        self.file_ops = {}      # command -> [count, ns]
+        self.messages = 0
+        self.calls = []         # [(ns, mfa)], slowest first
+        self.on_cpu = 0
+
+    def _who(self, mfa):
+        text = ""
+        if mfa in self.waiting_on:
+            text += ", waiting on %s" % self.waiting_on[mfa]
+        if mfa in self.woken_by:
+            text += ", woken by %s" % self.woken_by[mfa]
+        return text
+
+    def causes(self):
+        """Every component, largest first: (ns, text)."""
+        parts = [(self.on_cpu, "on CPU"), (self.gc, "GC")]
+        if self.file_io:
+            ops = ", ".join("%s x%d" % (c, n) for c, (n, _) in sorted(self.file_ops.items(), key=lambda kv: -kv[1][1]))
+            parts.append((self.file_io, "file I/O (%s)" % ops))
+        for mfa, ns in self.out_in.items():
+            text = "scheduled out in %s" % mfa + self._who(mfa)
+            parts.append((ns, text))
+        return sorted(parts, key=lambda p: -p[0])
+
+    def cause(self):
+        ns, text = self.causes()[0]
+        return ns, text
+
+    def as_json(self):
+        return {"node": self.node, "pid": self.pid, "span_id": self.span_id, "parent_id": self.parent_id,
+                "kind": self.kind, "tag": self.tag, "begin_ns": self.begin, "duration_ns": self.duration,
+                "on_cpu_ns": self.on_cpu, "gc_ns": self.gc, "gcs": self.gcs,
+                "scheduled_out_ns": self.scheduled_out,
+                "scheduled_out_in": [{"mfa": m, "ns": ns, "woken_by": self.woken_by.get(m),
+                                      "waiting_on": self.waiting_on.get(m)}
+                                     for m, ns in sorted(self.out_in.items(), key=lambda kv: -kv[1])],
+                "file_io_ns": self.file_io,
+                "file_ops": {c: {"count": n, "ns": ns} for c, (n, ns) in self.file_ops.items()},
+                "messages_received": self.messages,
+                "slowest_calls": [{"mfa": m, "ns": ns} for ns, m in self.calls],
+                "cause": self.cause()[1], "cause_ns": self.cause()[0],
+                "complete": self.complete, "truncated": self.truncated}
+
+    def lines(self, clock, top=5):
+        """The breakdown as text lines; clock(ns) gives the time of day."""
+        ms = lambda ns: "%.2f ms" % (ns / 1e6)
+        cause_ns, cause = self.cause()
+        share = 100.0 * cause_ns / self.duration if self.duration else 0.0
+        out = ["%s slow span: %s %s, tag %s, pid %s (span %s)%s" % (
+            clock(self.begin), self.kind, ms(self.duration),
+            json.dumps(self.tag) if self.tag is not None else "(none)", self.pid, self.span_id,
+            "" if self.complete else " [began before the events: partial]")]
+        out.append("    cause: %s, %s (%.0f%%)" % (cause, ms(cause_ns), share))
+        out.append("    on CPU             %12s" % ms(self.on_cpu))
+        out.append("    GC                 %12s  (%d collections)" % (ms(self.gc), self.gcs))
+        out.append("    scheduled out      %12s" % ms(self.scheduled_out))
+        for mfa, ns in sorted(self.out_in.items(), key=lambda kv: -kv[1])[:top]:
+            out.append("        %-40s %12s%s" % (mfa, ms(ns), self._who(mfa)))
+        if len(self.out_in) > top:
+            out.append("        ... %d more functions" % (len(self.out_in) - top))
+        if self.file_ops:
+            ops = ", ".join("%s x%d %s" % (c, n, ms(ns)) for c, (n, ns)
+                            in sorted(self.file_ops.items(), key=lambda kv: -kv[1][1]))
+            out.append("    file I/O (tag)     %12s  (%s)" % (ms(self.file_io), ops))
+        else:
+            out.append("    file I/O (tag)     %12s" % "none")
+        out.append("    messages received  %12d" % self.messages)
+        if self.calls:
+            out.append("    slowest calls      %s" % ", ".join("%s %s" % (m, ms(ns)) for ns, m in self.calls[:top]))
+        if self.truncated:
+            out.append("    (more than %d events in the span: the breakdown covers the first ones)" % MAX_EVENTS)
+        return out
+
+
+class _Proc:
+    __slots__ = ("open", "log", "truncated")
+
+    def __init__(self):
+        self.open = {}      # span_id -> (begin ts, parent, kind, tag)
+        self.log = []       # [(ts, kind, a, b)] since the outermost open span began
+        self.truncated = False
+
+
+class Why:
+    """The rules over a stream of events in time order."""
+
+    def __init__(self):
+        self.procs = {}         # (node, pid) -> _Proc
+        self.files = {}         # (node, key) -> [start, end, command, tag]
+        self.done_files = []    # [(node, start, end, command, tag)]
+
+    def feed(self, node, ts, kind, *f):
+        """One event; returns a Breakdown at a span end, else None."""
+        if kind == "span_begin":
+            pid, span_id, parent, skind, tag = f
+            p = self.procs.get((node, pid))
+            if p is None:
+                p = self.procs[(node, pid)] = _Proc()
+            p.open[span_id] = (ts, parent, skind, tag)
+            return None
+        if kind == "span_end":
+            pid, span_id, duration = f[:3]
+            info = f[3] if len(f) > 3 else None
+            return self._end(node, ts, pid, span_id, duration, info)
+        if kind in ("file_start", "file_end"):
+            return self._file(node, ts, kind, f)
+        if kind == "send":
+            sender, receiver = f
+            for who in {sender, receiver}:
+                p = self.procs.get((node, who))
+                if p is not None and p.open:
+                    self._log(p, ts, "send", (sender, receiver))
+            return None
+        p = self.procs.get((node, f[0]))
+        if p is not None and p.open:
+            self._log(p, ts, kind, f[1] if len(f) > 1 else None)
+        return None
+
+    @staticmethod
+    def _log(p, ts, kind, arg):
+        if len(p.log) < MAX_EVENTS:
+            p.log.append((ts, kind, arg))
+        else:
+            p.truncated = True
+
+    def _file(self, node, ts, kind, f):
+        if kind == "file_start":
+            key, command, tag = f
+            self.files[(node, key)] = [ts, None, COMMANDS.get(command, "CMD%s" % command), tag]
+        else:
+            op = self.files.pop((node, f[0]), None)
+            if op is not None and op[3] is not None:
+                self.done_files.append((node, op[0], ts, op[2], op[3]))
+                if len(self.done_files) > 4096:
+                    horizon = ts - FILE_KEEP_NS
+                    self.done_files = [d for d in self.done_files if d[2] >= horizon]
+        return None
+
+    def _end(self, node, ts, pid, span_id, duration, info):
+        p = self.procs.get((node, pid))
+        opened = p.open.pop(span_id, None) if p is not None else None
+        if opened is not None:
+            begin, parent, skind, tag = opened
+            complete = True
+        else:
+            # The begin was not seen (the tracer started later, or the ring
+            # buffer overwrote it): the end says when it began.
+            begin = ts - duration
+            parent, skind, tag = info if info is not None else (0, "?", None)
+            complete = False
+        b = Breakdown(node, pid, span_id, parent, skind, tag, begin, begin + duration, complete,
+                      p.truncated if p is not None else False)
+        # The events are those from the begin event to the end event (the
+        # duration, measured in Erlang between the two, is a little shorter).
+        b.window_end = max(ts, begin + duration)
+        log = p.log if p is not None else []
+        self._compute(b, log, node)
+        if p is not None and not p.open:
+            del self.procs[(node, pid)]
+        elif p is not None:
+            # Keep what open spans still need: events since the oldest.
+            oldest = min(o[0] for o in p.open.values())
+            p.log = [e for e in p.log if e[0] >= oldest]
+        return b
+
+    def _compute(self, b, log, node):
+        lo, hi = b.begin, b.window_end
+        gcs, outs = [], []
+        gc_start = None
+        out_start, waker, sent_to, waiting_on = None, None, None, None
+        calls = {}
+        for ts, kind, arg in log:
+            if ts < lo or ts > hi:
+                continue
+            if kind == "gc_start":
+                gc_start = ts
+            elif kind == "gc_end":
+                if gc_start is not None:
+                    gcs.append((gc_start, ts))
+                    gc_start = None
+            elif kind in ("out", "hibernate"):
+                if out_start is None:
+                    out_start, waker, waiting_on = ts, None, sent_to
+            elif kind == "in":
+                if out_start is not None:
+                    outs.append((out_start, ts, arg, waker, waiting_on))
+                out_start, waker, sent_to = None, None, None
+            elif kind == "send":
+                sender, receiver = arg
+                if receiver == b.pid and out_start is not None:
+                    waker = sender
+                elif sender == b.pid:
+                    sent_to = receiver
+            elif kind == "queued":
+                b.messages += 1
+            elif kind == "call":
+                calls.setdefault(arg, []).append(ts)
+            elif kind == "return":
+                starts = calls.get(arg)
+                if starts:
+                    b.calls.append((ts - starts.pop(), arg))
+        if gc_start is not None:
+            gcs.append((gc_start, hi))
+        if out_start is not None:
+            outs.append((out_start, hi, "(still out at the end)", waker, waiting_on))
+        files = [(max(s, lo), min(e, hi), c) for (n, s, e, c, t) in self.done_files
+                 if n == node and t == b.tag and b.tag is not None and s < hi and e > lo]
+        b.gc = _union(gcs)
+        b.gcs = len(gcs)
+        for s, e, c in files:
+            ent = b.file_ops.setdefault(c, [0, 0])
+            ent[0] += 1
+            ent[1] += e - s
+        file_spans = [(s, e) for s, e, _c in files]
+        for s, e, mfa, w, on in outs:
+            ns = (e - s) - _overlap(s, e, gcs)
+            ns -= _overlap(s, e, file_spans) - _overlap3(s, e, file_spans, gcs)
+            if ns <= 0:
+                continue
+            b.scheduled_out += ns
+            b.out_in[mfa] = b.out_in.get(mfa, 0) + ns
+            if w is not None:
+                b.woken_by[mfa] = w
+            if on is not None:
+                b.waiting_on[mfa] = on
+        b.file_io = _union(file_spans) - _overlap_sets(file_spans, gcs)
+        b.on_cpu = max(0, b.duration - b.gc - b.scheduled_out - b.file_io)
+        b.calls.sort(key=lambda c: -c[0])
+
+
+def _merge(iv):
+    out = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def _union(iv):
+    return sum(e - s for s, e in _merge(iv))
+
+
+def _overlap(s, e, iv):
+    """Length of [s, e] covered by the intervals iv."""
+    return sum(max(0, min(e, b) - max(s, a)) for a, b in _merge(iv))
+
+
+def _overlap3(s, e, iv1, iv2):
+    """Length of [s, e] covered by both iv1 and iv2."""
+    return sum(_overlap(max(s, a), min(e, b), iv2) for a, b in _merge(iv1) if min(e, b) > max(s, a))
+
+
+def _overlap_sets(iv1, iv2):
+    return sum(_overlap(a, b, iv2) for a, b in _merge(iv1))
