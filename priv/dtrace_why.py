@@ -86,6 +86,7 @@ class Breakdown:
         self.messages = 0
         self.calls = []         # [(ns, mfa)], slowest first
         self.on_cpu = 0
+        self.intervals = []     # [(start, end, "out" | "gc", mfa)], for a timeline
 
     def _who(self, mfa):
         text = ""
@@ -287,6 +288,7 @@ class Why:
             gcs.append((gc_start, hi))
         if out_start is not None:
             outs.append((out_start, hi, "(still out at the end)", waker, waiting_on))
+        b.intervals = sorted([(s, e, "gc", None) for s, e in gcs] + [(s, e, "out", m) for s, e, m, _w, _o in outs])
         files = [(max(s, lo), min(e, hi), c) for (n, s, e, c, t) in self.done_files
                  if n == node and t == b.tag and b.tag is not None and s < hi and e > lo]
         b.gc = _union(gcs)

@@ -18,14 +18,18 @@
                   tags => all | pos_integer() | [iodata()],
                   top => pos_integer(),
                   max_lines => pos_integer(),
+                  slow => number(),
                   timeout_ms => pos_integer(),
                   python => file:filename()}.
 %% `svg': the SVG timeline's file (default `report-TIME.svg' in the
 %% directory of the first snapshot), or `false'; `tags': how many user tags
 %% to detail (default 10: the triggering events' tags first, then those
 %% with the slowest operations), `all', or a list of tags; `top': how many
-%% slowest operations (default 10); `max_lines': lines per tag at most
-%% (default 200); `timeout_ms': default 120000; `python': the Python 3 with
+%% slowest operations and slow spans broken down (default 10);
+%% `max_lines': lines per tag at most (default 200); `slow': the spans of at
+%% least this many milliseconds are broken down into on CPU, scheduled out
+%% (by function), GC, file I/O and messages (default 10; docs/operators.md,
+%% "Why was it slow"); `timeout_ms': default 120000; `python': the Python 3 with
 %% the `bt2' module (default `/usr/bin/python3', where Debian's
 %% `python3-bt2' installs it, else `python3' from `PATH').
 
@@ -128,6 +132,7 @@ arg(tags, [_ | _] = Tags, _) ->
      end || T <- Tags];
 arg(top, N, _) when is_integer(N), N > 0 -> ["--top", integer_to_list(N)];
 arg(max_lines, N, _) when is_integer(N), N > 0 -> ["--max-lines", integer_to_list(N)];
+arg(slow, N, _) when is_number(N), N >= 0 -> ["--slow", float_to_list(N * 1.0, [{decimals, 3}])];
 arg(timeout_ms, N, _) when is_integer(N), N > 0 -> [];
 arg(python, P, _) when is_list(P); is_binary(P) -> [];
 arg(K, V, _) -> throw({badopt, K, V}).
