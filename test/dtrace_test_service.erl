@@ -91,10 +91,14 @@ handle(call, #{server := S}) ->
     {T * 1000, pid_to_list(S)};
 handle(file, #{dir := Dir, big := Bin}) ->
     %% A new file each time (truncating a large one costs its own time),
-    %% 32 MiB written and synced to the disk: the planted delay is both.
+    %% 32 MiB written and synced to the disk: the planted delay is the
+    %% file's operations, from its open to its close.
     Path = filename:join(Dir, "slow-write-" ++ integer_to_list(erlang:unique_integer([positive]))),
-    {ok, Fd} = dtrace_file:open(Path, [write, raw, binary]),
-    {T, ok} = timer:tc(fun() -> ok = dtrace_file:write(Fd, Bin), dtrace_file:datasync(Fd) end),
-    ok = dtrace_file:close(Fd),
+    {T, ok} = timer:tc(fun() ->
+                               {ok, Fd} = dtrace_file:open(Path, [write, raw, binary]),
+                               ok = dtrace_file:write(Fd, Bin),
+                               ok = dtrace_file:datasync(Fd),
+                               dtrace_file:close(Fd)
+                       end),
     ok = file:delete(Path),
     {T * 1000, undefined}.

@@ -9,7 +9,7 @@
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
 %% For the VM-probe suites.
 -export([terminate_self/0, double/1, sink/0, wait_flags/2, wait_until/2, our_traced/0, our_traced/1,
-         ping_load/1]).
+         ping_load/1, span_flags/0, span_traced/0]).
 %% For the run-time provider suites.
 -export([provider_holder/3, provider_handle/1]).
 %% A gen_server that answers `tags' with {get_tag(), get_tag_data()}.
@@ -212,6 +212,31 @@ our_traced(Tracees) ->
             [T || T <- Tracees, lists:keymember(dtrace_auto, 1, sessions_of(T))];
         false ->
             [T || T <- Tracees, erlang:trace_info(T, tracer) =:= {tracer, {dtrace, []}},
+                  erlang:trace_info(T, flags) =/= {flags, []}]
+    end.
+
+%% The trace flags a span gave the calling process (dtrace_span_trace):
+%% in the library's span session on OTP 27+, else with the tracer
+%% {dtrace, span}.
+span_flags() ->
+    case erlang:function_exported(erts_internal, trace_session_create, 3) of
+        true ->
+            {flags, F} = trace:info(persistent_term:get(dtrace_span_trace:session_key()), self(), flags),
+            F;
+        false ->
+            case erlang:trace_info(self(), tracer) of
+                {tracer, {dtrace, span}} -> element(2, erlang:trace_info(self(), flags));
+                _ -> []
+            end
+    end.
+
+%% The processes that carry a span's trace flags now.
+span_traced() ->
+    case erlang:function_exported(erts_internal, trace_session_create, 3) of
+        true ->
+            [T || T <- processes(), lists:keymember(dtrace_span, 1, sessions_of(T))];
+        false ->
+            [T || T <- processes(), erlang:trace_info(T, tracer) =:= {tracer, {dtrace, span}},
                   erlang:trace_info(T, flags) =/= {flags, []}]
     end.
 
