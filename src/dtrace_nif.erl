@@ -16,7 +16,7 @@
 
 -export([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
          user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
--export([span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0]).
+-export([span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0, vm_mode/1]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 -export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
@@ -27,7 +27,7 @@
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
        user_trace_i4s4/9, i4s4/9, user_trace_n/10,
-       span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0,
+       span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0, vm_mode/1,
        efile_enabled/0, efile_entry/10, efile_return/6,
        vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
@@ -145,6 +145,11 @@ span_begin(_SpanId, _ParentId, _Kind, _UserTag) ->
 -spec span_end(SpanId :: integer(), ParentId :: integer(), Kind :: iodata(),
                DurationNs :: integer(), UserTag :: binary() | undef) -> boolean().
 span_end(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
+    stub(false).
+
+%% Fires dtrace_vm__mode ("manual" or "auto") if a tracer listens.
+-spec vm_mode(Manual :: boolean()) -> boolean().
+vm_mode(_Manual) ->
     stub(false).
 
 %% The trace flags the outermost span's process gets now (vm/mod.rs): those

@@ -34,7 +34,7 @@
 
 %% @doc The persistent_term key under which dtrace_vm keeps the span
 %% session (OTP 27+).
--spec session_key() -> term().
+-spec session_key() -> {dtrace, span_session}.
 session_key() ->
     ?SESSION_KEY.
 

@@ -241,6 +241,7 @@ format_status(Status) ->
 %%% Polling
 
 poll(S) ->
+    _ = dtrace_nif:vm_mode(S#s.mode =:= manual),
     {ProcFlags0, PortFlags, _Listening, Spawn} = dtrace_nif:vm_listening(),
     CallsListened = lists:member(call, ProcFlags0),
     S1 = case S#s.mode of

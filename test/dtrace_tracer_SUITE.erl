@@ -74,7 +74,7 @@ in_peer(Config, Fun) ->
 
 %%--------------------------------------------------------------------
 
-%% The library's notes are the catalogue's: every probe of probes.d (987:
+%% The library's notes are the catalogue's: every probe of probes.d (988:
 %% 953 user probes, 4 file-driver probes, 23 VM probes) and no other, each with its own
 %% semaphore and exactly the argument specs the catalogue gives (sizes from
 %% the declared types, registers fixed); argument k sits in the same
@@ -82,7 +82,7 @@ in_peer(Config, Fun) ->
 notes_match_the_catalogue(_Config) ->
     Catalogue = dtrace_test_catalogue:catalogue(),
     Notes = [N || #{provider := <<"erlang">>} = N <- dtrace_test_catalogue:notes(dtrace_test_catalogue:nif_path())],
-    ?assertEqual(987, length(Catalogue)),
+    ?assertEqual(988, length(Catalogue)),
     ?assertEqual(lists:sort([{Name, [S || {_, _, _, S} <- Args]} || {Name, Args} <- Catalogue]),
                  lists:sort([{Name, Args} || #{name := Name, args := Args} <- Notes])),
     Semaphores = [S || #{semaphore := S} <- Notes],

@@ -620,9 +620,10 @@ shipped_scripts(Config) ->
                 P ! wake,
                 pid_to_list(P)
         end,
-        fun(P) -> [iolist_to_binary([" Hibernate pid ", P, " resume mfa erlang:hibernate/3"]),
-                   iolist_to_binary(["Unschedule pid ", P]),
-                   iolist_to_binary(["  Schedule pid ", P, " mfa erlang:apply/2"])]
+        %% Each line starts with the time of day (HH:MM:SS.uuuuuu).
+        fun(P) -> [{contains, iolist_to_binary(["  Hibernate pid ", P, " resume mfa erlang:hibernate/3"])},
+                   {contains, iolist_to_binary([" Unschedule pid ", P])},
+                   {contains, iolist_to_binary(["   Schedule pid ", P, " mfa erlang:apply/2"])}]
         end),
     %% messages.bt
     Run("messages.bt",
@@ -661,10 +662,12 @@ shipped_scripts(Config) ->
                 _ = erlang:phash2(y),
                 pid_to_list(self())
         end,
-        fun(P) -> [iolist_to_binary(["pid ", P, " enter (global)  dtrace_test_workload:double/1 depth -1"]),
-                   iolist_to_binary(["pid ", P, " return dtrace_test_workload:double/1 depth -1"]),
-                   iolist_to_binary(["pid ", P, " BIF entry  mfa erlang:phash2/1"]),
-                   iolist_to_binary(["pid ", P, " BIF return mfa erlang:phash2/1"])]
+        %% Each line starts with the time of day; a return says how long
+        %% the call took.
+        fun(P) -> [{contains, iolist_to_binary([" pid ", P, " enter (global)  dtrace_test_workload:double/1 depth -1"])},
+                   {contains, iolist_to_binary([" pid ", P, " return dtrace_test_workload:double/1 depth -1 ("])},
+                   {contains, iolist_to_binary([" pid ", P, " BIF entry  mfa erlang:phash2/1"])},
+                   {contains, iolist_to_binary([" pid ", P, " BIF return mfa erlang:phash2/1"])}]
         end),
     ok = peer:call(Peer, dtrace, function_probes, [[]]),
     %% port1.bt

@@ -173,6 +173,9 @@ provider erlang {
 
 	/* Not OTP's. ports: port and other were linked or unlinked; kind as for dtrace_process__link. */
 	probe dtrace_port__link(char *port, char *other, char *kind);
+
+	/* Not OTP's. dtrace_vm's poll (every vm_probes_poll_ms, 100 by default) while a tracer listens: the VM probes' mode, "auto" or "manual" (in manual mode the VM probes fire only for processes traced with {tracer, dtrace, []}: a shipped script warns). */
+	probe dtrace_vm__mode(char *mode);
 };
 
 /*

@@ -170,6 +170,20 @@ fn vm_listening(env: Env<'_>) -> Term<'_> {
     (atoms(wanted_flags(Target::Processes)), atoms(port_flags), crate::probes::listened(), meta).encode(env)
 }
 
+/// `vm_mode(Manual :: boolean()) -> boolean()`: fires `dtrace_vm__mode`
+/// with "manual" or "auto" if a tracer listens (dtrace_vm's poll calls
+/// it, so that a script that needs automatic mode can warn); `false` when
+/// nobody listens.
+#[rustler::nif]
+fn vm_mode(manual: bool) -> bool {
+    if !crate::probes::dtrace_vm__mode::enabled() {
+        return false;
+    }
+    let mut mode = TextBuf::new();
+    crate::probes::dtrace_vm__mode::fire(mode.literal(if manual { "manual" } else { "auto" }));
+    true
+}
+
 /// `span_vm_flags() -> [atom()]`: the trace flags `dtrace:span/2` gives
 /// the process of an outermost span now (with the tracer `{dtrace, span}`):
 /// those of the `on=spans` rows that have a listener; `[]` when none has.
