@@ -21,7 +21,13 @@
 %%%   - recorder + trigger: the same with one trigger armed,
 %%%               {pn, 900, "i2 > 20000"} (LTTng evaluates the trigger's
 %%%               condition on every user_trace_n event, in the process);
+%%%   - recorder without span_vm: the recorder with every default event
+%%%               but the span_vm_* events (the spans' own processes are
+%%%               then not traced: no erlang:trace/3 per span);
 %%%   - disabled: no session at all.
+%%% A third column: dtrace:span/2 of a fun returning ok, which under the
+%%% default recorder sets and clears its process's trace flags (two
+%%% erlang:trace/3 calls) and records span_begin and span_end.
 -module(recorder_bench).
 
 -export([main/0, main/1]).
@@ -29,6 +35,9 @@
 -define(ROUNDS, 5).
 -define(N, 200000).
 -define(SESSION, "dtrace-rec-bench-normal").
+%% The recorder's default events (org_erlang_dtrace:*) but span_vm_*.
+-define(NO_SPAN_VM, [<<"org_erlang_dtrace:user_trace_*">>, <<"org_erlang_dtrace:span_begin">>,
+                     <<"org_erlang_dtrace:span_end">>, <<"org_erlang_dtrace:efile_drv_*">>]).
 
 main() ->
     main([]).
@@ -43,23 +52,26 @@ main(Args) ->
     Dir = filename:join(os:getenv("TMPDIR", "/tmp"), "dtrace_recorder_bench." ++ os:getpid()),
     P4 = fun() -> dtrace:p(1, 2, "ab", "cd") end,
     Pn5 = fun() -> dtrace:pn(5, 1, 2, "ab", "cd") end,
+    Span = fun() -> dtrace:span(bench, fun ok/0) end,
     Configs = [{normal, fun() -> normal_start(Dir) end, fun normal_stop/1},
                {recorder, fun() -> recorder_start(Dir, []) end, fun dtrace_recorder:stop/1},
                {recorder_trigger, fun() -> recorder_start(Dir, [{pn, 900, <<"i2 > 20000">>}]) end,
                 fun dtrace_recorder:stop/1},
+               {recorder_no_span_vm, fun() -> recorder_start(Dir, [], ?NO_SPAN_VM) end, fun dtrace_recorder:stop/1},
                {disabled, fun() -> none end, fun(none) -> ok end}],
     io:format("~ncalls per round: ~b, rounds: ~b (each configuration set up afresh per round)~n", [?N, ?ROUNDS]),
     Rounds = [[begin
                    H = Start(),
                    Expect = Name =/= disabled,
                    ok = wait_enabled(Expect),
-                   R = {ns_per_call(P4, ?N), ns_per_call(Pn5, ?N)},
+                   R = {ns_per_call(P4, ?N), ns_per_call(Pn5, ?N), ns_per_call(Span, ?N div 4)},
                    ok = Stop(H),
                    {Name, R}
                end || {Name, Start, Stop} <- Configs]
               || _ <- lists:seq(1, ?ROUNDS)],
-    Rows = [{Name, stats([P || Round <- Rounds, {N, {P, _}} <- Round, N =:= Name]),
-             stats([Q || Round <- Rounds, {N, {_, Q}} <- Round, N =:= Name])}
+    Rows = [{Name, stats([P || Round <- Rounds, {N, {P, _, _}} <- Round, N =:= Name]),
+             stats([Q || Round <- Rounds, {N, {_, Q, _}} <- Round, N =:= Name]),
+             stats([S || Round <- Rounds, {N, {_, _, S}} <- Round, N =:= Name])}
             || {Name, _, _} <- Configs],
     Text = table(Rows),
     io:put_chars(Text),
@@ -87,6 +99,12 @@ normal_stop(Out) ->
 recorder_start(Dir, Triggers) ->
     {ok, R} = dtrace_recorder:start(#{dir => Dir, triggers => Triggers, name => recorder_bench}),
     R.
+
+recorder_start(Dir, Triggers, Events) ->
+    {ok, R} = dtrace_recorder:start(#{dir => Dir, triggers => Triggers, name => recorder_bench, events => Events}),
+    R.
+
+ok() -> ok.
 
 %% The session daemon enables a session's events in the process
 %% asynchronously.
@@ -120,17 +138,19 @@ table(Rows) ->
     Label = fun(normal) -> "normal session (discard, 8 x 8 MiB per CPU)";
                (recorder) -> "flight recorder (snapshot, 4 x 256 KiB, vpid filter)";
                (recorder_trigger) -> "flight recorder + trigger {pn, 900, \"i2 > 20000\"}";
+               (recorder_no_span_vm) -> "flight recorder without the span_vm_* events";
                (disabled) -> "no session (disabled probes)"
             end,
     {NormalP4, _, _} = element(2, lists:keyfind(normal, 1, Rows)),
     {NormalPn, _, _} = element(3, lists:keyfind(normal, 1, Rows)),
     Stamp = calendar:system_time_to_rfc3339(erlang:system_time(second), [{offset, "Z"}]),
     ["\n| ", Stamp, ", ", erlang:system_info(otp_release), ", ",
-     integer_to_list(erlang:system_info(schedulers)), " schedulers | dtrace:p/4 ns | vs normal | dtrace:pn/5 ns | vs normal |\n",
-     "|---|---|---|---|---|\n",
-     [io_lib:format("| ~s | ~.1f (~.1f..~.1f) | ~.2fx | ~.1f (~.1f..~.1f) | ~.2fx |~n",
-                    [Label(Name), M1, L1, H1, M1 / NormalP4, M2, L2, H2, M2 / NormalPn])
-      || {Name, {M1, L1, H1}, {M2, L2, H2}} <- Rows]].
+     integer_to_list(erlang:system_info(schedulers)), " schedulers | dtrace:p/4 ns | vs normal | dtrace:pn/5 ns "
+     "| vs normal | dtrace:span/2 ns |\n",
+     "|---|---|---|---|---|---|\n",
+     [io_lib:format("| ~s | ~.1f (~.1f..~.1f) | ~.2fx | ~.1f (~.1f..~.1f) | ~.2fx | ~.1f (~.1f..~.1f) |~n",
+                    [Label(Name), M1, L1, H1, M1 / NormalP4, M2, L2, H2, M2 / NormalPn, M3, L3, H3])
+      || {Name, {M1, L1, H1}, {M2, L2, H2}, {M3, L3, H3}} <- Rows]].
 
 lttng(Args) ->
     Port = open_port({spawn_executable, os:find_executable("lttng")},

@@ -57,7 +57,7 @@
 -module(dtrace_recorder).
 -behaviour(gen_server).
 
--export([start/0, start/1, stop/1, trigger/2, trigger/3, trigger_cluster/1,
+-export([start/0, start/1, stop/1, trigger/2, trigger/3, trigger/4, trigger_cluster/1,
          snapshots/1, report/1, report/2, status/1]).
 -export([start_link/1]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
@@ -236,11 +236,25 @@ trigger(Recorder, Reason) ->
 -spec trigger(Recorder :: recorder(), Reason :: term(), Timeout :: timeout()) ->
           {ok, snapshot()} | {error, term()}.
 trigger(Recorder, Reason, Timeout) ->
+    trigger(Recorder, Reason, Timeout, #{}).
+
+%% @doc As {@link trigger/3}; with `#{force => true}' in `Opts' the snapshot
+%% is taken even within `min_interval_ms' of the last one (an operator who
+%% asks now, after an automatic snapshot, gets one: no `rate_limited').
+%% It still counts as the last snapshot for the triggers' interval, and
+%% `max_snapshots' still applies.
+-spec trigger(Recorder :: recorder(), Reason :: term(), Timeout :: timeout(), Opts :: #{force => boolean()}) ->
+          {ok, snapshot()} | {error, term()}.
+trigger(Recorder, Reason, Timeout, Opts) when is_map(Opts) ->
+    Info = case maps:get(force, Opts, false) of
+               true -> (mark(manual, Reason))#{force => true};
+               false -> mark(manual, Reason)
+           end,
     case where(Recorder) of
         undefined ->
             {error, {no_recorder, Recorder}};
         Pid ->
-            try gen_server:call(Pid, {trigger, mark(manual, Reason)}, Timeout)
+            try gen_server:call(Pid, {trigger, Info}, Timeout)
             catch
                 exit:{timeout, _} -> {error, timeout};
                 exit:{noproc, _} -> {error, {no_recorder, Recorder}}
@@ -467,6 +481,8 @@ request_snapshot(_Info, From, #st{error = Error} = St) ->
 
 %% The request's turn: at most one snapshot per min_interval_ms, counting
 %% a trigger's snapshot still being written.
+decide({snapshot_request, #{force := true} = Info, From}, St) ->
+    {{snapshot, Info, From, St#st.last_snap}, St#st{last_snap = erlang:monotonic_time(millisecond)}};
 decide({snapshot_request, Info, From}, #st{conf = #{min_interval_ms := Min}, seen = Seen} = St) ->
     Now = erlang:monotonic_time(millisecond),
     case St#st.last_snap of

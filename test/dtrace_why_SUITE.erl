@@ -96,6 +96,11 @@ recorder_report(Config) ->
     ct:log("report:~n~ts", [Report]),
     Lines = binary:split(Report, <<"\n">>, [global]),
     check(Planted, blocks(section(Lines))),
+    %% An operator asking for another snapshot right after: refused within
+    %% min_interval_ms (60 s by default), taken with force.
+    {error, {rate_limited, _}} = peer:call(Peer, dtrace_recorder, trigger, [Rec, <<"again">>, 60000], 90000),
+    {ok, #{reason := <<"now">>}} = peer:call(Peer, dtrace_recorder, trigger,
+                                             [Rec, <<"now">>, 60000, #{force => true}], 90000),
     ok = peer:call(Peer, dtrace_recorder, stop, [Rec]).
 
 %% While a span__vm_* probe listens, only a process inside a span carries

@@ -76,6 +76,13 @@ defmodule DTrace.Recorder do
   defdelegate trigger(recorder, reason, timeout), to: :dtrace_recorder
 
   @doc """
+  As `trigger/3`; with `force: true` the snapshot is taken even within
+  `min_interval_ms` of the last one (no `{:rate_limited, ms}`).
+  """
+  @spec trigger(t(), term(), timeout(), keyword() | map()) :: {:ok, snapshot()} | {:error, term()}
+  def trigger(recorder, reason, timeout, opts), do: :dtrace_recorder.trigger(recorder, reason, timeout, Map.new(opts))
+
+  @doc """
   Every recorder on every connected node takes a snapshot (through the
   `:pg` scope `:dtrace_recorder_pg`, over Erlang distribution). Returns
   `:ok` at once, or `{:error, {:not_started, :dtrace}}`.
