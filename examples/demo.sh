@@ -7,7 +7,8 @@
 # About one put in 400 waits for a merge of the log (8 MB written and synced):
 # the 99th-percentile spike from the seeds. bpftrace, attached with
 # priv/span-latency.bt, shows the latency histogram per operation and names
-# each slow request by its user tag; a second bpftrace with priv/efile.bt
+# each slow request by its user tag; priv/dtrace-slow-spans says why each
+# was slow (where its process waited); a second bpftrace with priv/efile.bt
 # shows the slow file operations and the requests they were done for; a
 # third, with priv/message-latency.bt (a VM probe: the dtrace application
 # sets the trace flags it needs while it runs), shows how long messages
@@ -63,15 +64,21 @@ until grep -q dtrace_nif.so "/proc/$node/maps" 2>/dev/null; do
     sleep 0.1
 done
 echo "   node OS pid $node; attaching: bpftrace -p $node priv/span-latency.bt"
-echo "   (and, for steps 4 and 5, bpftrace -p $node priv/efile.bt and priv/message-latency.bt)"
+echo "   (and, for steps 4 to 6, priv/dtrace-slow-spans -p $node, bpftrace -p $node priv/efile.bt"
+echo "    and priv/message-latency.bt)"
 echo "   span kinds: get and put; the user tag names the request"
 echo
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/efile.bt > "$work/efile.out" 2>&1 &
 efile=$!
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/message-latency.bt > "$work/latency.out" 2>&1 &
 latency=$!
+python3 priv/dtrace-slow-spans -p "$node" --duration $((run_s - 4)) --top 5 > "$work/why.out" 2>&1 &
+why=$!
+# Every slow span prints as it ends: the first 8 here, all counted at the end.
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/span-latency.bt 2>&1 \
-    | grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events | sed 's/^/   /' || true
+    | grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events -e 'Addrspace' \
+    | awk '/slow span:/ { if (++n > 8) next } { print "   " $0 }' || true
+wait "$why" || true
 wait "$efile" || true
 wait "$latency" || true
 wait "$node"
@@ -81,7 +88,14 @@ echo "   (fired: a tracer listened and got the event; not: nobody listened, befo
 echo "    bpftrace attached and after it left.)"
 echo
 
-echo "== 4. The file I/O behind the slow requests, from priv/efile.bt"
+echo "== 4. Why they were slow, from priv/dtrace-slow-spans (each slow span's own process)"
+awk '/slow span:/ { n++ } n == 1 { print "   " $0 } n > 1 { exit }' "$work/why.out"
+sed -n '/spans ended/,$p' "$work/why.out" | sed 's/^/   /'
+echo "   (on CPU, scheduled out by function and whom it waited on, GC, file I/O under the"
+echo "    request's tag: docs/operators.md, \"Why was it slow\".)"
+echo
+
+echo "== 5. The file I/O behind the slow requests, from priv/efile.bt"
 echo "   $(grep -c ' ok in ' "$work/efile.out" || true) file operations traced, each with the tag of the put it was done for"
 echo "   (the log writer is another process: the tag came with the request). Over 5 ms:"
 awk '/^efile .* in [0-9]+ us$/ && $(NF-1) > 5000 { print "   " $0 }' "$work/efile.out" | head -24
@@ -89,7 +103,7 @@ echo "   (efile.bt also prints every operation as it starts and ends, and a late
 echo "    histogram per tag on exit: here one per request, so left out.)"
 echo
 
-echo "== 5. Where the slow puts waited, from priv/message-latency.bt (a VM probe)"
+echo "== 6. Where the slow puts waited, from priv/message-latency.bt (a VM probe)"
 writer=$(sed -n 's/^log writer: //p' "$work/workload.log")
 echo "   Time from each message's send to its receiver being scheduled, in us:"
 awk '/^@wait_us:/ { p = 1; next } p && /^$/ { exit } p { print "   " $0 }' "$work/latency.out"
@@ -103,7 +117,7 @@ echo "   Appends queue up at the one log writer while it merges: the put that tr
 echo "   merge is slow, and so are the ones behind it."
 echo
 
-echo "== 6. A provider of the application's own, defined at run time (dtrace_provider)"
+echo "== 7. A provider of the application's own, defined at run time (dtrace_provider)"
 echo "   {ok, P} = dtrace_provider:new(demo_app, [{request__start, [int, string]}, {request__done, [int, int]}])"
 erl -noshell -pa "$ebin" -eval '
     {ok, P} = dtrace_provider:new(demo_app, [{request__start, [int, string]}, {request__done, [int, int]}]),
@@ -150,7 +164,7 @@ elif [ "$lttng_sink" != true ]; then
     exit 0
 fi
 pgrep -x lttng-sessiond >/dev/null || lttng-sessiond --daemonize
-echo "== 7. The same spans recorded by an LTTng session (org_erlang_dtrace:span_end), 4 s"
+echo "== 8. The same spans recorded by an LTTng session (org_erlang_dtrace:span_end), 4 s"
 echo "   lttng create dtrace_demo; lttng enable-event -u org_erlang_dtrace:span_end; lttng start"
 lttng destroy dtrace_demo >/dev/null 2>&1 || true
 lttng create dtrace_demo --output="$work/lttng" >/dev/null

@@ -108,6 +108,8 @@ class Breakdown:
         return sorted(parts, key=lambda p: -p[0])
 
     def cause(self):
+        if not self.complete:
+            return 0, "unknown: the span began before the events do"
         ns, text = self.causes()[0]
         return ns, text
 
@@ -131,10 +133,13 @@ class Breakdown:
         ms = lambda ns: "%.2f ms" % (ns / 1e6)
         cause_ns, cause = self.cause()
         share = 100.0 * cause_ns / self.duration if self.duration else 0.0
-        out = ["%s slow span: %s %s, tag %s, pid %s (span %s)%s" % (
+        out = ["%s slow span: %s %s, tag %s, pid %s (span %s)" % (
             clock(self.begin), self.kind, ms(self.duration),
-            json.dumps(self.tag) if self.tag is not None else "(none)", self.pid, self.span_id,
-            "" if self.complete else " [began before the events: partial]")]
+            json.dumps(self.tag) if self.tag is not None else "(none)", self.pid, self.span_id)]
+        if not self.complete:
+            # The tracer started (or the ring buffer begins) inside it.
+            out.append("    cause: %s" % cause)
+            return out
         out.append("    cause: %s, %s (%.0f%%)" % (cause, ms(cause_ns), share))
         out.append("    on CPU             %12s" % ms(self.on_cpu))
         out.append("    GC                 %12s  (%d collections)" % (ms(self.gc), self.gcs))

@@ -12,13 +12,16 @@
 %%% The tracer: on OTP 27 and later, in a trace session of the `dtrace'
 %%% application's (`dtrace_span', made by dtrace_vm), so no other tracer's
 %%% flags are touched; without sessions (OTP 25, 26, or the application not
-%%% running), `erlang:trace/3' on the calling process, which the VM refuses
-%%% when the process already has another tracer (an operator's, or
-%%% automatic mode's `{dtrace, []}'): that span then has no VM events.
+%%% running), `erlang:trace/3' on the calling process, when it has no
+%%% tracer (`erlang:trace_info/2' first); a process automatic mode traces
+%%% (tracer `{dtrace, []}', while a tracer listens to a VM probe) gets the
+%%% flags it lacks with that tracer, and they are removed at the end; a
+%%% process another tracer holds (an operator's) is left alone, and its
+%%% span has no VM events.
 %%%
 %%% Cost, only while a `span__vm_*' probe listens: two `erlang:trace/3'
-%%% calls per outermost span (about 1.1 us each here) and the span's own
-%%% trace events.
+%%% calls per outermost span (and one `erlang:trace_info/2' without
+%%% sessions) and the span's own trace events: docs/operators.md.
 %%%
 %%% A span begun with span_begin/1 that ends in another process leaves
 %%% the flags on the process it began in until a span of that process
@@ -47,15 +50,14 @@ begin_span(Id) ->
             ok;
         Flags ->
             case get(?KEY) of
-                {_, Flags} ->
+                {_, Added} ->
                     %% Still set (a span that ended in another process).
-                    put(?KEY, {Id, Flags}),
+                    put(?KEY, {Id, Added}),
                     ok;
-                Old ->
-                    _ = Old =/= undefined andalso clear(element(2, Old)),
+                undefined ->
                     case set(Flags) of
-                        true -> put(?KEY, {Id, Flags});
-                        false -> erase(?KEY)
+                        {ok, Added} -> put(?KEY, {Id, Added});
+                        error -> ok
                     end,
                     ok
             end
@@ -74,19 +76,42 @@ end_span(Id) ->
             ok
     end.
 
+%% {ok, FlagsAdded} or error.
 set(Flags) ->
     try
         case persistent_term:get(?SESSION_KEY, legacy) of
-            legacy -> erlang:trace(self(), true, [{tracer, dtrace, span} | Flags]);
-            Session -> trace:process(Session, self(), true, Flags)
+            legacy -> set_legacy(Flags);
+            Session -> 1 = trace:process(Session, self(), true, Flags), {ok, Flags}
         end
-    of
-        1 -> true;
-        _ -> false
     catch
-        error:_ -> false
+        error:_ -> error
     end.
 
+%% Asked first: the VM refuses a second tracer with badarg and also logs
+%% an error report ("can only have one tracer per process") for each
+%% refusal. Automatic mode's tracer {dtrace, []} (it traces every process
+%% while a tracer listens to a VM probe) takes the flags it lacks: its
+%% events feed the span__vm_* probes too (the rows on processes, auto=no).
+set_legacy(Flags) ->
+    case erlang:trace_info(self(), tracer) of
+        {tracer, []} ->
+            1 = erlang:trace(self(), true, [{tracer, dtrace, span} | Flags]),
+            {ok, Flags};
+        {tracer, {dtrace, span}} ->
+            1 = erlang:trace(self(), true, [{tracer, dtrace, span} | Flags]),
+            {ok, Flags};
+        {tracer, {dtrace, []}} ->
+            {flags, Have} = erlang:trace_info(self(), flags),
+            case Flags -- Have of
+                [] -> {ok, []};
+                Missing -> 1 = erlang:trace(self(), true, [{tracer, dtrace, []} | Missing]), {ok, Missing}
+            end;
+        _ ->
+            error
+    end.
+
+clear([]) ->
+    0;
 clear(Flags) ->
     try
         case persistent_term:get(?SESSION_KEY, legacy) of

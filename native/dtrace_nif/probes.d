@@ -291,6 +291,10 @@ provider org_erlang_dyntrace {
 #pragma dtrace_nif feed on=spans flags=garbage_collection tags=gc_minor_start,gc_minor_end,gc_major_start,gc_major_end sdt=span__vm_gc fmt=span_gc
 #pragma dtrace_nif feed on=spans flags=send tags=send,send_to_non_existing_process sdt=span__vm_send fmt=span_send
 #pragma dtrace_nif feed on=spans flags=receive tags=receive sdt=span__vm_receive fmt=span_receive
+#pragma dtrace_nif feed on=processes flags=running tags=in,out sdt=span__vm_scheduled fmt=span_scheduled auto=no
+#pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_minor_start,gc_minor_end,gc_major_start,gc_major_end sdt=span__vm_gc fmt=span_gc auto=no
+#pragma dtrace_nif feed on=processes flags=send tags=send,send_to_non_existing_process sdt=span__vm_send fmt=span_send auto=no
+#pragma dtrace_nif feed on=processes flags=receive tags=receive sdt=span__vm_receive fmt=span_receive auto=no
 
 /*
  * OTP's efile command numbers (efile_drv.c, OTP 20): `command' of the

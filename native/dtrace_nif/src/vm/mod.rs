@@ -68,7 +68,7 @@ nif_args!(
 
 mod atoms {
     rustler::atoms! {
-        trace, discard, trace_status, extra, spawn_meta, span, undefined,
+        trace, discard, trace_status, extra, spawn_meta, span, auto, undefined,
     }
 }
 
@@ -126,7 +126,14 @@ fn trace(call: NifCall) -> ErlNifTerm {
         let Some(a) = TraceArgs::from_slice(args) else { return ok().encode(env) };
         if let Some(tag) = trace_tag_of(a.trace_tag.as_c_arg()) {
             let target = target_of(a.tracer_state.as_c_arg(), a.tracee.get_type() == TermType::Port);
-            let event = Event { env, trace_tag: a.trace_tag, tracee: a.tracee, term: a.trace_term, opts: a.opts };
+            let event = Event {
+                env,
+                trace_tag: a.trace_tag,
+                tracer_state: a.tracer_state,
+                tracee: a.tracee,
+                term: a.trace_term,
+                opts: a.opts,
+            };
             let names = target == Target::Ports && names_port(tag) && port_names_wanted();
             if names && tag == TraceTag::Open {
                 ports::remember(&event);
@@ -223,6 +230,8 @@ pub(crate) struct Event<'a> {
     env: Env<'a>,
     /// The trace tag (`send`, `in_exiting`, ...).
     trace_tag: Term<'a>,
+    /// The tracer's state (`[]`, `auto`, `span`, `spawn_meta`).
+    tracer_state: Term<'a>,
     /// The traced process or port.
     tracee: Term<'a>,
     /// What the event carries (the message, the new pid, the mfa, ...).
@@ -261,6 +270,12 @@ impl<'a> Event<'a> {
     /// A pid or port (or any term) of this event as text.
     fn id<'b>(&self, term: Term<'_>, buf: &'b mut TextBuf) -> Str<'b> {
         buf.term(term)
+    }
+
+    /// Is the tracer automatic mode's own session (OTP 27+, state `auto`)?
+    /// There a process inside a span is traced in the span session too.
+    fn auto_session(&self) -> bool {
+        self.tracer_state.as_c_arg() == atoms::auto().as_c_arg()
     }
 
     /// The trace tag's name (`in`, `out_exited`, `link`, ...).

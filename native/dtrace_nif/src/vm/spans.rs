@@ -2,6 +2,14 @@
 //! flags set by `dtrace:span/2` on its own process for the outermost span
 //! while one of these probes listens): the `span__vm_*` probes, for "why
 //! was it slow" (priv/dtrace_why.py). Each fires only its own probe.
+//!
+//! The same rows on processes (`auto=no`) take the events of the legacy
+//! tracer `{dtrace, []}`: without sessions (OTP 25, 26) a process that
+//! automatic mode already traces keeps that tracer, and its span adds its
+//! flags to it. They fire for every process that tracer has then; the
+//! consumers keep the events of processes inside a span. Automatic mode's
+//! own session (OTP 27, state `auto`) is skipped: there the span session
+//! has the process's events.
 
 use rustler::TermType;
 
@@ -12,12 +20,18 @@ use crate::text::TextBuf;
 
 /// `in`, `out`: the tracee runs (in) or stops running (out) in TraceTerm's mfa.
 pub(crate) fn span_scheduled(e: &Event<'_>, _tag: TraceTag) {
+    if e.auto_session() {
+        return;
+    }
     let (mut pid, mut mfa, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     span__vm_scheduled::fire(e.tracee(&mut pid), mfa_text(e.term, UNKNOWN_MFA, &mut mfa), e.tag_name(&mut kind));
 }
 
 /// `gc_minor_start` .. `gc_major_end`: the words needed or reclaimed.
 pub(crate) fn span_gc(e: &Event<'_>, _tag: TraceTag) {
+    if e.auto_session() {
+        return;
+    }
     let (mut pid, mut kind) = (TextBuf::new(), TextBuf::new());
     let words = super::gc::wordsize(e.term).map_or(UNAVAILABLE, |w| w as i64);
     span__vm_gc::fire(e.tracee(&mut pid), e.tag_name(&mut kind), words);
@@ -26,6 +40,9 @@ pub(crate) fn span_gc(e: &Event<'_>, _tag: TraceTag) {
 /// `send`, `send_to_non_existing_process`: to `extra`, as given to the
 /// send (a registered name is not resolved here).
 pub(crate) fn span_send(e: &Event<'_>, _tag: TraceTag) {
+    if e.auto_session() {
+        return;
+    }
     let (mut pid, mut to) = (TextBuf::new(), TextBuf::new());
     let to = match e.extra() {
         Some(t) => e.id(t, &mut to),
@@ -37,6 +54,9 @@ pub(crate) fn span_send(e: &Event<'_>, _tag: TraceTag) {
 
 /// `'receive'` on a process: a message was queued to it.
 pub(crate) fn span_receive(e: &Event<'_>, _tag: TraceTag) {
+    if e.auto_session() {
+        return;
+    }
     if e.tracee.get_type() == TermType::Port {
         return;
     }
