@@ -12,7 +12,8 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, suite/0, init_per_testcase/2, end_per_testcase/2]).
--export([slow_spans_script/1, recorder_report/1, spans_trace_only_their_process/1]).
+-export([slow_spans_script/1, slow_spans_under_automatic_mode/1, recorder_report/1,
+         spans_trace_only_their_process/1]).
 
 -define(REQUESTS, 120).
 -define(EVERY, 10).
@@ -24,7 +25,7 @@ suite() ->
     [{timetrap, {minutes, 5}}].
 
 all() ->
-    [slow_spans_script, recorder_report, spans_trace_only_their_process].
+    [slow_spans_script, slow_spans_under_automatic_mode, recorder_report, spans_trace_only_their_process].
 
 init_per_testcase(recorder_report, Config) ->
     case dtrace_recorder_test_lib:require(root_lttng) of
@@ -55,6 +56,32 @@ end_per_testcase(_TC, Config) ->
 %% priv/dtrace-slow-spans on the node: every planted slow request is
 %% printed with its cause as it ends.
 slow_spans_script(Config) ->
+    slow_spans(Config, #{requests => ?REQUESTS, every => ?EVERY}).
+
+%% The same while another bpftrace listens to process__scheduled and
+%% message__queued: automatic mode then traces every process (on OTP 25
+%% and 26 with the tracer {dtrace, []}, which a span's process keeps and
+%% adds its flags to; on OTP 27 in its own session), and every breakdown
+%% is still whole.
+slow_spans_under_automatic_mode(Config) ->
+    Peer = ?config(peer, Config),
+    Other = dtrace_test_tracer:bpftrace_start(
+              dtrace_test_peer:os_pid(Peer),
+              "usdt:$SO:erlang:process__scheduled { @in = count(); }
+               usdt:$SO:erlang:message__queued { @q = count(); }"),
+    ok = dtrace_recorder_test_lib:wait_until(
+           fun() -> peer:call(Peer, erlang, apply,
+                              [fun() -> ok = dtrace_vm:sync(),
+                                        lists:member(running, maps:get(processes, maps:get(flags, dtrace:vm_probes())))
+                               end, []])
+           end, 30000, "automatic mode to trace every process"),
+    try
+        slow_spans(Config, #{requests => 60, every => 5, causes => [sleep, call, gc]})
+    after
+        dtrace_test_tracer:bpftrace_stop(Other)
+    end.
+
+slow_spans(Config, Service) ->
     Peer = ?config(peer, Config),
     Dir = ?config(priv_dir, Config),
     Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
@@ -67,13 +94,12 @@ slow_spans_script(Config) ->
     ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [ready_span(Dir)]),
     Lines0 = collect(Port, [], fun(Ls) -> ready_seen(blocks(Ls)) end, 60000),
     Planted = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run,
-                        [fun() -> dtrace_test_service:run(#{requests => ?REQUESTS, every => ?EVERY}, Dir) end],
-                        120000),
+                        [fun() -> dtrace_test_service:run(Service, Dir) end], 120000),
     Tags = [Tag || {Tag, _, _, _} <- Planted],
     Lines1 = collect(Port, Lines0, fun(Ls) -> Tags -- [T || {T, _, _} <- blocks(Ls)] =:= [] end, 30000),
     Lines = stop(Port, Lines1),
     ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
-    check(Planted, blocks(Lines)),
+    check(Planted, blocks(Lines), Service),
     %% The summary names the slowest.
     ?assert(lists:any(fun(L) -> binary:match(L, <<"slowest, with their causes">>) =/= nomatch end, Lines)).
 
@@ -95,7 +121,7 @@ recorder_report(Config) ->
     ?assert(is_binary(Report), Report),
     ct:log("report:~n~ts", [Report]),
     Lines = binary:split(Report, <<"\n">>, [global]),
-    check(Planted, blocks(section(Lines))),
+    check(Planted, blocks(section(Lines)), #{requests => ?REQUESTS, every => ?EVERY}),
     %% An operator asking for another snapshot right after: refused within
     %% min_interval_ms (60 s by default), taken with force.
     {error, {rate_limited, _}} = peer:call(Peer, dtrace_recorder, trigger, [Rec, <<"again">>, 60000], 90000),
@@ -183,8 +209,8 @@ span_probes_on() ->
 
 %% Each planted slow request has its block, with the planted cause, its
 %% time within 10% of the delay the service measured.
-check(Planted, Blocks) ->
-    ?assertEqual(?REQUESTS div ?EVERY, length(Planted)),
+check(Planted, Blocks, #{requests := N, every := Every}) ->
+    ?assertEqual(N div Every, length(Planted)),
     Results =
         [begin
              case lists:keyfind(Tag, 1, Blocks) of
