@@ -30,6 +30,10 @@
 
 -export([begin_span/1, end_span/1, session_key/0]).
 
+%% OTP 25's spec of erlang:trace_info/2 lacks the {tracer, {Module, State}}
+%% it returns for a tracer module (as dtrace_vm notes).
+-dialyzer({nowarn_function, [set_legacy/1]}).
+
 %% In the process dictionary while flags are set: {SpanId, Flags}.
 -define(KEY, '$dtrace_span_trace').
 %% persistent_term key of the session (OTP 27+), set by dtrace_vm.
