@@ -39,25 +39,25 @@ erlang*:::span-end
     depth[this->p] = depth[this->p] > 1 ? depth[this->p] - 1 : 0;
 }
 
-erlang*:::span-vm-scheduled
+erlang*:::span-vm_scheduled
 /depth[copyinstr(arg0)]/
 {
     printf("S\t%d\t%s\t%s\t%s\n", timestamp, copyinstr(arg0), copyinstr(arg2), copyinstr(arg1));
 }
 
-erlang*:::span-vm-gc
+erlang*:::span-vm_gc
 /depth[copyinstr(arg0)]/
 {
     printf("G\t%d\t%s\t%s\n", timestamp, copyinstr(arg0), copyinstr(arg1));
 }
 
-erlang*:::span-vm-receive
+erlang*:::span-vm_receive
 /depth[copyinstr(arg0)]/
 {
     printf("Q\t%d\t%s\n", timestamp, copyinstr(arg0));
 }
 
-erlang*:::span-vm-send
+erlang*:::span-vm_send
 /depth[copyinstr(arg0)] || depth[copyinstr(arg1)]/
 {
     printf("M\t%d\t%s\t%s\n", timestamp, copyinstr(arg0), copyinstr(arg1));

@@ -147,7 +147,8 @@ span_begin(_SpanId, _ParentId, _Kind, _UserTag) ->
 span_end(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
     stub(false).
 
-%% Fires dtrace_vm__mode ("manual" or "auto") if a tracer listens.
+%% Fires dtrace_vm__mode ("manual" or "auto") if a tracer listens; badarg
+%% for anything but a boolean.
 -spec vm_mode(Manual :: boolean()) -> boolean().
 vm_mode(_Manual) ->
     stub(false).

@@ -39,7 +39,7 @@
 -export([otp_user_probe/1, otp_user_probe_n/1, otp_messages/1, otp_process_scheduling/1,
          otp_spawn_exit/1, otp_garbage_collection/1, otp_function_calls/1, otp_port1/1,
          shipped_spawn_exit/1, shipped_span_latency/1, shipped_message_latency/1,
-         shipped_efile_drv/1]).
+         shipped_efile_drv/1, shipped_slow_spans/1]).
 
 %% DTrace takes 10-20 s to start here (it converts the kernel's BTF).
 -define(START_TIMEOUT, 180000).
@@ -59,7 +59,7 @@ groups() ->
     Scripts = [otp_user_probe, otp_user_probe_n, otp_messages, otp_process_scheduling,
                otp_spawn_exit, otp_garbage_collection, otp_function_calls, otp_port1,
                shipped_spawn_exit, shipped_span_latency, shipped_message_latency, shipped_efile_drv],
-    [{stapsdt, [], Scripts},
+    [{stapsdt, [], Scripts ++ [shipped_slow_spans]},
      {dof, [], Scripts ++ [dof_two_nodes_started_later, dof_provider]}].
 
 %%--------------------------------------------------------------------
@@ -344,6 +344,16 @@ shipped_span_latency(Config) ->
                                {at_exit, <<"latency (us) suite_fast:">>}]
                     end),
     no_dtrace_messages(Result).
+
+%% priv/dtrace-slow-spans --tracer dtrace (priv/slow-spans.d through
+%% priv/dtrace-d): each planted slow request of the service is named with
+%% its cause, as with bpftrace (dtrace_why_SUITE).
+shipped_slow_spans(Config) ->
+    Service = #{requests => 40, every => 5, causes => [sleep, call, gc, file]},
+    {Planted, Lines} = dtrace_why_lib:slow_spans(?config(peer, Config), ?config(priv_dir, Config),
+                                                 ["--tracer", "dtrace"], [{"DTRACE", ?config(dtrace, Config)}],
+                                                 Service, ?START_TIMEOUT),
+    dtrace_why_lib:check(Planted, dtrace_why_lib:blocks(Lines), Service).
 
 %% The wait from a send to its receiver running, at exit, per receiver.
 shipped_message_latency(Config) ->
