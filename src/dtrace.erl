@@ -591,11 +591,12 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %% clock read. Otherwise `span__begin' fires before `Fun' runs and
 %% `span__end', with the duration in nanoseconds (monotonic clock), after
 %% it returns or raises. Spans nest: a span started inside `Fun' in the
-%% same process names this one as its parent. While a tracer listens to a
-%% `span__vm_*' probe ("why was it slow": priv/dtrace-slow-spans, the flight
-%% recorder), the outermost span's process is traced for the span's time
-%% (scheduling, GC, messages; about 2 us more per span, docs/operators.md). The user tag passed is the
-%% caller's ({@link get_tag_data/0}) when the span begins.
+%% same process names this one as its parent. The user tag passed is the
+%% caller's ({@link get_tag_data/0}) when the span begins. While a tracer
+%% listens to a `span__vm_*' probe ("why was it slow":
+%% priv/dtrace-slow-spans, the flight recorder), the outermost span's
+%% process is traced for the span's time (scheduling, GC, messages: about
+%% 1.4 us more per span, docs/operators.md).
 %% ```
 %% dtrace:span(db_query, fun() -> db:query(Sql) end)
 %% '''
