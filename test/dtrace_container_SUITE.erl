@@ -36,6 +36,7 @@
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
 
+-export([doctor_names_the_host_pid/1]).
 -export([all/0, init_per_suite/1, end_per_suite/1, init_per_testcase/2, end_per_testcase/2]).
 -export([the_node_has_its_own_namespaces/1,
          user_probe_script_through_the_root/1,
@@ -49,6 +50,7 @@
 
 all() ->
     [the_node_has_its_own_namespaces,
+     doctor_names_the_host_pid,
      user_probe_script_through_the_root,
      vm_probe_without_a_path,
      provider_in_the_private_tmp].
@@ -254,6 +256,19 @@ the_node_has_its_own_namespaces(Config) ->
     ?assertMatch({_, _}, binary:match(Maps, list_to_binary(" " ++ Nif ++ "\n"))),
     ?assertNot(filelib:is_regular(Nif)),
     ?assert(filelib:is_regular("/proc/" ++ HostPid ++ "/root" ++ Nif)).
+
+%% priv/dtrace-doctor, run on the host with the host pid: the node is in a
+%% container (its pid inside named), its library mapped from the
+%% container's /tmp is the file on disk there (through /proc/PID/root).
+doctor_names_the_host_pid(Config) ->
+    HostPid = ?config(host_pid, Config),
+    {Status, Lines} = dtrace_test_tracer:run(filename:join(code:priv_dir(dtrace), "dtrace-doctor"), [HostPid]),
+    ct:log("dtrace-doctor ~s:~n~ts", [HostPid, lists:join("\n", Lines)]),
+    Has = fun(Part) -> lists:any(fun(L) -> binary:match(L, Part) =/= nomatch end, Lines) end,
+    ?assert(Has(iolist_to_binary(["container   pid ", HostPid, " here is pid 1 inside"]))),
+    ?assert(Has(<<"ok   library">>)),
+    ?assertNot(Has(<<"FAIL library">>)),
+    ?assert(lists:member(Status, [0, 1])).
 
 %% The guide's user-probe command, with the script found in the image
 %% through the process's root (`PRIV=$(ls -d
