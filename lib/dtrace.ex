@@ -298,4 +298,17 @@ defmodule DTrace do
   """
   @spec function_probes([:dtrace.function_pattern()]) :: :ok | {:error, term()}
   def function_probes(patterns), do: :dtrace.function_probes(patterns)
+
+  @doc """
+  "Why is my probe silent?", from inside the node: prints one line per check
+  (`ok`, `info`, `warn`, `FAIL`, with each failure's fix) and returns `:ok` or
+  `{:error, checks}`. See `:dtrace.doctor/0`; the host's side is
+  `priv/dtrace-doctor PID`.
+  """
+  @spec doctor() :: :ok | {:error, [atom()]}
+  defdelegate doctor(), to: :dtrace
+
+  @doc "The findings of `doctor/0` without printing them (`opts`: `%{}`)."
+  @spec doctor(map()) :: [map()]
+  defdelegate doctor(opts), to: :dtrace
 end

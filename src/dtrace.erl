@@ -63,6 +63,7 @@
 -export([span/2, span_begin/1, span_end/1]).
 %% The VM's own probes.
 -export([vm_probes/0, vm_probes/1, function_probes/1]).
+-export([doctor/0, doctor/1]).
 %% The erl_tracer callbacks (OTP's erl_tracer behaviour, NIFs): {tracer, dtrace,
 %% State} fires the VM probes.
 -export([enabled/3, trace/5]).
@@ -335,6 +336,30 @@ vm_probes(Other) ->
 -spec function_probes(Patterns :: [function_pattern()]) -> ok | {error, function_probes_error()}.
 function_probes(Patterns) ->
     vm_call(fun() -> dtrace_vm:function_probes(Patterns) end).
+
+%% @doc "Why is my probe silent?", from inside the node: prints one line per
+%% check (`ok', `info', `warn', `FAIL', with the fix of each failure) and
+%% returns `ok', or `{error, Checks}' naming the checks that failed. The
+%% checks: the library loaded and still the file on disk under its path
+%% (a build copied over a running node), the sinks (SDT, LTTng, DOF, each
+%% with why not), the OS pid and its pid namespace, automatic mode, the
+%% probes a tracer listens to now. The host's side (privileges, kernel,
+%% tracer versions): priv/dtrace-doctor PID, as root.
+-spec doctor() -> ok | {error, Failed :: [atom(), ...]}.
+doctor() ->
+    Findings = dtrace_doctor:findings(),
+    io:put_chars(dtrace_doctor:format(Findings)),
+    case [C || #{level := fail, check := C} <- Findings] of
+        [] -> ok;
+        Failed -> {error, Failed}
+    end.
+
+%% @doc As {@link doctor/0} without printing: the findings, each
+%% `#{level := ok | info | warn | fail, check := atom(), text := binary(),
+%% fix => binary()}', in order (`Opts': `#{}', for later options).
+-spec doctor(Opts :: #{}) -> [dtrace_doctor:finding()].
+doctor(Opts) when is_map(Opts) ->
+    dtrace_doctor:findings().
 
 vm_call(Fun) ->
     case whereis(dtrace_vm) of

@@ -11,14 +11,14 @@
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1, init_per_testcase/2, end_per_testcase/2]).
 -export([healthy_node_and_a_listening_probe/1, library_not_loaded/1, library_replaced_under_the_node/1,
-         no_privileges/1, bpftrace_version_and_its_argument_limit/1]).
+         no_privileges/1, bpftrace_version_and_its_argument_limit/1, the_nodes_own_view/1]).
 
 suite() ->
     [{timetrap, {minutes, 3}}].
 
 all() ->
     [healthy_node_and_a_listening_probe, library_not_loaded, library_replaced_under_the_node,
-     no_privileges, bpftrace_version_and_its_argument_limit].
+     no_privileges, bpftrace_version_and_its_argument_limit, the_nodes_own_view].
 
 init_per_suite(Config) ->
     case {string:trim(os:cmd("id -u")), os:find_executable("python3"), os:find_executable("readelf")} of
@@ -106,7 +106,9 @@ library_replaced_under_the_node(Config) ->
     {1, Lines} = doctor(OsPid, []),
     ?assert(has(Lines, <<"FAIL library     ", (list_to_binary(So))/binary,
                          ": the node runs a file that is no longer on disk">>), Lines),
-    ?assert(has(Lines, <<"fix: restart the node">>)).
+    ?assert(has(Lines, <<"fix: restart the node">>)),
+    %% The node says the same of itself.
+    {error, [library]} = peer:call(?config(peer, Config), dtrace, doctor, []).
 
 %% As a user without privileges: the first line says so, with the fix.
 no_privileges(Config) ->
@@ -140,6 +142,35 @@ bpftrace_version_and_its_argument_limit(Config) ->
             ok
     end,
     ?assert(has(New, <<"ok   bpftrace    0.24.1">>), New).
+
+%% dtrace:doctor/0,1 in the node: ok on a healthy node; manual mode and
+%% a stopped application are warnings with their fix; a probe with a
+%% tracer is listed.
+the_nodes_own_view(Config) ->
+    Peer = ?config(peer, Config),
+    ok = peer:call(Peer, dtrace, doctor, []),
+    Find = fun(Check) -> [F || #{check := C} = F <- peer:call(Peer, dtrace, doctor, [#{}]), C =:= Check] end,
+    ?assertMatch([#{level := ok}], Find(library)),
+    ?assertMatch([#{level := ok}], Find(sdt)),
+    ?assertMatch([#{level := ok, text := <<"automatic mode", _/binary>>}], Find(vm_probes)),
+    ok = peer:call(Peer, dtrace, vm_probes, [manual]),
+    ?assertMatch([#{level := warn, fix := <<"dtrace:vm_probes(auto)">>}], Find(vm_probes)),
+    ok = peer:call(Peer, application, stop, [dtrace]),
+    ?assertMatch([#{level := warn, fix := <<"application:ensure_all_started(dtrace)">>}], Find(vm_probes)),
+    case dtrace_test_tracer:require_tracer(bpftrace) of
+        ok ->
+            T = dtrace_test_tracer:bpftrace_start(dtrace_test_peer:os_pid(Peer),
+                                                  "usdt:$SO:erlang:user_trace__n7 { @n = count(); }"),
+            try
+                1 = peer:call(Peer, dtrace_test_workload, fire_until_true, [fun() -> dtrace:pn(7) end]),
+                ?assertMatch([#{level := info, text := <<"1 with a tracer now: user_trace__n7">>}],
+                             Find(listening))
+            after
+                dtrace_test_tracer:bpftrace_stop(T)
+            end;
+        {skip, _} ->
+            ok
+    end.
 
 %%--------------------------------------------------------------------
 

@@ -30,11 +30,12 @@ calls_per_case() ->
     length(functions()).
 
 %% {Module, Function, Arity}: dtrace's API and dtrace_nif's NIFs (not the
-%% test hooks, which only a test build has).
+%% test hooks, which only a test build has, nor doctor/0, which takes no
+%% term and prints).
 functions() ->
     [{M, F, A} || M <- [dtrace, dtrace_nif], {F, A} <- M:module_info(exports),
                   F =/= module_info, F =/= test_panic, F =/= test_allocations,
-                  F =/= test_dof_force_active].
+                  F =/= test_dof_force_active, {F, A} =/= {doctor, 0}].
 
 prop_any_term_any_position() ->
     ?FORALL(Terms, vector(10, probe_term()),
@@ -116,6 +117,9 @@ api(vm_probes, [M], {ok, R}) -> (M =:= auto orelse M =:= manual) andalso
                                     (R =:= ok orelse R =:= {error, not_started});
 api(vm_probes, [M], {error, badarg, _}) -> not (M =:= auto orelse M =:= manual);
 api(function_probes, [_], {ok, R}) -> R =:= ok orelse (is_tuple(R) andalso element(1, R) =:= error);
+%% doctor/1 takes a map of options (none yet) and returns the findings.
+api(doctor, [Opts], {ok, L}) -> is_map(Opts) andalso is_list(L);
+api(doctor, [Opts], {error, function_clause, {dtrace, doctor, _, _}}) -> not is_map(Opts);
 %% The erl_tracer callbacks, called by hand with any terms.
 api(enabled, [_, _, _], {ok, R}) -> R =:= trace orelse R =:= discard;
 api(trace, [_, _, _, _, _], {ok, R}) -> R =:= ok;

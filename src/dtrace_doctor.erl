@@ -1,0 +1,143 @@
+%%% @doc "Why is my probe silent?", from inside the node: what only the node
+%%% knows (see {@link dtrace:doctor/0}). priv/dtrace-doctor PID is the
+%%% host's side: privileges, the kernel, the tracers.
+%%% @end
+-module(dtrace_doctor).
+
+-export([findings/0, format/1]).
+
+-export_type([finding/0]).
+
+-type finding() :: #{level := ok | info | warn | fail, check := atom(), text := binary(),
+                     fix => binary()}.
+%% One check's result: `fail' means no tracer can see the probes it
+%% concerns until `fix' is done.
+
+%% @doc The node's findings, in the order checked: the library (loaded,
+%% and the file the node mapped still the one on disk), the sinks (SDT
+%% notes, LTTng, DOF, each with why not), the OS pid (and its pid
+%% namespace), automatic mode and the probes a tracer listens to now.
+-spec findings() -> [finding()].
+findings() ->
+    lists:append([library(), sinks(), os_pid(), vm(), listening()]).
+
+%% @doc The findings as text, one line each (`ok', `info', `warn', `FAIL',
+%% the check, what was found), a failure's fix on the next line: the
+%% format of priv/dtrace-doctor.
+-spec format([finding()]) -> binary().
+format(Findings) ->
+    iolist_to_binary(
+      [[io_lib:format("~-4s ~-11s ~ts~n", [level(L), atom_to_list(C), T]),
+        case F of
+            #{fix := Fix} -> io_lib:format("     ~-11s fix: ~ts~n", ["", Fix]);
+            _ -> []
+        end] || #{level := L, check := C, text := T} = F <- Findings]).
+
+level(fail) -> "FAIL";
+level(L) -> atom_to_list(L).
+
+f(Level, Check, Fmt, Args) ->
+    #{level => Level, check => Check, text => iolist_to_binary(io_lib:format(Fmt, Args))}.
+
+f(Level, Check, Fmt, Args, Fix) ->
+    (f(Level, Check, Fmt, Args))#{fix => iolist_to_binary(Fix)}.
+
+%% The library: loaded, and mapped from the file on disk under its path.
+library() ->
+    Path = filename:join(code:priv_dir(dtrace), "dtrace_nif.so"),
+    case dtrace:available() of
+        false ->
+            [f(fail, library, "dtrace_nif is not loaded (~ts): every probe call returns false",
+               [Path], "build the library (rebar3 compile, mix compile) and see the node's log for why it "
+                       "did not load")];
+        true ->
+            case mapped(Path) of
+                {ok, Inode, Deleted} ->
+                    case file:read_file_info(Path, [raw]) of
+                        {ok, Info} when element(12, Info) =:= Inode, not Deleted ->
+                            [f(ok, library, "~ts loaded, the file on disk", [Path])];
+                        _ ->
+                            [f(fail, library, "~ts: this node runs a file that is no longer on disk under that "
+                                              "path (a new build copied over it): tracers given the path attach "
+                                              "to the new file", [Path],
+                               "restart the node; or attach with bpftrace -p PID and usdt::erlang:... probes "
+                               "(no path), which follow the mapped file")]
+                    end;
+                unknown ->
+                    [f(ok, library, "~ts loaded", [Path])]
+            end
+    end.
+
+%% {ok, Inode, Deleted} of the mapping of Path's file name in this
+%% process, or unknown (no /proc).
+mapped(Path) ->
+    Base = filename:basename(Path),
+    case file:read_file("/proc/self/maps") of
+        {ok, Maps} ->
+            Lines = [L || L <- binary:split(Maps, <<"\n">>, [global]), binary:match(L, list_to_binary(Base)) =/= nomatch],
+            case Lines of
+                [L | _] ->
+                    [_Range, _Perms, _Off, _Dev, Inode | Rest] = string:lexemes(L, " "),
+                    {ok, binary_to_integer(Inode), lists:member(<<"(deleted)">>, Rest)};
+                [] ->
+                    unknown
+            end;
+        {error, _} ->
+            unknown
+    end.
+
+sinks() ->
+    #{sdt := Sdt, lttng := Lttng, dof := Dof} = dtrace:sinks(),
+    [case Sdt of
+         true -> f(ok, sdt, "SDT notes and semaphores: bpftrace, perf, gdb, SystemTap, DTrace -p see the probes", []);
+         false -> f(fail, sdt, "built without SDT probes", [], "build on Linux x86_64 or aarch64")
+     end,
+     case Lttng of
+         true -> f(ok, lttng, "the LTTng-UST sink is loaded", []);
+         {false, Why} -> f(info, lttng, "no LTTng sink: ~ts", [Why])
+     end,
+     case Dof of
+         true -> f(ok, dof, "registered with DTrace (DOF): dtrace -n 'erlang*:::...' sees this node", []);
+         {false, Why} -> f(info, dof, "no DOF: ~ts", [Why], "DTrace with -p PID through priv/dtrace-d")
+     end].
+
+os_pid() ->
+    Pid = os:getpid(),
+    case file:read_file("/proc/self/status") of
+        {ok, Status} ->
+            case re:run(Status, <<"^NSpid:\\s*(.*)$">>, [multiline, {capture, all_but_first, binary}]) of
+                {match, [Pids]} when byte_size(Pids) > 0 ->
+                    case string:lexemes(Pids, " \t") of
+                        [_] ->
+                            [f(info, process, "OS pid ~s (a tracer in this pid namespace takes it; from a "
+                                              "container's host, the host pid: priv/dtrace-doctor there)", [Pid])];
+                        [Outer | _] = All ->
+                            [f(info, process, "OS pid ~s here, ~ts in the outermost pid namespace (a tracer on "
+                                              "the host takes ~ts)", [Pid, Outer, Outer]) || length(All) > 1]
+                    end;
+                _ ->
+                    [f(info, process, "OS pid ~s", [Pid])]
+            end;
+        {error, _} ->
+            [f(info, process, "OS pid ~s", [Pid])]
+    end.
+
+vm() ->
+    case dtrace:vm_probes() of
+        {error, not_started} ->
+            [f(warn, vm_probes, "the dtrace application is not running: the VM's probes (messages, "
+                                "scheduling, GC, ...) are never fed", [],
+               "application:ensure_all_started(dtrace)")];
+        #{mode := manual} ->
+            [f(warn, vm_probes, "manual mode: the VM's probes fire only for processes traced with "
+                                "{tracer, dtrace, []}", [], "dtrace:vm_probes(auto)")];
+        #{mode := auto, flags := #{processes := P, ports := O}, tracing := T} ->
+            [f(ok, vm_probes, "automatic mode (~p), trace flags set now: processes ~p, ports ~p", [T, P, O])]
+    end.
+
+listening() ->
+    {_, _, Listened, _} = dtrace_nif:vm_listening(),
+    case Listened of
+        [] -> [f(info, listening, "no probe or event has a tracer now: each probe call returns false", [])];
+        _ -> [f(info, listening, "~b with a tracer now: ~ts", [length(Listened), lists:join(", ", lists:sublist(Listened, 12))])]
+    end.
