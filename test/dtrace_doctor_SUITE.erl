@@ -44,7 +44,7 @@ init_per_testcase(library_replaced_under_the_node, Config) ->
     %% A copy of the application (ebin and priv, links followed), loaded
     %% by a node from there.
     Copy = filename:join(?config(priv_dir, Config), "dtrace"),
-    App = filename:dirname(code:lib_dir(dtrace, ebin)),
+    App = filename:dirname(filename:dirname(code:which(dtrace))),
     ok = filelib:ensure_path(Copy),
     [{0, _} = dtrace_test_tracer:run("cp", ["-rL", filename:join(App, D), filename:join(Copy, D)])
      || D <- ["ebin", "priv"]],
@@ -178,19 +178,9 @@ doctor_path() ->
     filename:join(code:priv_dir(dtrace), "dtrace-doctor").
 
 doctor(OsPid, Env) ->
-    Port = open_port({spawn_executable, doctor_path()},
-                     [{args, [OsPid]}, {env, Env}, {line, 65536}, stderr_to_stdout, exit_status, binary]),
-    Lines = collect(Port, []),
-    ct:log("dtrace-doctor ~s:~n~ts", [OsPid, lists:join("\n", element(2, Lines))]),
-    Lines.
-
-collect(Port, Acc) ->
-    receive
-        {Port, {data, {eol, L}}} -> collect(Port, [L | Acc]);
-        {Port, {data, {noeol, L}}} -> collect(Port, [L | Acc]);
-        {Port, {exit_status, S}} -> {S, lists:reverse(Acc)}
-    after 60000 -> ct:fail("dtrace-doctor did not finish: ~p", [lists:reverse(Acc)])
-    end.
+    {Status, Lines} = dtrace_recorder_test_lib:run(doctor_path(), [OsPid], [{env, Env}]),
+    ct:log("dtrace-doctor ~s (exit ~p):~n~ts", [OsPid, Status, lists:join("\n", Lines)]),
+    {Status, Lines}.
 
 has(Lines, Part) ->
     lists:any(fun(L) -> binary:match(L, Part) =/= nomatch end, Lines).
