@@ -756,18 +756,23 @@ setup(#{buffer := Buffer, events := Events, triggers := Specs, name := Name}, Ct
             case dtrace_recorder_lttng:create(Ctx, Session, {Dir, "t" ++ Stamp}, Buffer,
                                               rules(Events, Triggers, Pid)) of
                 ok ->
-                    case arm(Ctx, Session, Triggers, []) of
-                        {ok, Armed} ->
-                            case wait_recording() of
-                                ok ->
+                    %% The session records in this node before any trigger
+                    %% is armed: a trigger's event notifier enables the same
+                    %% tracepoints, so the mark would say "enabled" while
+                    %% the session's buffers are not yet there (seen on a
+                    %% fresh machine: a trigger's snapshot with no events).
+                    case wait_recording() of
+                        ok ->
+                            case arm(Ctx, Session, Triggers, []) of
+                                {ok, Armed} ->
                                     {ok, #{triggers => Armed, found => found(Dir), stamp => Stamp}};
-                                Error ->
+                                {error, Why, _Armed} ->
                                     _ = cleanup(Ctx, Session),
-                                    Error
+                                    badopt_filter({error, Why}, Specs)
                             end;
-                        {error, Why, _Armed} ->
+                        Error ->
                             _ = cleanup(Ctx, Session),
-                            badopt_filter({error, Why}, Specs)
+                            Error
                     end;
                 Error ->
                     badopt_filter(Error, Specs)
