@@ -29,7 +29,7 @@
 # belongs to (its git top directory), every -s DIR and every directory in
 # $DTRACE_GUEST_SHARES are shared read-write at the same paths: DTrace opens
 # every file a traced process maps, by the path in /proc/PID/maps. proc,
-# sys, dev, devpts, debugfs, tracefs, bpffs and tmpfs /tmp, /run are mounted.
+# sys, dev, devpts, debugfs, tracefs, securityfs, bpffs and tmpfs /tmp, /run are mounted.
 # When the root has dtprobed (Linux DTrace's USDT daemon), `modprobe cuse`,
 # dtprobed is started and the run waits (60 s at most) for
 # /dev/dtrace/helper. COMMAND then runs as root (PATH, HOME=/root,
@@ -62,9 +62,17 @@ set -eu
 #   (2.0.7; needs glibc >= 2.38, which trixie has) and dtprobed.
 # trixie-build: the same userland with a C toolchain and sid's DTrace, for
 #   `chroot` builds of test programs (dtrace -h, dtrace -G) the guest runs.
+# bookworm-kernel, trixie-kernel: Debian 12 (kernel 6.1, OTP 25.2.3,
+#   bpftrace 0.17, SystemTap 4.8) and Debian 13 (6.12, OTP 27.3, bpftrace
+#   0.23, SystemTap 5.1) as users run them, with perf and gdb, for
+#   `make test-kernels` (dtrace_kernels_SUITE). The kernel's headers and
+#   the compiler are there for `chroot` builds of SystemTap modules (seconds
+#   natively, minutes under TCG); the guest runs them with staprun.
 roots='
 trixie-dtrace|trixie|linux-image-amd64 kmod fuse3 procps erlang-base erlang-runtime-tools erlang-common-test dtrace/sid libdtrace2/sid
 trixie-build|trixie|gcc libc6-dev dtrace/sid libdtrace2/sid
+bookworm-kernel|bookworm|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
+trixie-kernel|trixie|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
 '
 # Bump when the way roots are built changes (options below, hooks).
 recipe=1
@@ -205,7 +213,8 @@ make_initramfs() {
     # dependencies, the last one first to load); decompressed, so busybox's
     # insmod needs no xz support.
     : > "$ird/modules/order"
-    for m in 9pnet_virtio 9p overlay; do
+    # virtio_pci is built into Debian 13's kernel, a module in Debian 12's.
+    for m in virtio_pci 9pnet_virtio 9p overlay; do
         path=$(awk -v m="$m" '{ f = $1; sub(":$", "", f); n = f; sub(".*/", "", n); sub("\\.ko.*", "", n)
                               gsub("-", "_", n); if (n == m) { print f; exit } }' "$moddir/modules.dep")
         [ -n "$path" ] || continue        # built into the kernel
@@ -264,6 +273,7 @@ mount -t tmpfs -o mode=1777 tmp $r/tmp
 mount -t tmpfs -o mode=0755 run $r/run
 mount -t debugfs debugfs $r/sys/kernel/debug
 mount -t tracefs tracefs $r/sys/kernel/tracing
+mount -t securityfs securityfs $r/sys/kernel/security
 mount -t bpf bpf $r/sys/fs/bpf
 mkdir -p $r/run/guest
 mount -t 9p -o "$opts,cache=mmap" harness $r/run/guest || fail "cannot mount the harness directory"
