@@ -168,160 +168,48 @@ shipped_script(Name) ->
 %% OTP's examples
 
 otp_user_probe(Config) ->
-    Result = window(Config, otp_script(Config, "user-probe.d"),
-                    ["user_trace-s1", "user_trace-i4s4"],
-                    fun() -> dtrace:user_trace_s1("ready"), dtrace:p(-1) end,
-                    fun() ->
-                            true = dtrace:user_trace_s1("s1 from the suite"),
-                            dtrace:put_tag(<<"dtag">>),
-                            true = dtrace:p(1, 2, "abc", <<"def">>),
-                            dtrace:put_tag(undefined),
-                            true = dtrace:p(7, 8, "x"),
-                            pid_to_list(self())
-                    end,
-                    fun(P) -> [<<"s1 from the suite">>,
-                               iolist_to_binary([P, " dtag 1 2 0 0 'abc' 'def' '' ''"]),
-                               iolist_to_binary([P, "  7 8 0 0 'x' '' '' ''"])]
-                    end),
-    no_dtrace_messages(Result).
+    otp_example(Config, user_probe).
 
 otp_user_probe_n(Config) ->
-    Result = window(Config, otp_script(Config, "user-probe-n.d"),
-                    ["user_trace-n0", "user_trace-n1"],
-                    fun() -> dtrace:pn(0, -1), dtrace:pn(1, -1) end,
-                    fun() ->
-                            true = dtrace:pn(0, 10, "zero"),
-                            dtrace:put_tag(<<"ntag">>),
-                            true = dtrace:pn(1, 11, 12, "one", "uno"),
-                            pid_to_list(self())
-                    end,
-                    fun(P) -> [iolist_to_binary(["probe n0: ", P, "  10 0 0 0 'zero' '' '' ''"]),
-                               iolist_to_binary(["probe n1: ", P, " ntag 11 12 0 0 'one' 'uno' '' ''"])]
-                    end),
-    no_dtrace_messages(Result).
+    otp_example(Config, user_probe_n).
 
-%% The token fields are 0 without a token, so OTP's first send and queued
-%% clauses print (not the "label ... token" ones).
 otp_messages(Config) ->
-    Result = window(Config, otp_script(Config, "messages.d"),
-                    ["message-send", "message-queued"],
-                    fun() -> self() ! ready, receive ready -> ok end end,
-                    fun() ->
-                            S = spawn(fun dtrace_test_workload:sink/0),
-                            S ! {a, b, c},
-                            {pid_to_list(self()), pid_to_list(S)}
-                    end,
-                    fun({From, To}) ->
-                            [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),
-                             iolist_to_binary(["queued: ", To, ": 4 words, queue len -1"])]
-                    end),
-    no_dtrace_messages(Result),
+    Result = otp_example(Config, messages),
     ?assertEqual([], [L || L <- lines(Result), binary:match(L, <<" token {">>) =/= nomatch]).
 
 otp_process_scheduling(Config) ->
-    Hibernating = fun() ->
-                          P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
-                          dtrace_test_workload:wait_hibernating(P),
-                          P ! wake,
-                          P
-                  end,
-    Result = window(Config, otp_script(Config, "process-scheduling.d"),
-                    ["process-scheduled", "process-unscheduled", "process-hibernate"],
-                    Hibernating,
-                    fun() -> pid_to_list(Hibernating()) end,
-                    fun(P) -> [iolist_to_binary(["  Schedule pid ", P, " mfa erlang:apply/2"]),
-                               iolist_to_binary(["Unschedule pid ", P]),
-                               iolist_to_binary(["  Hibernate pid ", P, " resume mfa erlang:hibernate/3"])]
-                    end),
-    no_dtrace_messages(Result).
+    otp_example(Config, process_scheduling).
 
 otp_spawn_exit(Config) ->
-    spawn_exit(Config, otp_script(Config, "spawn-exit.d")).
+    otp_example(Config, spawn_exit).
 
 otp_garbage_collection(Config) ->
-    Result = window(Config, otp_script(Config, "garbage-collection.d"),
-                    ["gc_major-start", "gc_major-end"],
-                    fun() -> erlang:garbage_collect() end,
-                    fun() ->
-                            Self = self(),
-                            P = spawn(fun() -> erlang:garbage_collect(), Self ! {collected, self()},
-                                               receive stop -> ok end end),
-                            receive {collected, P} -> pid_to_list(P) end
-                    end,
-                    fun(P) -> [{contains, iolist_to_binary(["GC major start pid ", P, " need "])},
-                               {contains, iolist_to_binary(["GC major end pid ", P, " reclaimed "])}]
-                    end),
-    no_dtrace_messages(Result).
+    otp_example(Config, garbage_collection).
 
 otp_function_calls(Config) ->
-    Peer = ?config(peer, Config),
-    ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_workload, double, 1}, {erlang, phash2, 1}]]),
-    Result = window(Config, otp_script(Config, "function-calls.d"),
-                    ["global-function-entry", "function-return", "bif-entry", "bif-return"],
-                    fun() -> dtrace_test_workload:double(1), erlang:phash2(x) end,
-                    fun() ->
-                            6 = dtrace_test_workload:double(3),
-                            _ = erlang:phash2(y),
-                            pid_to_list(self())
-                    end,
-                    fun(P) -> [iolist_to_binary(["pid ", P, " enter (global)  dtrace_test_workload:double/1 depth -1"]),
-                               iolist_to_binary(["pid ", P, " return dtrace_test_workload:double/1 depth -1"]),
-                               iolist_to_binary(["pid ", P, " BIF entry  mfa erlang:phash2/1"]),
-                               iolist_to_binary(["pid ", P, " BIF return mfa erlang:phash2/1"])]
-                    end),
-    ok = peer:call(Peer, dtrace, function_probes, [[]]),
-    no_dtrace_messages(Result).
+    otp_example(Config, function_calls).
 
-%% port-command and port-exit name the port as it was opened (OTP's script
-%% stops with "invalid address (0x0)" on a NULL name), a port opened before
-%% DTrace started too (automatic mode reads its name as it starts tracing
-%% ports).
 otp_port1(Config) ->
-    Peer = ?config(peer, Config),
-    {Old, OldOwner} = peer:call(Peer, erlang, apply,
-                                [fun() ->
-                                         Self = self(),
-                                         Pid = spawn(fun() ->
-                                                             P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
-                                                             Self ! {opened, P},
-                                                             receive stop -> ok end
-                                                     end),
-                                         receive {opened, P} -> {P, Pid} end
-                                 end, []]),
-    Result = window(Config, otp_script(Config, "port1.d"),
-                    ["port-open", "port-command", "port-exit"],
-                    %% A program per call: paced, so that the ready loop
-                    %% leaves DTrace the CPU to start (a one-vCPU guest).
-                    fun() ->
-                            P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
-                            port_command(P, "x"),
-                            dtrace_test_workload:close_port(P),
-                            timer:sleep(100)
-                    end,
-                    fun() ->
-                            P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
-                            true = port_command(P, <<"hi">>),
-                            dtrace_test_workload:close_port(P),
-                            true = port_command(Old, "old"),
-                            {pid_to_list(self()), erlang:port_to_list(P)}
-                    end,
-                    fun({Owner, Port}) ->
-                            [iolist_to_binary(["port command pid ", Owner, " port ", erlang:port_to_list(Old),
-                                               " port name cat >/dev/null command type command"]),
-                             iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", Port]),
-                             iolist_to_binary(["port command pid ", Owner, " port ", Port,
-                                               " port name cat >/dev/null command type command"]),
-                             {contains, iolist_to_binary(["port exit pid ", Owner, " port ", Port,
-                                                          " port name cat >/dev/null reason "])}]
-                    end),
-    OldOwner ! stop,
-    no_dtrace_messages(Result).
+    otp_example(Config, port1).
+
+%% OTP's D script for Name (dtrace_test_otp_examples) in a window: its
+%% lines for the workload's values, and no message of DTrace's own.
+otp_example(Config, Name) ->
+    example(Config, otp_script(Config, dtrace_test_otp_examples:script(Name, d)), Name).
+
+example(Config, Script, Name) ->
+    #{ready := Ready, work := Work, expect := Expect, cleanup := Cleanup} =
+        dtrace_test_otp_examples:example(Name, ?config(peer, Config)),
+    Result = window(Config, Script, dtrace_test_otp_examples:probes(Name), Ready, Work, Expect),
+    Cleanup(),
+    no_dtrace_messages(Result),
+    Result.
 
 %%--------------------------------------------------------------------
 %% The D scripts shipped in priv/
 
 shipped_spawn_exit(Config) ->
-    spawn_exit(Config, shipped_script("spawn-exit.d")).
+    example(Config, shipped_script("spawn-exit.d"), spawn_exit).
 
 %% A slow span prints as it ends, with its tag; at exit, the counts and
 %% histograms per kind.
@@ -398,18 +286,6 @@ shipped_efile_drv(Config) ->
                         binary:match(L, <<"enter">>) =/= nomatch],
     ?assertMatch({match, _}, re:run(Entry, "\\(port [^?)][^)]*\\)$")),
     ok = file:delete(File).
-
-spawn_exit(Config, Script) ->
-    Result = window(Config, Script, ["process-spawn", "process-exit"],
-                    fun() -> spawn(fun() -> ok end) end,
-                    fun() ->
-                            {P, Ref} = spawn_monitor(fun() -> exit(shipped) end),
-                            receive {'DOWN', Ref, process, P, shipped} -> pid_to_list(P) end
-                    end,
-                    fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
-                               iolist_to_binary(["pid ", P, " reason shipped"])]
-                    end),
-    no_dtrace_messages(Result).
 
 %%--------------------------------------------------------------------
 %% The window
@@ -502,7 +378,8 @@ dof_in_guest(Config) ->
     Runner = filename:join([root(), "test", "guest", "ct.sh"]),
     Port = open_port({spawn_executable, "/bin/sh"},
                      [{args, [Guest, "run", "trixie-dtrace", "-t", "2580", "--",
-                              "sh", Runner, LibDir, TestDir, Examples, Logs]},
+                              "env", "DTRACE_TEST_OTP_EXAMPLES=" ++ Examples,
+                              "sh", Runner, LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
     {Status, Lines} = collect_exit(Port, [], deadline(2640000)),
     ct:log("the guest (exit status ~p):~n~ts", [Status, lists:join("\n", Lines)]),

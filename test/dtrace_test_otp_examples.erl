@@ -1,0 +1,183 @@
+%%% Test helper: OTP's own example scripts (lib/runtime_tools/examples,
+%%% from the OTP source tarball; never copied here), the D ones and their
+%%% SystemTap twins, which print the same lines. For each script the
+%%% library feeds: the probes it needs attached, a ready call that fires
+%%% them, the workload, and the lines OTP's format gives for the
+%%% workload's values. Used by dtrace_dtrace_SUITE (DTrace) and
+%%% dtrace_kernels_SUITE (SystemTap in the guests).
+-module(dtrace_test_otp_examples).
+
+-export([names/0, script/2, probes/1, example/2]).
+
+-type name() :: user_probe | user_probe_n | messages | process_scheduling | spawn_exit
+              | garbage_collection | function_calls | port1.
+%% An expected line: equal, or one containing Part.
+-type wanted() :: binary() | {contains, binary()}.
+-type example() :: #{ready := fun(() -> term()), work := fun(() -> term()),
+                     expect := fun((term()) -> [wanted()]), cleanup := fun(() -> term())}.
+-export_type([name/0, example/0]).
+
+%% The examples whose every probe the library feeds, or whose lines for
+%% the probes it feeds are asserted.
+-spec names() -> [name()].
+names() ->
+    [user_probe, user_probe_n, messages, process_scheduling, spawn_exit, garbage_collection,
+     function_calls, port1].
+
+%% The script's file name in OTP's examples directory, for d or systemtap.
+-spec script(Name :: name(), Kind :: d | systemtap) -> string().
+script(Name, Kind) ->
+    Base = case Name of
+               user_probe -> "user-probe";
+               user_probe_n -> "user-probe-n";
+               process_scheduling -> "process-scheduling";
+               spawn_exit -> "spawn-exit";
+               garbage_collection -> "garbage-collection";
+               function_calls -> "function-calls";
+               _ -> atom_to_list(Name)
+           end,
+    Base ++ "." ++ atom_to_list(Kind).
+
+%% The probes a window waits for (D's names; SystemTap takes them too).
+-spec probes(Name :: name()) -> [string()].
+probes(user_probe) -> ["user_trace-s1", "user_trace-i4s4"];
+probes(user_probe_n) -> ["user_trace-n0", "user_trace-n1"];
+probes(messages) -> ["message-send", "message-queued"];
+probes(process_scheduling) -> ["process-scheduled", "process-unscheduled", "process-hibernate"];
+probes(spawn_exit) -> ["process-spawn", "process-exit"];
+probes(garbage_collection) -> ["gc_major-start", "gc_major-end"];
+probes(function_calls) -> ["global-function-entry", "function-return", "bif-entry", "bif-return"];
+probes(port1) -> ["port-open", "port-command", "port-exit"].
+
+%% The example's calls, made ready in Peer (function patterns, a port
+%% opened before the tracer): ready and work run in the peer; cleanup,
+%% here, after the tracer stopped.
+-spec example(Name :: name(), Peer :: pid()) -> example().
+example(user_probe, _Peer) ->
+    plain(fun() -> dtrace:user_trace_s1("ready"), dtrace:p(-1) end,
+          fun() ->
+                  true = dtrace:user_trace_s1("s1 from the suite"),
+                  dtrace:put_tag(<<"dtag">>),
+                  true = dtrace:p(1, 2, "abc", <<"def">>),
+                  dtrace:put_tag(undefined),
+                  true = dtrace:p(7, 8, "x"),
+                  pid_to_list(self())
+          end,
+          fun(P) -> [<<"s1 from the suite">>,
+                     iolist_to_binary([P, " dtag 1 2 0 0 'abc' 'def' '' ''"]),
+                     iolist_to_binary([P, "  7 8 0 0 'x' '' '' ''"])]
+          end);
+example(user_probe_n, _Peer) ->
+    plain(fun() -> dtrace:pn(0, -1), dtrace:pn(1, -1) end,
+          fun() ->
+                  true = dtrace:pn(0, 10, "zero"),
+                  dtrace:put_tag(<<"ntag">>),
+                  true = dtrace:pn(1, 11, 12, "one", "uno"),
+                  pid_to_list(self())
+          end,
+          fun(P) -> [iolist_to_binary(["probe n0: ", P, "  10 0 0 0 'zero' '' '' ''"]),
+                     iolist_to_binary(["probe n1: ", P, " ntag 11 12 0 0 'one' 'uno' '' ''"])]
+          end);
+%% The token fields are 0 without a token, so OTP's first send and queued
+%% clauses print (not the "label ... token" ones).
+example(messages, _Peer) ->
+    plain(fun() -> self() ! ready, receive ready -> ok end end,
+          fun() ->
+                  S = spawn(fun dtrace_test_workload:sink/0),
+                  S ! {a, b, c},
+                  {pid_to_list(self()), pid_to_list(S)}
+          end,
+          fun({From, To}) ->
+                  [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),
+                   iolist_to_binary(["queued: ", To, ": 4 words, queue len -1"])]
+          end);
+example(process_scheduling, _Peer) ->
+    Hibernating = fun() ->
+                          P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
+                          dtrace_test_workload:wait_hibernating(P),
+                          P ! wake,
+                          P
+                  end,
+    plain(Hibernating,
+          fun() -> pid_to_list(Hibernating()) end,
+          fun(P) -> [iolist_to_binary(["  Schedule pid ", P, " mfa erlang:apply/2"]),
+                     iolist_to_binary(["Unschedule pid ", P]),
+                     iolist_to_binary(["  Hibernate pid ", P, " resume mfa erlang:hibernate/3"])]
+          end);
+example(spawn_exit, _Peer) ->
+    plain(fun() -> spawn(fun() -> ok end) end,
+          fun() ->
+                  {P, Ref} = spawn_monitor(fun() -> exit(shipped) end),
+                  receive {'DOWN', Ref, process, P, shipped} -> pid_to_list(P) end
+          end,
+          fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
+                     iolist_to_binary(["pid ", P, " reason shipped"])]
+          end);
+example(garbage_collection, _Peer) ->
+    plain(fun() -> erlang:garbage_collect() end,
+          fun() ->
+                  Self = self(),
+                  P = spawn(fun() -> erlang:garbage_collect(), Self ! {collected, self()},
+                                     receive stop -> ok end end),
+                  receive {collected, P} -> pid_to_list(P) end
+          end,
+          fun(P) -> [{contains, iolist_to_binary(["GC major start pid ", P, " need "])},
+                     {contains, iolist_to_binary(["GC major end pid ", P, " reclaimed "])}]
+          end);
+example(function_calls, Peer) ->
+    ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_workload, double, 1}, {erlang, phash2, 1}]]),
+    #{ready => fun() -> dtrace_test_workload:double(1), erlang:phash2(x) end,
+      work => fun() ->
+                      6 = dtrace_test_workload:double(3),
+                      _ = erlang:phash2(y),
+                      pid_to_list(self())
+              end,
+      expect => fun(P) -> [iolist_to_binary(["pid ", P, " enter (global)  dtrace_test_workload:double/1 depth -1"]),
+                           iolist_to_binary(["pid ", P, " return dtrace_test_workload:double/1 depth -1"]),
+                           iolist_to_binary(["pid ", P, " BIF entry  mfa erlang:phash2/1"]),
+                           iolist_to_binary(["pid ", P, " BIF return mfa erlang:phash2/1"])]
+                end,
+      cleanup => fun() -> ok = peer:call(Peer, dtrace, function_probes, [[]]) end};
+%% port-command and port-exit name the port as it was opened (OTP's D
+%% script stops with "invalid address (0x0)" on a NULL name), a port opened
+%% before the tracer started too (automatic mode reads its name as it
+%% starts tracing ports).
+example(port1, Peer) ->
+    {Old, OldOwner} = peer:call(Peer, erlang, apply,
+                                [fun() ->
+                                         Self = self(),
+                                         Pid = spawn(fun() ->
+                                                             P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
+                                                             Self ! {opened, P},
+                                                             receive stop -> ok end
+                                                     end),
+                                         receive {opened, P} -> {P, Pid} end
+                                 end, []]),
+    %% A program per ready call: paced, so that the ready loop leaves the
+    %% tracer the CPU to start (a one-vCPU guest).
+    #{ready => fun() ->
+                       P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
+                       port_command(P, "x"),
+                       dtrace_test_workload:close_port(P),
+                       timer:sleep(100)
+               end,
+      work => fun() ->
+                      P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
+                      true = port_command(P, <<"hi">>),
+                      dtrace_test_workload:close_port(P),
+                      true = port_command(Old, "old"),
+                      {pid_to_list(self()), erlang:port_to_list(P)}
+              end,
+      expect => fun({Owner, Port}) ->
+                        [iolist_to_binary(["port command pid ", Owner, " port ", erlang:port_to_list(Old),
+                                           " port name cat >/dev/null command type command"]),
+                         iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", Port]),
+                         iolist_to_binary(["port command pid ", Owner, " port ", Port,
+                                           " port name cat >/dev/null command type command"]),
+                         {contains, iolist_to_binary(["port exit pid ", Owner, " port ", Port,
+                                                      " port name cat >/dev/null reason "])}]
+                end,
+      cleanup => fun() -> OldOwner ! stop end}.
+
+plain(Ready, Work, Expect) ->
+    #{ready => Ready, work => Work, expect => Expect, cleanup => fun() -> ok end}.
