@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif test test-repeat demo demo-recorder bench figures soak clean generated check-aarch64 check-platforms
+.PHONY: all deps build nif test test-repeat test-kernels demo demo-recorder bench figures soak clean generated check-aarch64 check-platforms
 
 all: build
 
@@ -57,6 +57,16 @@ test-repeat: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	N=$(N) SUITES="$(SUITES)" REBAR3=$(REBAR3) sh scripts/test-repeat.sh
+
+# The kernels and tracers users run (dtrace_kernels_SUITE): QEMU guests
+# booting Debian 12's and Debian 13's kernels with their own userland,
+# tracers and OTP (scripts/guest.sh; roots cached in
+# /var/cache/dtrace-guests). Needs root. The beams are built with the OTP
+# this runs with and load in both guests only when that is the oldest,
+# the system's OTP 25: run it without OTP=.
+test-kernels: deps
+	$(REBAR3) compile
+	DTRACE_TEST_KERNELS=1 REBAR3=$(REBAR3) sh scripts/ct.sh --suite dtrace_kernels_SUITE
 
 demo: deps
 	@scripts/tracefs.sh
