@@ -43,7 +43,7 @@ defmodule DTrace.MixProject do
       elixirc_paths: ["lib"],
       test_paths: ["test/elixir"],
       deps: [],
-      package: [licenses: @app[:licenses], files: ~w(compat lib native priv/*.bt priv/*.gdb priv/*.d priv/*.py priv/dtrace-*
+      package: [licenses: @app[:licenses], files: ~w(compat lib native priv/*.bt priv/*.gdb priv/*.d priv/*.stp priv/*.py priv/dtrace-*
                 src Cargo.toml Cargo.lock mix.exs rebar.config README.md CHANGELOG.md)]
     ]
   end
