@@ -258,7 +258,12 @@ shipped_stap() ->
     [{"user-probe", ["user_trace__i4s4"]},
      {"spawn-exit", ["process__spawn", "process__exit"]},
      {"span-latency", ["span__end"]},
-     {"message-latency", ["message__send", "process__scheduled"]}].
+     {"message-latency", ["message__send", "process__scheduled"]},
+     {"messages", ["message__send", "message__queued"]},
+     {"process-scheduling", ["process__scheduled", "process__unscheduled", "process__hibernate"]},
+     {"garbage-collection", ["gc_major__start", "gc_major__end"]},
+     {"function-calls", ["global__function__entry", "function__return", "bif__entry", "bif__return"]},
+     {"port1", ["port__open", "port__command", "port__exit"]}].
 
 %% A shipped script with a window clause per probe (as otp_module/5).
 shipped_module(Stap, Base, Probes, So) ->
@@ -526,6 +531,21 @@ stap_shipped_scripts(Config) ->
             fun(E) -> [{at_exit, <<"wait (us):">>},
                        {at_exit, {contains, iolist_to_binary(["longest wait ", E, ": "])}}]
             end),
+    #{ready := MReady, work := MWork} = dtrace_test_otp_examples:example(messages, ?config(peer, Config)),
+    _ = Run("messages", MReady, MWork,
+            fun({From, To}) -> [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),
+                                iolist_to_binary(["queued: ", To, ": 4 words"])]
+            end),
+    %% The lines of OTP's examples, within lines that may start with the
+    %% time of day (the .bt scripts' format).
+    [begin
+         #{ready := Ready, work := Work, expect := Expect, cleanup := Cleanup} =
+             dtrace_test_otp_examples:example(Name, ?config(peer, Config)),
+         _ = Run(Base, Ready, Work,
+                 fun(R) -> [case W of {contains, _} -> W; _ -> {contains, W} end || W <- Expect(R)] end),
+         Cleanup()
+     end || {Base, Name} <- [{"process-scheduling", process_scheduling}, {"garbage-collection", garbage_collection},
+                             {"function-calls", function_calls}, {"port1", port1}]],
     ok.
 
 %% priv/spawn-exit.bt as shipped (a VM probe script).
