@@ -96,7 +96,7 @@ soak: deps
 
 # After a change to native/dtrace_nif/probes.d: rewrite what is generated
 # from the catalogue (docs/reference.md's tables, src/dtrace_efile.hrl, the
-# efile command tables of priv/efile.bt and priv/efile_drv.d); cargo test
+# efile command tables of priv/efile.bt, priv/efile_drv.d and priv/efile.stp); cargo test
 # checks that they match.
 generated:
 	$(CARGO) run --quiet --release -p dtrace_catalogue -- generate .

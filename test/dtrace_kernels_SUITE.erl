@@ -263,7 +263,8 @@ shipped_stap() ->
      {"process-scheduling", ["process__scheduled", "process__unscheduled", "process__hibernate"]},
      {"garbage-collection", ["gc_major__start", "gc_major__end"]},
      {"function-calls", ["global__function__entry", "function__return", "bif__entry", "bif__return"]},
-     {"port1", ["port__open", "port__command", "port__exit"]}].
+     {"port1", ["port__open", "port__command", "port__exit"]},
+     {"efile", ["efile_drv__entry", "efile_drv__return"]}].
 
 %% A shipped script with a window clause per probe (as otp_module/5).
 shipped_module(Stap, Base, Probes, So) ->
@@ -546,6 +547,20 @@ stap_shipped_scripts(Config) ->
          Cleanup()
      end || {Base, Name} <- [{"process-scheduling", process_scheduling}, {"garbage-collection", garbage_collection},
                              {"function-calls", function_calls}, {"port1", port1}]],
+    File = "/tmp/kernels-efile-" ++ os:getpid() ++ ".txt",
+    ok = file:write_file(File, <<"efile.stp">>),
+    _ = Run("efile", fun() -> dtrace_file:read_file_info(File) end,
+            fun() ->
+                    dtrace:put_tag(<<"ftag">>),
+                    {ok, <<"efile.stp">>} = dtrace_file:read_file(File),
+                    dtrace:put_tag(undefined)
+            end,
+            fun(_) -> [{contains, iolist_to_binary(["efile READ_FILE(15) "])},
+                       {contains, iolist_to_binary([" tag=ftag s1=", File])},
+                       {contains, <<" tag=ftag ok in ">>},
+                       {at_exit, <<"Latency (us) of file operations, per user tag:">>},
+                       {at_exit, <<"@latency_us[ftag]:">>}]
+            end),
     ok.
 
 %% priv/spawn-exit.bt as shipped (a VM probe script).
