@@ -8,7 +8,7 @@ fields), nanoseconds on one clock:
 
     span_begin  pid span_id parent_id kind tag
     span_end    pid span_id duration_ns
-    out         pid                 the process is scheduled out
+    out         pid mfa             the process is scheduled out in mfa
     hibernate   pid mfa             ... to hibernate
     in          pid mfa             ... and in again, to run mfa
     gc_start    pid                 a collection (minor or major) starts
@@ -23,11 +23,17 @@ fields), nanoseconds on one clock:
 The rules (docs/operators.md, "Why was it slow"), over the span's own
 process from its begin to its end:
 
-  - GC: the time between a collection's start and end.
+  - GC: the time between a collection's start and end, and the
+    scheduled-out time that is the collection's: an interval a collection
+    falls in, and the two around a collection the process came into
+    straight from being out and left straight into being out again, in
+    the same function (the one that asked for the collection). A
+    large heap's collection runs on a dirty CPU scheduler: the process is
+    scheduled out to move there (waiting for a free one) and again to come
+    back, and those waits are part of what the collection cost the
+    request.
   - scheduled out: the time between `out' (or `hibernate') and the next
-    `in', less any part of it inside a collection (a large collection
-    runs on a dirty scheduler: the process is scheduled out for it, and
-    that time is GC). Each such interval is put under the function the
+    `in', other than the above. Each such interval is put under the function the
     process was scheduled in to run again, which is where it waited:
     `timer:sleep/1', `gen:do_call/4' (a gen_server call), and so on. The
     process that sent the last message to it while it was out is named
@@ -256,7 +262,12 @@ class Why:
     def _compute(self, b, log, node):
         lo, hi = b.begin, b.window_end
         gcs, outs = [], []
+        gc_outs = []            # scheduled-out intervals that are a collection's
         gc_start = None
+        prev = None             # the previous scheduling or GC event
+        out_after_gc = False
+        closed_out = False      # the last `in' closed an interval of outs
+        before = None           # that interval, when a collection followed it
         out_start, waker, sent_to, waiting_on = None, None, None, None
         calls = {}
         for ts, kind, arg in log:
@@ -264,6 +275,10 @@ class Why:
                 continue
             if kind == "gc_start":
                 gc_start = ts
+                # Back from being out straight into a collection: that
+                # interval is the collection's if the process also goes
+                # out straight from its end (a dirty scheduler's GC).
+                before = outs[-1] if prev == "in" and closed_out else None
             elif kind == "gc_end":
                 if gc_start is not None:
                     gcs.append((gc_start, ts))
@@ -271,10 +286,19 @@ class Why:
             elif kind in ("out", "hibernate"):
                 if out_start is None:
                     out_start, waker, waiting_on = ts, None, sent_to
+                    out_after_gc = (prev == "gc_end" and before is not None and bool(outs)
+                                    and outs[-1] is before and arg == before[2])
+                    if out_after_gc:
+                        gc_outs.append(outs.pop()[:2])
             elif kind == "in":
+                closed_out = False
                 if out_start is not None:
-                    outs.append((out_start, ts, arg, waker, waiting_on))
-                out_start, waker, sent_to = None, None, None
+                    if out_after_gc:
+                        gc_outs.append((out_start, ts))
+                    else:
+                        outs.append((out_start, ts, arg, waker, waiting_on))
+                        closed_out = True
+                out_start, waker, sent_to, out_after_gc = None, None, None, False
             elif kind == "send":
                 sender, receiver = arg
                 if receiver == b.pid and out_start is not None:
@@ -289,15 +313,23 @@ class Why:
                 starts = calls.get(arg)
                 if starts:
                     b.calls.append((ts - starts.pop(), arg))
+            if kind in ("gc_start", "gc_end", "out", "hibernate", "in"):
+                prev = kind
         if gc_start is not None:
             gcs.append((gc_start, hi))
         if out_start is not None:
             outs.append((out_start, hi, "(still out at the end)", waker, waiting_on))
+        # A collection inside a scheduled-out interval ran on a dirty
+        # scheduler: the whole interval is GC (the rules above).
+        gc_outs += [(s, e) for s, e, _m, _w, _o in outs if _overlap(s, e, gcs) > 0]
+        outs = [o for o in outs if _overlap(o[0], o[1], gcs) == 0]
+        collections = len(gcs)
+        gcs = gcs + gc_outs
         b.intervals = sorted([(s, e, "gc", None) for s, e in gcs] + [(s, e, "out", m) for s, e, m, _w, _o in outs])
         files = [(max(s, lo), min(e, hi), c) for (n, s, e, c, t) in self.done_files
                  if n == node and t == b.tag and b.tag is not None and s < hi and e > lo]
         b.gc = _union(gcs)
-        b.gcs = len(gcs)
+        b.gcs = collections
         for s, e, c in files:
             ent = b.file_ops.setdefault(c, [0, 0])
             ent[0] += 1
