@@ -10,7 +10,12 @@
 %%   `process("beam.smp")' made `process(@1)' (the library's path), and the
 %%   probes the library does not feed marked optional (`?'); each prints
 %%   OTP's lines;
-%% - a shipped bpftrace script, and priv/dtrace-doctor on the node.
+%% - the shipped priv/*.stp scripts and a shipped bpftrace script;
+%% - priv/dtrace-doctor on the node, then under kernel lockdown.
+%%
+%% A root whose SystemTap builds no user-space probe for its own kernel
+%% (Debian 13's 5.1 on 6.12) runs without the SystemTap cases; the host
+%% case's comment says so (see stap_build/4).
 %%
 %% Roots (scripts/guest.sh): bookworm-kernel (Debian 12: kernel 6.1, OTP
 %% 25.2.3, bpftrace 0.17, SystemTap 4.8) and trixie-kernel (Debian 13:
