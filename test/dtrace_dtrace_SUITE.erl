@@ -214,24 +214,7 @@ shipped_spawn_exit(Config) ->
 %% A slow span prints as it ends, with its tag; at exit, the counts and
 %% histograms per kind.
 shipped_span_latency(Config) ->
-    Result = window(Config, shipped_script("span-latency.d"), ["span-end"],
-                    fun() -> dtrace:span(ready, fun() -> ok end) end,
-                    fun() ->
-                            dtrace:put_tag(<<"slowtag">>),
-                            dtrace:span(suite_slow, fun() -> timer:sleep(15) end),
-                            dtrace:put_tag(undefined),
-                            [dtrace:span(suite_fast, fun() -> ok end) || _ <- [1, 2, 3]],
-                            pid_to_list(self())
-                    end,
-                    fun(P) -> [{contains, <<"slow span: suite_slow, ">>},
-                               {contains, iolist_to_binary([" us, tag 'slowtag', pid ", P])},
-                               {at_exit, <<"spans suite_fast: 3">>},
-                               {at_exit, <<"spans suite_slow: 1">>},
-                               {at_exit, <<"slow spans suite_slow: 1">>},
-                               {at_exit, <<"latency (us) suite_slow:">>},
-                               {at_exit, <<"latency (us) suite_fast:">>}]
-                    end),
-    no_dtrace_messages(Result).
+    example(Config, shipped_script("span-latency.d"), span_latency).
 
 %% priv/dtrace-slow-spans --tracer dtrace (priv/slow-spans.d through
 %% priv/dtrace-d): each planted slow request of the service is named with
@@ -245,19 +228,7 @@ shipped_slow_spans(Config) ->
 
 %% The wait from a send to its receiver running, at exit, per receiver.
 shipped_message_latency(Config) ->
-    Result = window(Config, shipped_script("message-latency.d"),
-                    ["message-send", "process-scheduled"],
-                    fun() -> Self = self(), spawn(fun() -> Self ! ready end), receive ready -> ok end end,
-                    fun() ->
-                            Self = self(),
-                            E = spawn(fun() -> receive ping -> Self ! pong end end),
-                            E ! ping,
-                            receive pong -> pid_to_list(E) end
-                    end,
-                    fun(E) -> [{at_exit, <<"wait (us):">>},
-                               {at_exit, {contains, iolist_to_binary(["longest wait ", E, ": "])}}]
-                    end),
-    no_dtrace_messages(Result).
+    example(Config, shipped_script("message-latency.d"), message_latency).
 
 %% dtrace_file's operations in the lines of OTP's efile_drv.d, the port
 %% (args[10], read from its register by priv/dtrace-d) included, and the

@@ -512,31 +512,11 @@ stap_shipped_scripts(Config) ->
     #{ready := SpawnReady, work := SpawnWork, expect := SpawnExpect} =
         dtrace_test_otp_examples:example(spawn_exit, ?config(peer, Config)),
     _ = Run("spawn-exit", SpawnReady, SpawnWork, SpawnExpect),
-    _ = Run("span-latency", fun() -> dtrace:span(ready, fun() -> ok end) end,
-            fun() ->
-                    dtrace:put_tag(<<"slowtag">>),
-                    dtrace:span(suite_slow, fun() -> timer:sleep(15) end),
-                    dtrace:put_tag(undefined),
-                    [dtrace:span(suite_fast, fun() -> ok end) || _ <- [1, 2, 3]],
-                    pid_to_list(self())
-            end,
-            fun(P) -> [{contains, <<"slow span: suite_slow, ">>},
-                       {contains, iolist_to_binary([" us, tag 'slowtag', pid ", P])},
-                       {at_exit, <<"spans suite_fast: 3">>},
-                       {at_exit, <<"slow spans suite_slow: 1">>},
-                       {at_exit, <<"latency (us) suite_slow:">>}]
-            end),
-    _ = Run("message-latency",
-            fun() -> Self = self(), spawn(fun() -> Self ! ready end), receive ready -> ok end end,
-            fun() ->
-                    Self = self(),
-                    E = spawn(fun() -> receive ping -> Self ! pong end end),
-                    E ! ping,
-                    receive pong -> pid_to_list(E) end
-            end,
-            fun(E) -> [{at_exit, <<"wait (us):">>},
-                       {at_exit, {contains, iolist_to_binary(["longest wait ", E, ": "])}}]
-            end),
+    [begin
+         #{ready := Ready, work := Work, expect := Expect} =
+             dtrace_test_otp_examples:example(Name, ?config(peer, Config)),
+         _ = Run(Base, Ready, Work, Expect)
+     end || {Base, Name} <- [{"span-latency", span_latency}, {"message-latency", message_latency}]],
     #{ready := MReady, work := MWork} = dtrace_test_otp_examples:example(messages, ?config(peer, Config)),
     _ = Run("messages", MReady, MWork,
             fun({From, To}) -> [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),

@@ -3,16 +3,21 @@
 %%% SystemTap twins, which print the same lines. For each script the
 %%% library feeds: the probes it needs attached, a ready call that fires
 %%% them, the workload, and the lines OTP's format gives for the
-%%% workload's values. Used by dtrace_dtrace_SUITE (DTrace) and
-%%% dtrace_kernels_SUITE (SystemTap in the guests).
+%%% workload's values; the same for the library's own span-latency and
+%%% message-latency scripts (.d, .bt, .stp). Used by dtrace_dtrace_SUITE
+%%% (DTrace) and dtrace_kernels_SUITE (SystemTap in the guests).
 -module(dtrace_test_otp_examples).
 
 -export([names/0, script/2, probes/1, example/2]).
 
 -type name() :: user_probe | user_probe_n | messages | process_scheduling | spawn_exit
-              | garbage_collection | function_calls | port1.
-%% An expected line: equal, or one containing Part.
--type wanted() :: binary() | {contains, binary()}.
+              | garbage_collection | function_calls | port1
+              %% The library's own shipped scripts (span-latency, message-latency:
+              %% .d, .bt and .stp print the same lines).
+              | span_latency | message_latency.
+%% An expected line: equal, or one containing Part; {at_exit, _} ones are
+%% printed as the tracer exits.
+-type wanted() :: binary() | {contains, binary()} | {at_exit, binary() | {contains, binary()}}.
 -type example() :: #{ready := fun(() -> term()), work := fun(() -> term()),
                      expect := fun((term()) -> [wanted()]), cleanup := fun(() -> term())}.
 -export_type([name/0, example/0]).
@@ -47,7 +52,9 @@ probes(process_scheduling) -> ["process-scheduled", "process-unscheduled", "proc
 probes(spawn_exit) -> ["process-spawn", "process-exit"];
 probes(garbage_collection) -> ["gc_major-start", "gc_major-end"];
 probes(function_calls) -> ["global-function-entry", "function-return", "bif-entry", "bif-return"];
-probes(port1) -> ["port-open", "port-command", "port-exit"].
+probes(port1) -> ["port-open", "port-command", "port-exit"];
+probes(span_latency) -> ["span-end"];
+probes(message_latency) -> ["message-send", "process-scheduled"].
 
 %% The example's calls, made ready in Peer (function patterns, a port
 %% opened before the tracer): ready and work run in the peer; cleanup,
@@ -177,7 +184,39 @@ example(port1, Peer) ->
                          {contains, iolist_to_binary(["port exit pid ", Owner, " port ", Port,
                                                       " port name cat >/dev/null reason "])}]
                 end,
-      cleanup => fun() -> OldOwner ! stop end}.
+      cleanup => fun() -> OldOwner ! stop end};
+
+%% A slow span prints as it ends, with its tag; at exit, the counts and
+%% histograms per kind.
+example(span_latency, _Peer) ->
+    plain(fun() -> dtrace:span(ready, fun() -> ok end) end,
+          fun() ->
+                  dtrace:put_tag(<<"slowtag">>),
+                  dtrace:span(suite_slow, fun() -> timer:sleep(15) end),
+                  dtrace:put_tag(undefined),
+                  [dtrace:span(suite_fast, fun() -> ok end) || _ <- [1, 2, 3]],
+                  pid_to_list(self())
+          end,
+          fun(P) -> [{contains, <<"slow span: suite_slow, ">>},
+                     {contains, iolist_to_binary([" us, tag 'slowtag', pid ", P])},
+                     {at_exit, <<"spans suite_fast: 3">>},
+                     {at_exit, <<"spans suite_slow: 1">>},
+                     {at_exit, <<"slow spans suite_slow: 1">>},
+                     {at_exit, <<"latency (us) suite_slow:">>},
+                     {at_exit, <<"latency (us) suite_fast:">>}]
+          end);
+%% The wait from a send to its receiver running, at exit, per receiver.
+example(message_latency, _Peer) ->
+    plain(fun() -> Self = self(), spawn(fun() -> Self ! ready end), receive ready -> ok end end,
+          fun() ->
+                  Self = self(),
+                  E = spawn(fun() -> receive ping -> Self ! pong end end),
+                  E ! ping,
+                  receive pong -> pid_to_list(E) end
+          end,
+          fun(E) -> [{at_exit, <<"wait (us):">>},
+                     {at_exit, {contains, iolist_to_binary(["longest wait ", E, ": "])}}]
+          end).
 
 plain(Ready, Work, Expect) ->
     #{ready => Ready, work => Work, expect => Expect, cleanup => fun() -> ok end}.
