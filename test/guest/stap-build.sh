@@ -27,6 +27,32 @@ if grep -qs task_work_cancel_func /lib/modules/"$kver"/source/include/linux/task
         -e 's/kallsyms_lookup_name("task_work_cancel")/kallsyms_lookup_name("task_work_cancel_func")/' "$rt"
     echo "stap-build: $rt uses task_work_cancel_func (kernel $kver)"
 fi
+# Debian 13's SystemTap 5.1 does not build user-space probes against
+# Debian 13's 6.12 kernels: 6.12 changed the uprobe API. uprobe_register
+# takes a reference-counter offset and returns the struct uprobe, and
+# uprobe_unregister(inode, offset, consumer) became
+# uprobe_unregister_nosync(uprobe, consumer) + uprobe_unregister_sync(),
+# all three exported (so no kallsyms lookup is needed). When the headers
+# declare uprobe_unregister_nosync and the runtime does not know it, the
+# runtime is changed here: the instance keeps uprobe_register's result
+# (offset 0 for the reference counter: SystemTap raises semaphores itself)
+# and unregisters through it; an empty else-body that 6.12's warnings
+# refuse gets braces. Upstream SystemTap 5.2 supports 6.12 its own way.
+ui=/usr/share/systemtap/runtime/linux/uprobes-inode.c
+if grep -qs uprobe_unregister_nosync /usr/src/linux-headers-*/include/linux/uprobes.h &&
+    [ -f "$ui" ] && ! grep -q uprobe_unregister_nosync "$ui"; then
+    perl -0pi -e 's/!defined\(STAPCONF_UPROBE_UNREGISTER_EXPORTED\)/0/g' "$ui" \
+        /usr/share/systemtap/runtime/linux/runtime.h /usr/share/systemtap/runtime/transport/transport.c
+    perl -0pi -e 's{(\n  struct inode \*inode;[^\n]*\n)}{$1  struct uprobe *kuprobe;           // uprobe_register result (6.12)\n}' "$ui"
+    perl -0pi -e 's{ret = uprobe_register \(inst->inode, c->offset, &inst->kconsumer\);}{\{ inst->kuprobe = uprobe_register (inst->inode, c->offset, 0, &inst->kconsumer); ret = IS_ERR (inst->kuprobe) ? PTR_ERR (inst->kuprobe) : 0; \}}' "$ui"
+    perl -0pi -e 's{\(void\) uprobe_unregister \(inst->inode, c->offset, &inst->kconsumer\);}{uprobe_unregister_nosync (inst->kuprobe, &inst->kconsumer); uprobe_unregister_sync ();}' "$ui"
+    perl -0pi -e 's{else\n\s*; // already unlocked}{else \{ \} // already unlocked}' "$ui"
+    if [ "$(grep -c 'kuprobe\|else { } // already unlocked' "$ui")" -eq 4 ]; then
+        echo "stap-build: $ui uses 6.12's uprobe API (kernel $kver)"
+    else
+        echo "stap-build: $ui: the 6.12 uprobe port did not apply (a SystemTap this script does not know)"
+    fi
+fi
 mkdir -p "$out"
 failed=0
 for spec in "$@"; do
