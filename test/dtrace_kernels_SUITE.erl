@@ -10,7 +10,9 @@
 %%   `process("beam.smp")' made `process(@1)' (the library's path), and the
 %%   probes the library does not feed marked optional (`?'); each prints
 %%   OTP's lines;
-%% - the shipped priv/*.stp scripts and a shipped bpftrace script;
+%% - the shipped priv/*.stp scripts, priv/dtrace-slow-spans with
+%%   priv/slow-spans.stp (the planted causes of slow requests), and a
+%%   shipped bpftrace script;
 %% - priv/dtrace-doctor on the node, then under kernel lockdown.
 %%
 %% Debian's SystemTap needs a runtime fix for Debian's own current kernels
