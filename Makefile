@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif test test-repeat test-kernels demo demo-recorder bench figures soak clean generated check-aarch64 check-platforms
+.PHONY: all deps build nif test test-repeat test-kernels demo demo-recorder bench bench-messages bench-always-on figures soak clean generated check-aarch64 check-platforms
 
 all: build
 
@@ -83,6 +83,18 @@ bench: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh bench/run.sh
+
+# The realistic-message rows of `make bench` alone (bench/message_bench.erl):
+# prints them and their budgets, writes nothing.
+bench-messages: deps
+	@scripts/tracefs.sh
+	$(REBAR3) compile
+	sh bench/run.sh messages
+
+# The flight recorder always on, alone (bench/always_on_bench.erl).
+bench-always-on: deps
+	$(REBAR3) compile
+	sh bench/run.sh always_on
 
 # The figures README.md, CONTRIBUTING.md and docs/ quote, rewritten from
 # BENCHMARKS.md's table after a `make bench` (make test checks they match).

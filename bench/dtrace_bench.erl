@@ -24,6 +24,9 @@
 -module(dtrace_bench).
 
 -export([main/1, empty/0, work/1, pingpong/1, vm_rows_for_test/0, p4_disabled_ns/1]).
+%% For message_bench.
+-export([can_trace/0, can_lttng/0, with_vm_tracer/4, wait_vm/2, lttng_start/1, lttng_stop/1,
+         raise_semaphore/2, lower_semaphore/2, nif/0]).
 
 -define(ROUNDS, 7).
 -define(N_DISABLED, 2000000).
@@ -82,8 +85,14 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin]) ->
     ProvWork = provider_by_hand(Prov, Req),
     print(ProvWork),
     io:format("~nFloors (bench/floors, built in ~s):~n", [FloorDir]),
-    Floors = floors(FloorDir),
+    FloorBuild = dtrace_floors:build(FloorDir),
+    Floors = floors(FloorBuild),
     print_floors(Floors),
+    Apart = case FloorBuild of
+                {ok, FP} -> dtrace_floors:apart_together(FP);
+                FSkip -> FSkip
+            end,
+    print_apart(Apart),
     Enabled =
         [{"dtrace:p/0", fun() -> dtrace:p() end},
          {"dtrace:p/4 (2 ints, 2 strings)", fun() -> dtrace:p(1, 2, "ab", "cd") end},
@@ -125,13 +134,17 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin]) ->
     LttngRows = LttngRows0 ++ sink_rows(NoLttngEbin, DofEbin),
     print(LttngRows),
     Recorder = recorder_rows(RecorderFile),
+    Messages = message_bench:rows(FloorBuild),
+    AlwaysOn = always_on_bench:run(),
+    io:format("~s", [always_on_bench:markdown(AlwaysOn)]),
     Totals = totals(Floors, EnRows, VmRows, LttngRows),
     io:format("~nTotal = floors + own work:~n"),
     [io:format("  ~-62s total ~7.1f = floors ~7.1f (~s) + own ~6.1f ns~n",
                [Path, T, F, FloorText, T - F]) || {Path, T, F, FloorText} <- Totals],
     Budgets = budgets(DisRows, Tput, Work)
         ++ lttng_budgets(LttngRows) ++ provider_budgets(DisRows)
-        ++ total_budgets(Totals, VmRows),
+        ++ total_budgets(Totals, VmRows) ++ message_bench:budgets(Messages)
+        ++ always_on_bench:budgets(AlwaysOn),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
     Figures = figures(#{disabled => DisRows ++ Spread, floors => Floors, enabled => EnRows, vm => VmRows,
@@ -139,7 +152,8 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin]) ->
     write_md(OutFile, #{disabled => DisRows ++ Spread, tput => Tput, work => Work ++ ProvWork,
                         floors => Floors, enabled => EnRows, why => Why, vm => VmRows,
                         families => FamilyRows, lttng => {LttngRows, LttngWhy}, recorder => Recorder,
-                        totals => Totals, budgets => Budgets, figures => Figures}),
+                        totals => Totals, budgets => Budgets, figures => Figures, messages => Messages,
+                        always_on => AlwaysOn, apart => {Apart, Floors}}),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 
@@ -676,11 +690,11 @@ wait_enabled(Enabled, Tries) ->
 
 %%% Floors
 
-%% Every floor of dtrace_floors, built in Dir, in this node:
-%% [{Key, Label, Result}], Result as dtrace_floors returns it (a map with
-%% `floor', or {skip, Why}).
-floors(Dir) ->
-    case dtrace_floors:build(Dir) of
+%% Every floor of dtrace_floors, as dtrace_floors:build/1 built them, in
+%% this node: [{Key, Label, Result}], Result as dtrace_floors returns it (a
+%% map with `floor', or {skip, Why}).
+floors(Build) ->
+    case Build of
         {skip, Why} ->
             [{K, L, {skip, Why}} || {K, L, _} <- floor_list(undefined)];
         {ok, P} ->
@@ -713,6 +727,41 @@ print_floors(Floors) ->
          #{floor := {M, Mi, Ma}} -> io:format("  ~-78s ~7.1f ns  (~.1f..~.1f)~s~n", [L, M, Mi, Ma, hit_text(R)])
      end || {_, L, R} <- Floors],
     ok.
+
+print_apart({skip, Why}) ->
+    io:format("~nFloors apart and together skipped: ~s~n", [Why]);
+print_apart(Rows) ->
+    io:format("~nThe in-node site's trap by context (bpftrace counting; ns per hit):~n"),
+    [io:format("  ~-60s ~7.1f ns  (~.1f..~.1f)~n", [apart_label(C), M, Mi, Ma])
+     || {C, #{floor := {M, Mi, Ma}}} <- Rows],
+    ok.
+
+apart_label(loop) -> "hit/0 in a tight loop";
+apart_label({touch, 0}) -> "hit_touching(0): the same through hit_touching/1";
+apart_label({touch, B}) -> io_lib:format("each hit after writing a line of every 64 bytes of ~b KiB", [B div 1024]);
+apart_label(pingpong) -> "hit/0 before each send of the ping-pong (no tracer module)".
+
+%% BENCHMARKS.md's "Floors apart and together".
+apart_md({{skip, Why}, _Floors}) ->
+    ["\n## Floors apart and together\n\nSkipped: ", Why, ".\n"];
+apart_md({Rows, Floors}) ->
+    F = fun(K, Field) -> floor_of(Floors, K, Field) end,
+    Trap = fun(C) -> case lists:keyfind(C, 1, Rows) of {C, #{floor := {M, _, _}}} -> M; false -> undefined end end,
+    ["\n## Floors apart and together\n\n"
+     "The message-probe floor measured together (a C tracer module firing the bare site under\n"
+     "bpftrace, in the ping-pong) is more than the two floors measured apart (the erl_tracer floor,\n"
+     "and the in-node site hit in a tight loop). The same in-node site's trap (bpftrace counting it,\n"
+     "minus the semaphore down), ns per hit, by what runs between hits\n"
+     "(`dtrace_floors:apart_together/1`):\n\n"
+     "| context | trap ns | spread |\n|---|---|---|\n",
+     [io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [apart_label(C), M, Mi, Ma]) || {C, #{floor := {M, Mi, Ma}}} <- Rows],
+     case {F(tracer, floor), F(tracer_sdt, floor), Trap(loop), Trap(pingpong)} of
+         {T, TS, L, P} when is_number(T), is_number(TS), is_number(L), is_number(P) ->
+             io_lib:format("~nApart: erl_tracer ~.1f + the trap in a tight loop ~.1f = ~.1f ns. Together: ~.1f ns, "
+                           "so the trap inside the tracer callback costs ~.1f ns; called by the ping-pong's own "
+                           "process it costs ~.1f ns.~n", [T, L, T + L, TS, TS - T, P]);
+         _ -> ""
+     end].
 
 hit_text(#{hit := {H, _, _}, disabled := {D, _, _}}) -> io_lib:format("; hit ~.1f, disabled ~.1f", [H, D]);
 hit_text(_) -> "".
@@ -947,7 +996,8 @@ verdict(info) -> "measured".
 
 write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, enabled := En,
                  why := Why, vm := Vm, families := Families, lttng := {Lttng, LttngWhy},
-                 recorder := Recorder, totals := Totals, budgets := Budgets, figures := Figures}) ->
+                 recorder := Recorder, totals := Totals, budgets := Budgets, figures := Figures,
+                 messages := Messages, always_on := AlwaysOn, apart := ApartFloors}) ->
     Row = fun({Name, {Med, Min, Max}}) ->
                   io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [Name, Med, Min, Max])
           end,
@@ -978,6 +1028,16 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "loop's fun call. The budgets are on it.\n\n"
          "| path | total ns | floors ns | own work ns | floors measured as |\n|---|---|---|---|---|\n",
          [io_lib:format("| ~s | ~.1f | ~.1f | **~.1f** | ~s |~n", [P, T, F, T - F, FT]) || {P, T, F, FT} <- Totals],
+         "\n## Realistic messages\n\n"
+         "The message probes with messages closer to real ones (bench/message_bench.erl), both sinks,\n"
+         "both processes on one scheduler (pinned) or on the VM's 2 (unpinned). Total: the ping-pong\n"
+         "traced minus untraced. Floors, in the same ping-pong with the same message and pinning: the\n"
+         "erl_tracer floor, the texts of the message written by erts' own formatter (`enif_snprintf`\n"
+         "with `%T`, in a C tracer NIF: both pids, and for LTTng the message, bounded as the library\n"
+         "bounds them: 256 bytes, `%T` precision 64) and the sink (a bare SDT site under bpftrace; a C\n"
+         "LTTng event recorded). OTP's `message__send` SDT probe carries the message's size in words,\n"
+         "not its text: that size is the library's own work (no C floor a NIF can call).\n\n",
+         message_bench:markdown(Messages),
          "\n## Floors\n\n| floor | ns | spread | |\n|---|---|---|---|\n",
          [case R of
               {skip, W} -> io_lib:format("| ~s | skipped: ~s | | |~n", [L, W]);
@@ -989,6 +1049,7 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "before 6.16 single-step a 5-byte nop (slower), and 6.18 rewrites it into a call that writes\n"
          "below the stack pointer, where compiled code may keep data. CONTRIBUTING.md, \"The probe\n"
          "site\", has the evidence.\n",
+         apart_md(ApartFloors),
          "\n## Disabled probes (no tracer attached)\n\n| call | ns/call | spread |\n|---|---|---|\n",
          [Row(R) || R <- Dis],
          "\n## Disabled throughput, `dtrace:p/4`\n\n| schedulers busy | M calls/s | spread |\n|---|---|---|\n",
@@ -1029,6 +1090,11 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "An enabled `dtrace:p/4` and `pn/5` while the recorder's snapshot session records them,\n"
          "against a normal session, each configuration set up afresh per round.\n",
          Recorder,
+         "\n## The flight recorder always on (bench/always_on_bench.erl)\n\n"
+         "The demo's key-value store without its think time (4 clients keep both schedulers busy; 80%\n"
+         "gets, 20% puts with a log append through dtrace_file), every request a span under a user tag,\n"
+         "runs without and with `dtrace_recorder:start/1`'s defaults alternating, medians of the rounds.\n\n",
+         always_on_bench:markdown(AlwaysOn),
          "\n## Budgets\n\n",
          [io_lib:format("- ~s: **~s**~n", [T, verdict(OK)]) || {T, OK} <- Budgets],
          "- no heap allocation on any probe path: asserted in the real NIF by\n"

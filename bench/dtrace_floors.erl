@@ -42,6 +42,7 @@
          uprobe_floor/2, uprobe_floor/3,
          node_uprobe_floor/2, node_uprobe_floor/3,
          lttng_floor/2, lttng_floor/3,
+         messages/0, message_pingpong/4, apart_together/1,
          all/1]).
 
 -export_type([stats/0, paths/0]).
@@ -55,7 +56,9 @@
         #{dir := file:filename(),
           tracer := #{module := module(), nif := file:filename(), ebin := file:filename(),
                       sdt := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
-                      lttng := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip()}
+                      lttng := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
+                      sdt_text := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
+                      lttng_text := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip()}
                     | skip(),
           uprobe := #{driver := file:filename(),
                       objects := #{{lib | exe, nop1 | nop5} => file:filename()},
@@ -131,17 +134,25 @@ build_tracer(CC, Src, Dir) ->
                           #{module => Module, nif => filename:rootname(So), ebin => Dir}
                   end,
             Base = Nif(dtrace_floor_tracer, []),
-            Sdt = case header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev") of
-                      ok -> Nif(dtrace_floor_tracer_sdt, ["-DFLOOR_SINK_SDT", "-DFLOOR_PROVIDER=dtrace_floor_tracer_sdt",
-                                                          filename:join(Src, "floor_site.c")]);
-                      SdtSkip -> SdtSkip
+            %% Each sink twice: constant texts, and the texts of the
+            %% traced message written with %T (-DFLOOR_TEXT).
+            Sdt = fun(M, Extra) ->
+                          case header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev") of
+                              ok -> Nif(M, ["-DFLOOR_SINK_SDT", "-DFLOOR_PROVIDER=" ++ atom_to_list(M),
+                                            filename:join(Src, "floor_site.c") | Extra]);
+                              SdtSkip -> SdtSkip
+                          end
                   end,
-            Lttng = case header(CC, Dir, "lttng/tracepoint.h", [], "liblttng-ust-dev") of
-                        ok -> Nif(dtrace_floor_tracer_lttng, ["-DFLOOR_SINK_LTTNG", filename:join(Src, "floor_tp.c"),
-                                                              "-llttng-ust", "-ldl"]);
-                        LttngSkip -> LttngSkip
+            Lttng = fun(M, Extra) ->
+                            case header(CC, Dir, "lttng/tracepoint.h", [], "liblttng-ust-dev") of
+                                ok -> Nif(M, ["-DFLOOR_SINK_LTTNG", filename:join(Src, "floor_tp.c"),
+                                              "-llttng-ust", "-ldl" | Extra]);
+                                LttngSkip -> LttngSkip
+                            end
                     end,
-            Base#{sdt => Sdt, lttng => Lttng};
+            Base#{sdt => Sdt(dtrace_floor_tracer_sdt, []), lttng => Lttng(dtrace_floor_tracer_lttng, []),
+                  sdt_text => Sdt(dtrace_floor_tracer_sdt_text, ["-DFLOOR_TEXT"]),
+                  lttng_text => Lttng(dtrace_floor_tracer_lttng_text, ["-DFLOOR_TEXT"])};
         Skip ->
             Skip
     end.
@@ -312,12 +323,21 @@ tracer_sink_floor(Paths, Sink) ->
 %% (Sink lttng); against the ping-pong untraced, alternating, `rounds'
 %% times. The tracer (bpftrace, or the session) stays attached for all the
 %% traced runs. Returns #{untraced, traced, floor, rounds, messages}.
--spec tracer_sink_floor(paths(), sdt | lttng, #{rounds => pos_integer(), n => pos_integer()}) ->
+%% With `message' (a name of messages/0) the ping-pong is
+%% message_pingpong/4's, with that message and `pin' (pinned, default, or
+%% unpinned), and the tracer module is the -DFLOOR_TEXT one: the texts of
+%% each traced message written with %T (floor_tracer_nif.c).
+-spec tracer_sink_floor(paths(), sdt | lttng, #{rounds => pos_integer(), n => pos_integer(),
+                                                 message => atom(), pin => pinned | unpinned}) ->
           #{atom() => stats() | integer()} | skip().
 tracer_sink_floor(#{tracer := {skip, _} = Skip}, _Sink, _Opts) ->
     Skip;
 tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Sink =:= lttng ->
-    case {maps:get(Sink, Tracer), Sink, can_trace(), can_lttng()} of
+    Key = case maps:is_key(message, Opts) of
+              true -> list_to_atom(atom_to_list(Sink) ++ "_text");
+              false -> Sink
+          end,
+    case {maps:get(Key, Tracer), Sink, can_trace(), can_lttng()} of
         {{skip, _} = Skip, _, _, _} -> Skip;
         {_, sdt, {skip, _} = Skip, _} -> Skip;
         {_, lttng, _, {skip, _} = Skip} -> Skip;
@@ -325,8 +345,15 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
             Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_TRACER)),
             N = maps:get(n, Opts, ?PINGPONG),
             M = load_tracer(Variant),
-            _ = pingpong(false, N),
-            Run = fun() -> [{pingpong(false, N), pingpong(M, N)} || _ <- lists:seq(1, Rounds)] end,
+            PingPong = case Opts of
+                           #{message := Msg} ->
+                               Pin = maps:get(pin, Opts, pinned),
+                               fun(T, K) -> message_pingpong(T, K, Msg, Pin) end;
+                           _ ->
+                               fun pingpong/2
+                       end,
+            _ = PingPong(false, N),
+            Run = fun() -> [{PingPong(false, N), PingPong(M, N)} || _ <- lists:seq(1, Rounds)] end,
             Pairs = case Sink of
                         sdt -> with_bpftrace_on(maps:get(nif, Variant) ++ ".so", M, Run);
                         lttng -> with_session_on(Paths, "dtrace_floor:message_send", M, Run)
@@ -457,10 +484,61 @@ pingpong(Tracer, N) ->
 pingpong_loop(_Echo, _Me, 0) -> ok;
 pingpong_loop(Echo, Me, N) -> Echo ! {Me, ping}, receive ping -> pingpong_loop(Echo, Me, N - 1) end.
 
+%% @doc The realistic messages of `make bench' (issue #29): {Name, Label,
+%% Make}, Make() making the message in the process that sends it.
+-spec messages() -> [{atom(), string(), fun(() -> term())}].
+messages() ->
+    [{ping, "ping (an atom)", fun() -> ping end},
+     {gen_call, "gen_server call {'$gen_call', {Pid, [alias | Ref]}, {get, Key}}",
+      fun() -> {'$gen_call', {self(), [alias | erlang:alias()]}, {get, <<"user:12345">>}} end},
+     {bin1k, "1 KB binary", fun() -> binary:copy(<<"0123456789abcdef">>, 64) end},
+     {list100, "100-element list of integers", fun() -> lists:seq(1, 100) end},
+     {map10, "map of 10 fields",
+      fun() -> #{id => 12345, name => <<"Ada Lovelace">>, email => <<"ada@example.com">>, age => 36,
+                 active => true, role => admin, created => 1732406400, score => 98.5,
+                 tags => [math, engines], node => node()}
+      end}].
+
+%% @doc ns per message of a ping-pong of N round trips in which both
+%% processes send message Name (messages/0) as it is, each to the other:
+%% in a fresh process and its echo process, both on scheduler 1 (Pin
+%% pinned, as pingpong/2) or wherever the VM runs them (unpinned: 2
+%% schedulers, wake-ups across them included); untraced by a tracer module
+%% (Tracer false: the dtrace library's automatic mode may trace them) or
+%% both traced on `send' by tracer module Tracer.
+-spec message_pingpong(module() | false, pos_integer(), atom(), pinned | unpinned) -> float().
+message_pingpong(Tracer, N, Name, Pin) ->
+    {Name, _, Make} = lists:keyfind(Name, 1, messages()),
+    Opts = case Pin of pinned -> [{scheduler, 1}]; unpinned -> [] end,
+    isolated(fun() ->
+                     Me = self(),
+                     Msg = Make(),
+                     Echo = spawn_opt(fun() -> echo(Me) end, [link | Opts]),
+                     case Tracer of
+                         false -> ok;
+                         _ -> Flags = [send, {tracer, Tracer, []}],
+                              2 = erlang:trace(Me, true, Flags) + erlang:trace(Echo, true, Flags)
+                     end,
+                     T0 = erlang:monotonic_time(nanosecond),
+                     message_loop(Echo, Msg, N),
+                     T = erlang:monotonic_time(nanosecond) - T0,
+                     unlink(Echo),
+                     exit(Echo, kill),
+                     T / (2 * N)
+             end, Opts, ?RUN_TIMEOUT).
+
+echo(To) -> receive M -> To ! M, echo(To) end.
+
+message_loop(_Echo, _Msg, 0) -> ok;
+message_loop(Echo, Msg, N) -> Echo ! Msg, receive _ -> message_loop(Echo, Msg, N - 1) end.
+
 %% Fun() in a new process, with a deadline: its value, or its error
 %% raised here.
 isolated(Fun, Timeout) ->
-    {Pid, Ref} = spawn_opt(fun() -> exit({done, Fun()}) end, [monitor, {scheduler, 1}]),
+    isolated(Fun, [{scheduler, 1}], Timeout).
+
+isolated(Fun, Opts, Timeout) ->
+    {Pid, Ref} = spawn_opt(fun() -> exit({done, Fun()}) end, [monitor | Opts]),
     receive
         {'DOWN', Ref, process, Pid, {done, Value}} -> Value;
         {'DOWN', Ref, process, Pid, Reason} -> error({run_failed, Reason})
@@ -619,6 +697,79 @@ node_hit(M, So, Loop, N) ->
     {Ns, Count} = with_site_counted(So, M, fun M:hit/0, Loop),
     Count >= N orelse error({bpftrace_counted, Count, N}),
     Ns.
+
+%%% Floors apart and together
+
+%% @doc Why the trap of a bare site costs more inside the ping-pong's
+%% tracer callback than in a tight loop (issue #29): the hit of the
+%% in-node 1-byte-nop site (bpftrace counting it, minus the semaphore
+%% down), ns per hit, in three contexts:
+%% - `loop': hit/0 in a tight loop (node_uprobe_floor/2's floor);
+%% - `{touch, Bytes}': each hit after writing one byte of each 64-byte
+%%   line of a Bytes buffer (hit_touching/1), as work between hits does;
+%% - `pingpong': hit/0 called by the ping-pong's sender before each send
+%%   (the pingpong/2 shape, no tracer module): the trap between the VM's
+%%   own work, but not inside an erl_tracer callback.
+%% Returns [{Context, #{hit, disabled, floor}}] or a skip.
+-spec apart_together(paths()) -> [{term(), #{atom() => stats()}}] | skip().
+apart_together(#{node_site := {skip, _} = Skip}) ->
+    Skip;
+apart_together(#{node_site := #{nop1 := #{module := M, nif := Nif, ebin := Ebin}}}) ->
+    case can_trace() of
+        ok ->
+            persistent_term:put({M, nif}, Nif),
+            {module, M} = case code:is_loaded(M) of
+                              {file, _} -> {module, M};
+                              false -> code:load_abs(filename:join(Ebin, atom_to_list(M)))
+                          end,
+            So = Nif ++ ".so",
+            N = ?N_HITS div 4,
+            %% About 0.3 s a run: a line written costs about 1 ns.
+            Touch = fun(Bytes) ->
+                            K = min(N, 300000000 div (200 + Bytes div 64)),
+                            fun() -> isolated(fun() -> touch_loop(M, Bytes, K) end, ?RUN_TIMEOUT) end
+                    end,
+            PingPong = fun() -> isolated(fun() -> hit_pingpong(M, N) end, ?RUN_TIMEOUT) end,
+            Contexts = [{loop, fun() -> isolated(fun() -> node_loop(M, N) end, ?RUN_TIMEOUT) end}]
+                ++ [{{touch, B}, Touch(B)} || B <- [0, 32 bsl 10, 256 bsl 10, 1 bsl 20]]
+                ++ [{pingpong, PingPong}],
+            [begin
+                 _ = Run(),
+                 Pairs = [{Run(), element(1, with_site_counted(So, M, fun M:hit/0, Run))}
+                          || _ <- lists:seq(1, ?ROUNDS_UPROBE)],
+                 {C, #{hit => stats([H || {_, H} <- Pairs]), disabled => stats([D || {D, _} <- Pairs]),
+                       floor => stats([H - D || {D, H} <- Pairs])}}
+             end || {C, Run} <- Contexts];
+        Skip ->
+            Skip
+    end.
+
+%% ns per call of N calls of M:hit_touching(Bytes).
+touch_loop(M, Bytes, N) ->
+    T0 = erlang:monotonic_time(nanosecond),
+    touch_loop_(M, Bytes, N),
+    (erlang:monotonic_time(nanosecond) - T0) / N.
+
+touch_loop_(_M, _Bytes, 0) -> ok;
+touch_loop_(M, Bytes, N) -> _ = M:hit_touching(Bytes), touch_loop_(M, Bytes, N - 1).
+
+%% ns per round trip of a ping-pong of N round trips (pingpong/2's, both on
+%% scheduler 1, untraced) whose sender calls M:hit() before each send.
+hit_pingpong(M, N) ->
+    Echo = spawn_opt(fun Loop() -> receive {From, Msg} -> From ! Msg, Loop() end end, [link, {scheduler, 1}]),
+    Me = self(),
+    T0 = erlang:monotonic_time(nanosecond),
+    hit_pingpong_loop(M, Echo, Me, N),
+    T = erlang:monotonic_time(nanosecond) - T0,
+    unlink(Echo),
+    exit(Echo, kill),
+    T / N.
+
+hit_pingpong_loop(_M, _Echo, _Me, 0) -> ok;
+hit_pingpong_loop(M, Echo, Me, N) ->
+    _ = M:hit(),
+    Echo ! {Me, ping},
+    receive ping -> hit_pingpong_loop(M, Echo, Me, N - 1) end.
 
 %%% LTTng floor
 

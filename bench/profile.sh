@@ -7,6 +7,11 @@
 #   sh bench/profile.sh bpftrace    # bpftrace counting erlang:message__send
 #   sh bench/profile.sh lttng       # an LTTng session on org_erlang_dyntrace:message_send
 #   sh bench/profile.sh none        # no tracer (the ping-pong alone)
+#   sh bench/profile.sh no-trap     # message__send's semaphore raised by hand:
+#                                   # the library's work, no uprobe
+# MESSAGE=list100 (a name of dtrace_floors:messages/0: ping, gen_call,
+# bin1k, list100, map10) sends that message both ways instead of the
+# {Pid, ping} / ping of make bench's ping-pong.
 # Root, after `make` (it uses _build/default/lib/dtrace).
 set -eu
 cd "$(dirname "$0")/.."
@@ -30,15 +35,26 @@ main() ->
     {ok, _} = application:ensure_all_started(dtrace),
     ok = file:write_file(os:getenv("PIDFILE"), os:getpid()),
     Want = os:getenv("MODE") =/= "none",
+    _ = case os:getenv("MODE") of
+            "no-trap" -> dtrace_bench:raise_semaphore(code:priv_dir(dtrace) ++ "/dtrace_nif.so", "message__send");
+            _ -> ok
+        end,
     ok = ready(Want, 3000),
     %% The tracer (if any) listens: perf starts now, for 4 s.
     ok = file:write_file(os:getenv("READYFILE"), <<"ready">>),
     %% On scheduler 1, both processes, as make bench's ping-pong.
     Self = self(),
-    Runs = [begin
-                {P, R} = spawn_opt(fun() -> Self ! {t, self(), pingpong(500000)} end, [monitor, {scheduler, 1}]),
-                receive {t, P, T} -> receive {'DOWN', R, _, _, _} -> T end end
-            end || _ <- lists:seq(1, 12)],
+    Runs = case os:getenv("MESSAGE") of
+               M when M =:= false; M =:= "" ->
+                   [begin
+                        {P, R} = spawn_opt(fun() -> Self ! {t, self(), pingpong(500000)} end,
+                                           [monitor, {scheduler, 1}]),
+                        receive {t, P, T} -> receive {'DOWN', R, _, _, _} -> T end end
+                    end || _ <- lists:seq(1, 12)];
+               M ->
+                   [dtrace_floors:message_pingpong(false, 200000, list_to_atom(M), pinned)
+                    || _ <- lists:seq(1, 12)]
+           end,
     io:format("ns per message (median of 12 runs of 1M messages): ~.1f~n", [lists:nth(6, lists:sort(Runs))]),
     halt().
 ready(_Want, 0) -> error(no_flags);
@@ -61,7 +77,7 @@ pingpong(N) ->
 loop(_E, _Me, 0) -> ok;
 loop(E, Me, N) -> E ! {Me, ping}, receive ping -> loop(E, Me, N - 1) end.
 ERL
-erlc -o "$work" "$work/dtrace_profile.erl"
+erlc -o "$work" "$work/dtrace_profile.erl" bench/dtrace_floors.erl bench/dtrace_bench.erl
 PIDFILE="$work/pid" READYFILE="$work/ready" MODE="$mode" \
     erl -noshell +S 2:2 -pa _build/default/lib/dtrace/ebin -pa "$work" -s dtrace_profile main &
 node=$!

@@ -9,7 +9,18 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_floors.erl bench/recorder_bench.erl
+erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_floors.erl bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl
+case "${1:-}" in
+    messages)
+        # make bench-messages: the realistic-message rows alone.
+        mkdir -p "$work/floors"
+        exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
+            -eval "message_bench:main([\"$work/floors\"])." ;;
+    always_on)
+        # make bench-always-on: the recorder always on, alone.
+        exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
+            -eval "always_on_bench:main([]), halt()." ;;
+esac
 # The same library without the LTTng sink (cargo feature off), laid out as
 # an application directory, for the disabled-cost comparison.
 cargo build --release --quiet -p dtrace_nif --no-default-features --target-dir "$target/no-lttng"

@@ -35,6 +35,27 @@ static ERL_NIF_TERM hit(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return dtrace_floor_fire("<0.84.0>", "", 1, 2, 0, 0, "ab", "cd", NULL, NULL) ? atom_true : atom_false;
 }
 
+/* A buffer the cache-thrashing variant touches between hits. */
+#define TOUCH_MAX (8 << 20)
+static volatile unsigned char touch_buf[TOUCH_MAX];
+
+/* hit_touching(Bytes) -> boolean(): touches (writes) one byte of every
+ * 64-byte line of the first Bytes bytes of touch_buf, then hits the site
+ * as hit/0. The trap of a site hit in a tight loop finds the kernel's
+ * uprobe path, bpftrace's program and their data in the caches; hit
+ * after touching, it finds them as a site hit between other work does
+ * (BENCHMARKS.md, "Floors apart and together"). */
+static ERL_NIF_TERM hit_touching(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    unsigned long bytes;
+    (void)argc;
+    if (!enif_get_ulong(env, argv[0], &bytes) || bytes > TOUCH_MAX)
+        return enif_make_badarg(env);
+    for (unsigned long i = 0; i < bytes; i += 64)
+        touch_buf[i]++;
+    return dtrace_floor_fire("<0.84.0>", "", 1, 2, 0, 0, "ab", "cd", NULL, NULL) ? atom_true : atom_false;
+}
+
 static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 {
     (void)priv; (void)info;
@@ -45,6 +66,7 @@ static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 
 static ErlNifFunc funcs[] = {
     {"hit", 0, hit, 0},
+    {"hit_touching", 1, hit_touching, 0},
 };
 
 /* ERL_NIF_INIT stringizes its first argument: one more macro level so

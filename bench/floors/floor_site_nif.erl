@@ -5,7 +5,7 @@
 %%% term {Module, nif}, which dtrace_floors puts before loading it.
 -module(?FLOOR_MODULE).
 
--export([hit/0]).
+-export([hit/0, hit_touching/1]).
 
 -on_load(init/0).
 
@@ -18,4 +18,10 @@ init() ->
 %% Fires the bare site if a tracer listens: true; else false.
 -spec hit() -> boolean().
 hit() ->
+    erlang:nif_error(not_loaded).
+
+%% Writes one byte of every 64-byte line of the first Bytes bytes of a
+%% buffer (at most 8 MiB), then fires the site as hit/0.
+-spec hit_touching(non_neg_integer()) -> boolean().
+hit_touching(_Bytes) ->
     erlang:nif_error(not_loaded).
