@@ -1032,11 +1032,12 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "The message probes with messages closer to real ones (bench/message_bench.erl), both sinks,\n"
          "both processes on one scheduler (pinned) or on the VM's 2 (unpinned). Total: the ping-pong\n"
          "traced minus untraced. Floors, in the same ping-pong with the same message and pinning: the\n"
-         "erl_tracer floor, the texts of the message written by erts' own formatter (`enif_snprintf`\n"
-         "with `%T`, in a C tracer NIF: both pids, and for LTTng the message, bounded as the library\n"
-         "bounds them: 256 bytes, `%T` precision 64) and the sink (a bare SDT site under bpftrace; a C\n"
-         "LTTng event recorded). OTP's `message__send` SDT probe carries the message's size in words,\n"
-         "not its text: that size is the library's own work (no C floor a NIF can call).\n\n",
+         "erl_tracer floor, what OTP's probe carries about the message computed as cheaply as a NIF can\n"
+         "(in a C tracer NIF: for LTTng the message's text, written by erts' own formatter,\n"
+         "`enif_snprintf` with `%T`, bounded as the library bounds it: 256 bytes, precision 64; for SDT\n"
+         "its size in words, walked through the NIF API, as erts' `size_object` is not in it; the pids'\n"
+         "texts are constants, as any library can cache them) and the sink (a bare SDT site under\n"
+         "bpftrace; a C LTTng event recorded).\n\n",
          message_bench:markdown(Messages),
          "\n## Floors\n\n| floor | ns | spread | |\n|---|---|---|---|\n",
          [case R of

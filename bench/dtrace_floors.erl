@@ -145,8 +145,9 @@ build_tracer(CC, Src, Dir) ->
                   end,
             Lttng = fun(M, Extra) ->
                             case header(CC, Dir, "lttng/tracepoint.h", [], "liblttng-ust-dev") of
-                                ok -> Nif(M, ["-DFLOOR_SINK_LTTNG", filename:join(Src, "floor_tp.c"),
-                                              "-llttng-ust", "-ldl" | Extra]);
+                                ok -> Nif(M, ["-DFLOOR_SINK_LTTNG",
+                                              "-DFLOOR_TP=" ++ atom_to_list(lttng_provider(M)),
+                                              filename:join(Src, "floor_tp.c"), "-llttng-ust", "-ldl" | Extra]);
                                 LttngSkip -> LttngSkip
                             end
                     end,
@@ -156,6 +157,12 @@ build_tracer(CC, Src, Dir) ->
         Skip ->
             Skip
     end.
+
+%% The LTTng provider of a tracer module's library (floor_tp.h's FLOOR_TP):
+%% each library in the node registers its own.
+lttng_provider(lttng_text) -> dtrace_floor_text;
+lttng_provider(dtrace_floor_tracer_lttng_text) -> dtrace_floor_text;
+lttng_provider(_) -> dtrace_floor.
 
 %% Compiles Source as module Module (its FLOOR_MODULE) into Dir.
 compile_module(Source, Module, Dir) ->
@@ -356,7 +363,7 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
             Run = fun() -> [{PingPong(false, N), PingPong(M, N)} || _ <- lists:seq(1, Rounds)] end,
             Pairs = case Sink of
                         sdt -> with_bpftrace_on(maps:get(nif, Variant) ++ ".so", M, Run);
-                        lttng -> with_session_on(Paths, "dtrace_floor:message_send", M, Run)
+                        lttng -> with_session_on(Paths, atom_to_list(lttng_provider(Key)) ++ ":message_send", M, Run)
                     end,
             #{untraced => stats([U || {U, _} <- Pairs]),
               traced => stats([T || {_, T} <- Pairs]),
@@ -730,16 +737,21 @@ apart_together(#{node_site := #{nop1 := #{module := M, nif := Nif, ebin := Ebin}
                             fun() -> isolated(fun() -> touch_loop(M, Bytes, K) end, ?RUN_TIMEOUT) end
                     end,
             PingPong = fun() -> isolated(fun() -> hit_pingpong(M, N) end, ?RUN_TIMEOUT) end,
-            Contexts = [{loop, fun() -> isolated(fun() -> node_loop(M, N) end, ?RUN_TIMEOUT) end}]
-                ++ [{{touch, B}, Touch(B)} || B <- [0, 32 bsl 10, 256 bsl 10, 1 bsl 20]]
-                ++ [{pingpong, PingPong}],
+            Contexts = [{loop, fun() -> isolated(fun() -> node_loop(M, N) end, ?RUN_TIMEOUT) end, N}]
+                ++ [{{touch, B}, Touch(B), min(N, 300000000 div (200 + B div 64))}
+                    || B <- [0, 32 bsl 10, 256 bsl 10, 1 bsl 20]]
+                ++ [{pingpong, PingPong, N}],
             [begin
                  _ = Run(),
-                 Pairs = [{Run(), element(1, with_site_counted(So, M, fun M:hit/0, Run))}
+                 Pairs = [{Run(), begin
+                                      {Ns, Count} = with_site_counted(So, M, fun M:hit/0, Run),
+                                      Count >= Hits orelse error({bpftrace_counted, C, Count, Hits}),
+                                      Ns
+                                  end}
                           || _ <- lists:seq(1, ?ROUNDS_UPROBE)],
                  {C, #{hit => stats([H || {_, H} <- Pairs]), disabled => stats([D || {D, _} <- Pairs]),
                        floor => stats([H - D || {D, H} <- Pairs])}}
-             end || {C, Run} <- Contexts];
+             end || {C, Run, Hits} <- Contexts];
         Skip ->
             Skip
     end.

@@ -14,14 +14,18 @@
 %%%   running and a tracer listening (bpftrace counting message__send; an
 %%%   LTTng session recording org_erlang_dyntrace:message_send), minus the
 %%%   same ping-pong with no tracer, medians of ?RUNS runs each, the runs
-%%%   of every message and pinning interleaved;
+%%%   of every message and pinning interleaved; the untraced runs are
+%%%   measured before, between and after the two traced phases, and each
+%%%   phase is held against the mean of the two around it;
 %%% - the floors, ns per message: dtrace_floors:tracer_sink_floor/3 with
-%%%   that message and pinning: the erl_tracer floor, the texts of the
-%%%   message written by the VM's own formatter (enif_snprintf, %T, in a C
-%%%   tracer NIF: the senders' and receivers' pids, and for LTTng the
-%%%   message, with the library's bound: 256 bytes, precision 64), and
-%%%   the sink (a bare SDT site under bpftrace, a C LTTng event recorded),
-%%%   all in the same ping-pong;
+%%%   that message and pinning: the erl_tracer floor, what OTP's probe
+%%%   carries about the message computed as cheaply as a NIF can (in a C
+%%%   tracer NIF: for LTTng its text, written by the VM's own formatter,
+%%%   enif_snprintf's %T, with the library's bound, 256 bytes and
+%%%   precision 64; for SDT its size in words, walked through the NIF
+%%%   API; the pids' texts are constants, as a cache gives them), and the
+%%%   sink (a bare SDT site under bpftrace, a C LTTng event recorded), all
+%%%   in the same ping-pong;
 %%% - the own work: total - floors. Budget: 150 ns per message.
 %%%
 %%% And without the trap, for message__send: the library with the probe's
@@ -66,7 +70,7 @@ rows(Build) ->
     Run = fun({M, Pin}) -> dtrace_floors:message_pingpong(false, ?N, M, Pin) end,
     io:format("~nRealistic messages: ping-pong of ~b messages a run, ~b runs each:~n", [2 * ?N, ?RUNS]),
     _ = [Run(C) || C <- Combos],
-    Idle = runs(Combos, Run),
+    IdleA = runs(Combos, Run),
     {Sdt, SdtSkip} =
         case dtrace_bench:can_trace() of
             ok ->
@@ -78,6 +82,7 @@ rows(Build) ->
                 {Traced, []};
             {skip, W1} -> {#{}, [{sdt, W1}]}
         end,
+    IdleB = runs(Combos, Run),
     {Lttng, LttngSkip, Lost} =
         case dtrace_bench:can_lttng() of
             ok ->
@@ -89,6 +94,13 @@ rows(Build) ->
                 {Rec, [], L};
             {skip, W2} -> {#{}, [{lttng, W2}], "not run"}
         end,
+    IdleC = runs(Combos, Run),
+    Around = fun(X, Y) -> maps:map(fun(C, {M1, Lo1, Hi1}) ->
+                                           {M2, Lo2, Hi2} = maps:get(C, Y),
+                                           {(M1 + M2) / 2, min(Lo1, Lo2), max(Hi1, Hi2)}
+                                   end, X)
+             end,
+    Idle = #{sdt => Around(IdleA, IdleB), lttng => Around(IdleB, IdleC)},
     Floor = fun(Sink, {M, Pin}) ->
                     case Build of
                         {skip, W} -> {skip, W};
@@ -96,8 +108,9 @@ rows(Build) ->
                                          Paths, Sink, #{message => M, pin => Pin, n => ?N, rounds => ?FLOOR_ROUNDS})
                     end
             end,
-    NoTrap = no_trap(Build, Combos, Run, Idle),
-    Rows = [row(C, Sink, maps:get(C, Idle), Traced, Floor(Sink, C))
+    NoTrapIdle = runs(Combos, Run),
+    NoTrap = no_trap(Build, Combos, Run, NoTrapIdle),
+    Rows = [row(C, Sink, maps:get(C, maps:get(Sink, Idle)), Traced, Floor(Sink, C))
             || {Sink, TracedRuns} <- [{sdt, Sdt}, {lttng, Lttng}],
                C <- Combos, {ok, Traced} <- [maps:find(C, TracedRuns)]],
     Ok = [R || R <- Rows, is_map(R)],
@@ -115,14 +128,18 @@ no_trap({ok, #{tracer := #{sdt_text := #{module := M, nif := Nif, ebin := Ebin}}
                       {file, _} -> {module, M};
                       false -> code:load_abs(filename:join(Ebin, atom_to_list(M)))
                   end,
-    {Mem, Addr} = dtrace_bench:raise_semaphore(Nif ++ ".so", "hit"),
-    true = M:sink_enabled(),
-    Floor = runs(Combos, fun({Msg, Pin}) -> dtrace_floors:message_pingpong(M, ?N, Msg, Pin) end),
-    dtrace_bench:lower_semaphore(Mem, Addr),
-    {Mem2, Addr2} = dtrace_bench:raise_semaphore(dtrace_bench:nif(), "message__send"),
-    ok = dtrace_bench:wait_vm(fun(#{flags := #{processes := P}}) -> lists:member(send, P) end, 500),
-    Lib = runs(Combos, Run),
-    dtrace_bench:lower_semaphore(Mem2, Addr2),
+    Floor = with_semaphore(Nif ++ ".so", "hit",
+                           fun() ->
+                                   true = M:sink_enabled(),
+                                   runs(Combos, fun({Msg, Pin}) -> dtrace_floors:message_pingpong(M, ?N, Msg, Pin) end)
+                           end),
+    Lib = with_semaphore(dtrace_bench:nif(), "message__send",
+                         fun() ->
+                                 ok = dtrace_bench:wait_vm(fun(#{flags := #{processes := P}}) ->
+                                                                   lists:member(send, P)
+                                                           end, 500),
+                                 runs(Combos, Run)
+                         end),
     ok = dtrace_bench:wait_vm(fun(#{flags := #{processes := P}}) -> P =:= [] end, 500),
     [begin
          {Msg, Label, _} = lists:keyfind(Msg, 1, dtrace_floors:messages()),
@@ -134,6 +151,14 @@ no_trap({ok, #{tracer := #{sdt_text := #{module := M, nif := Nif, ebin := Ebin}}
      end || {Msg, Pin} = C <- Combos];
 no_trap({ok, _}, _Combos, _Run, _Idle) ->
     [].
+
+%% Fun() with Probe's semaphore in the object at Path raised by hand,
+%% lowered whatever happens.
+with_semaphore(Path, Probe, Fun) ->
+    {Mem, Addr} = dtrace_bench:raise_semaphore(Path, Probe),
+    try Fun()
+    after dtrace_bench:lower_semaphore(Mem, Addr)
+    end.
 
 %% #{Combo => Stats}: ?RUNS rounds, each running every combination once.
 runs(Combos, Run) ->
@@ -160,7 +185,7 @@ markdown(#{rows := Rows, skipped := Skipped, lost := Lost, no_trap := NoTrap}) -
     ["| message | pinning | sink | no tracer ns | traced ns | total ns | floors ns (spread) | own work ns |\n"
      "|---|---|---|---|---|---|---|---|\n",
      [io_lib:format("| ~s | ~s | ~s | ~.1f | ~.1f | ~.1f | ~.1f (~.1f..~.1f) | **~.1f** |\n",
-                    [L, Pin, sink_text(Sink), I, T, Tot, F, Fmin, Fmax, O])
+                    [md(L), Pin, sink_text(Sink), I, T, Tot, F, Fmin, Fmax, O])
       || #{label := L, pin := Pin, sink := Sink, idle := {I, _, _}, traced := {T, _, _}, total := Tot,
            floor := {F, Fmin, Fmax}, own := O} <- Rows],
      "\n",
@@ -174,9 +199,13 @@ markdown(#{rows := Rows, skipped := Skipped, lost := Lost, no_trap := NoTrap}) -
               "the untraced ping-pong:\n\n"
               "| message | pinning | library | floor (erl_tracer + NIF-API size walk + site) | own work |\n"
               "|---|---|---|---|---|\n",
-              [io_lib:format("| ~s | ~s | ~.1f | ~.1f | **~.1f** |~n", [L, Pin, Lib, F, O])
+              [io_lib:format("| ~s | ~s | ~.1f | ~.1f | **~.1f** |~n", [md(L), Pin, Lib, F, O])
                || #{label := L, pin := Pin, library := Lib, floor := F, own := O} <- NoTrap]]
      end].
+
+%% A table cell's text: `|' escaped.
+md(Text) ->
+    string:replace(Text, "|", "\\|", all).
 
 sink_text(sdt) -> "bpftrace counting message__send";
 sink_text(lttng) -> "LTTng recording message_send".

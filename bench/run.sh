@@ -19,7 +19,7 @@ case "${1:-}" in
     always_on)
         # make bench-always-on: the recorder always on, alone.
         exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
-            -eval "always_on_bench:main([]), halt()." ;;
+            -eval "always_on_bench:main([])." ;;
 esac
 # The same library without the LTTng sink (cargo feature off), laid out as
 # an application directory, for the disabled-cost comparison.

@@ -20,7 +20,13 @@
  * LTTNG_UST_TRACEPOINT_INCLUDE, found through -I) to generate the probes.
  */
 #undef LTTNG_UST_TRACEPOINT_PROVIDER
-#define LTTNG_UST_TRACEPOINT_PROVIDER dtrace_floor
+/* The provider's name: dtrace_floor, or FLOOR_TP (dtrace_floor_text for
+ * the tracer module of -DFLOOR_TEXT, loaded in the same node as the one
+ * without: two libraries must not register one provider twice). */
+#ifndef FLOOR_TP
+#define FLOOR_TP dtrace_floor
+#endif
+#define LTTNG_UST_TRACEPOINT_PROVIDER FLOOR_TP
 #undef LTTNG_UST_TRACEPOINT_INCLUDE
 #define LTTNG_UST_TRACEPOINT_INCLUDE "floor_tp.h"
 
@@ -48,14 +54,14 @@ struct dtrace_floor_i4s4 {
 
 #include <lttng/tracepoint.h>
 
-LTTNG_UST_TRACEPOINT_EVENT(dtrace_floor, message_send,
+LTTNG_UST_TRACEPOINT_EVENT(FLOOR_TP, message_send,
     LTTNG_UST_TP_ARGS(const struct dtrace_floor_message_send *, a),
     LTTNG_UST_TP_FIELDS(
         lttng_ust_field_string(from, a->from)
         lttng_ust_field_string(to, a->to)
         lttng_ust_field_string(message, a->message)))
 
-LTTNG_UST_TRACEPOINT_EVENT(dtrace_floor, user_trace_i4s4,
+LTTNG_UST_TRACEPOINT_EVENT(FLOOR_TP, user_trace_i4s4,
     LTTNG_UST_TP_ARGS(const struct dtrace_floor_i4s4 *, a),
     LTTNG_UST_TP_FIELDS(
         lttng_ust_field_string(proc, a->proc)
