@@ -761,7 +761,18 @@ apart_md({Rows, Floors}) ->
                            "so the trap inside the tracer callback costs ~.1f ns; called by the ping-pong's own "
                            "process it costs ~.1f ns.~n", [T, L, T + L, TS, TS - T, P]);
          _ -> ""
-     end].
+     end,
+     "\nWhy: the same trap costs more the more other work runs between two hits. In a tight loop the\n"
+     "kernel's uprobe path, bpftrace's program and map, and the code around the site stay in the\n"
+     "caches; after other work (a buffer written, or a message sent, scheduled and received) they\n"
+     "must be fetched again, and the work after the trap finds its own data evicted. This VM gives\n"
+     "perf no hardware counters (`perf stat -e cycles`: not supported), so the evidence is the cost\n"
+     "itself as the work between hits grows, above. The budgets use the floor measured together: it is\n"
+     "paid where the library's probe fires, inside the erl_tracer callback of a real ping-pong; the\n"
+     "floors apart are each measured hot and add up to less than any probe fired between a VM's own\n"
+     "work can cost. The realistic rows show the same: `message__send`'s own work comes out larger\n"
+     "with the trap than without it (compare its two tables: the library's own work sits between the\n"
+     "VM's work and the trap), which is why its budget is on the rows without the trap.\n"].
 
 hit_text(#{hit := {H, _, _}, disabled := {D, _, _}}) -> io_lib:format("; hit ~.1f, disabled ~.1f", [H, D]);
 hit_text(_) -> "".
