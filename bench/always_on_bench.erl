@@ -25,7 +25,7 @@
 %%%       -eval 'always_on_bench:main([]).'   (halts: 0, or 1 if a budget is missed)
 -module(always_on_bench).
 
--export([main/1, run/0, markdown/1, budgets/1]).
+-export([main/1, run/0, markdown/1, budgets/1, figures/1]).
 
 -define(WORKERS, 4).
 -define(SECONDS, 4).
@@ -260,3 +260,18 @@ budgets(#{runs := Runs}) ->
                     [?BUDGET, Tput]), Tput =< ?BUDGET},
      {io_lib:format("flight recorder always on (defaults), KV workload: p99 on/off <= ~.2fx: ~.3fx",
                     [?BUDGET, P99]), P99 =< ?BUDGET}].
+
+%% @doc The figures the docs quote (dtrace_bench's figure table): per
+%% configuration, throughput and p99 against `off', and the CPU it adds to
+%% a request.
+figures({skip, _}) ->
+    [];
+figures(#{runs := Runs}) ->
+    M = fun(Name, K) -> median([maps:get(K, R) || R <- maps:get(Name, Runs)]) end,
+    Cpu = fun(N) -> erlang:system_info(schedulers_online) / M(N, ops_per_s) * 1.0e6 end,
+    F = fun(Fmt, Args) -> lists:flatten(io_lib:format(Fmt, Args)) end,
+    lists:append(
+      [[{"recorder_" ++ atom_to_list(N) ++ "_tput", F("~.2fx", [M(N, ops_per_s) / M(off, ops_per_s)])},
+        {"recorder_" ++ atom_to_list(N) ++ "_p99", F("~.2fx", [M(N, p99_us) / M(off, p99_us)])},
+        {"recorder_" ++ atom_to_list(N) ++ "_added", F("~.1f us", [Cpu(N) - Cpu(off)])}]
+       || {N, _} <- configs()]).

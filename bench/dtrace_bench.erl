@@ -148,7 +148,8 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin]) ->
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
     Figures = figures(#{disabled => DisRows ++ Spread, floors => Floors, enabled => EnRows, vm => VmRows,
-                        families => FamilyRows, lttng => LttngRows, totals => Totals}),
+                        families => FamilyRows, lttng => LttngRows, totals => Totals}) ++
+        message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn),
     write_md(OutFile, #{disabled => DisRows ++ Spread, tput => Tput, work => Work ++ ProvWork,
                         floors => Floors, enabled => EnRows, why => Why, vm => VmRows,
                         families => FamilyRows, lttng => {LttngRows, LttngWhy}, recorder => Recorder,

@@ -46,7 +46,7 @@
 %%% `make bench-messages' runs main/1 alone (prints, writes nothing).
 -module(message_bench).
 
--export([main/1, rows/1, markdown/1, budgets/1]).
+-export([main/1, rows/1, markdown/1, budgets/1, figures/1]).
 
 %% Round trips per run: 300,000 messages.
 -define(N, 150000).
@@ -234,3 +234,17 @@ budgets(#{rows := Rows, no_trap := NoTrap}) ->
     ++ [{io_lib:format("realistic message ~s, message_send into LTTng, pinned: own work <= ~b ns "
                        "(best rounds): ~.1f ns", [M, ?BUDGET_NS, B]), B =< ?BUDGET_NS}
         || #{message := M, pin := pinned, sink := lttng, own_best := B} <- Rows].
+
+%% @doc The figures the docs quote (dtrace_bench's figure table): per
+%% message, the pinned totals under each sink, and the largest own work of
+%% the budgeted rows.
+-spec figures(result()) -> [{string(), string()}].
+figures(#{rows := Rows, no_trap := NoTrap}) ->
+    Ns = fun(X) -> lists:flatten(io_lib:format("~.1f ns", [X])) end,
+    [{lists:flatten(["msg_", atom_to_list(M), "_", atom_to_list(Sink), "_total"]), Ns(T)}
+     || #{message := M, pin := pinned, sink := Sink, total := T} <- Rows, M =/= ping]
+    ++ case [B || #{pin := pinned, own_best := B} <- NoTrap]
+            ++ [B || #{pin := pinned, sink := lttng, own_best := B} <- Rows] of
+           [] -> [];
+           Own -> [{"msg_own_max", Ns(lists:max(Own))}]
+       end.
