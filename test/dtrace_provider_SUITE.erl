@@ -661,7 +661,7 @@ wait_until(Fun, N) ->
         false -> timer:sleep(50), wait_until(Fun, N - 1)
     end.
 
-%% Loading a new version of module dtrace (an upgrade, as l(dtrace) or a
+%% Loading a new version of module dtrace_nif (an upgrade, as l(dtrace_nif) or a
 %% relup does) and purging the old one keeps handles working, and new
 %% providers can be defined (the new version takes the handle type over).
 %% Deleting and purging the module while a handle lives, then loading it

@@ -924,7 +924,8 @@ mod nifs {
 
     /// Library load and upgrade: opens the handle type, or takes it over
     /// from the module version that opened it (an upgrade: a new version of
-    /// module `dtrace` loaded while the old one is there). Without the
+    /// module `dtrace_nif`, which owns this library, loaded while the old one
+    /// is there). Without the
     /// takeover, purging the old version would free the type (no handles)
     /// or orphan it (handles alive).
     ///
