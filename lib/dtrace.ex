@@ -205,10 +205,12 @@ defmodule DTrace do
 
   @doc """
   Runs `fun` as a span of `kind` and returns its result (or raises what it
-  raises). While no tracer listens on `span__begin`/`span__end` this costs
-  one disabled probe and `fun` runs untouched; otherwise `span__begin`
-  fires before it and `span__end`, with the duration in nanoseconds,
-  after it. Spans nest within a process. See `:dtrace.span/2`.
+  raises). While no tracer listens on `span__begin`/`span__end`/`span__slow`
+  this costs one disabled probe and `fun` runs untouched; otherwise
+  `span__begin` fires before it and `span__end`, with the duration in
+  nanoseconds, after it, and `span__slow` if the span lasted the slow-span
+  threshold (`slow_span_threshold/0`). Spans nest within a process. See
+  `:dtrace.span/2`.
 
       iex> DTrace.span(:db_query, fn -> 1 + 1 end)
       2
@@ -230,6 +232,20 @@ defmodule DTrace do
   @doc "Ends a span `span_begin/1` returned; `true` when `span__end` fired."
   @spec span_end(:dtrace.span()) :: boolean()
   def span_end(span), do: :dtrace.span_end(span)
+
+  @doc """
+  The node's slow-span threshold in microseconds (default 1000): `span__slow`
+  fires for spans at least this long. See `:dtrace.slow_span_threshold/0`.
+  """
+  @spec slow_span_threshold() :: pos_integer()
+  def slow_span_threshold, do: :dtrace.slow_span_threshold()
+
+  @doc """
+  Sets the node's slow-span threshold in microseconds and returns the
+  previous one; raises `ArgumentError` unless a positive integer.
+  """
+  @spec slow_span_threshold(pos_integer()) :: pos_integer()
+  def slow_span_threshold(us), do: :dtrace.slow_span_threshold(us)
 
   @doc """
   Sets the calling process's user tag (chardata), which every probe it fires

@@ -60,7 +60,7 @@
          pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
 -export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1]).
 -export([user_trace_i4s4/9]).
--export([span/2, span_begin/1, span_end/1]).
+-export([span/2, span_begin/1, span_end/1, slow_span_threshold/0, slow_span_threshold/1]).
 %% The VM's own probes.
 -export([vm_probes/0, vm_probes/1, function_probes/1]).
 -export([doctor/0, doctor/1]).
@@ -118,7 +118,8 @@
 %% What a span is: `db_query', `<<"http GET">>'. An atom is passed as its
 %% name; an iolist of at most 1024 bytes as is; anything else as NULL.
 -opaque span() :: {dtrace_span, Id :: non_neg_integer(), Parent :: non_neg_integer(),
-                   Kind :: iodata(), Start :: integer(), UserTag :: binary() | undef}.
+                   Kind :: iodata(), Start :: integer(), UserTag :: binary() | undef}
+                | {dtrace_slow_span, Kind :: span_kind(), BeginNs :: integer(), UserTag :: binary() | undef}.
 %% What {@link span_begin/1} returns and {@link span_end/1} takes.
 
 -type vm_status() ::
@@ -609,13 +610,27 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %%% `org_erlang_dtrace:span_begin' and `span_end'. Not in OTP's dyntrace
 %%% (an extension); every argument is in arg0..arg5, so any bpftrace reads
 %%% them (priv/span-latency.bt).
+%%%
+%%% `span__slow' (LTTng `org_erlang_dtrace:span_slow') has `span__end''s
+%%% arguments and fires at a span's end only when it lasted at least the
+%%% node's slow-span threshold ({@link slow_span_threshold/0}, 1 ms unless
+%%% set, in the application environment `slow_span_us' or with
+%%% {@link slow_span_threshold/1}). While it is the only span probe
+%%% listened to (the flight recorder's default events), a span fires
+%%% nothing below the threshold and costs two clock reads (about 60 ns,
+%%% BENCHMARKS.md), the ids are not assigned (0) and spans are not nested:
+%%% JFR's way of staying on, where a duration event below its threshold is
+%%% never written.
 
 %% @doc Runs `Fun()' as a span of `Kind' and returns what it returns (or
-%% raises what it raises). While no tracer listens on `span__begin' or
-%% `span__end' this costs one disabled probe: `Fun' runs untouched, with no
-%% clock read. Otherwise `span__begin' fires before `Fun' runs and
-%% `span__end', with the duration in nanoseconds (monotonic clock), after
-%% it returns or raises. Spans nest: a span started inside `Fun' in the
+%% raises what it raises). While no tracer listens on `span__begin',
+%% `span__end' or `span__slow' this costs one disabled probe: `Fun' runs
+%% untouched, with no clock read. While one listens on `span__begin' or
+%% `span__end', `span__begin' fires before `Fun' runs and `span__end',
+%% with the duration in nanoseconds (monotonic clock), after it returns or
+%% raises; `span__slow' too if it listens and the span lasted the
+%% threshold. While only `span__slow' listens, the span fires it if it
+%% lasted the threshold and nothing otherwise (see above). Spans nest: a span started inside `Fun' in the
 %% same process names this one as its parent. The user tag passed is the
 %% caller's ({@link get_tag_data/0}) when the span begins. While a tracer
 %% listens to a `span__vm_*' probe ("why was it slow":
@@ -631,6 +646,13 @@ span(Kind, Fun) when is_function(Fun, 0) ->
     case dtrace_nif:span_enabled() of
         false ->
             Fun();
+        BeginNs when is_integer(BeginNs) ->
+            Tag = get_tag_data(),
+            try
+                Fun()
+            after
+                slow_end(Kind, BeginNs, Tag)
+            end;
         true ->
             {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
             Outer = put(?SPAN_KEY, Id),
@@ -654,6 +676,7 @@ span(Kind, Fun) when is_function(Fun, 0) ->
 span_begin(Kind) ->
     case dtrace_nif:span_enabled() of
         false -> {dtrace_span, 0, 0, [], 0, undef};
+        BeginNs when is_integer(BeginNs) -> {dtrace_slow_span, Kind, BeginNs, get_tag_data()};
         true ->
             {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
             _ = get(?SPAN_KEY) =:= undefined andalso dtrace_span_trace:begin_span(Id),
@@ -662,9 +685,12 @@ span_begin(Kind) ->
 
 %% @doc Ends a span {@link span_begin/1} returned: fires `span__end' with
 %% the span's id, parent, kind and user tag (those of its beginning), the
-%% calling process and the nanoseconds since it began. Returns `true' when
-%% fired, `false' when nobody listens or the span began while nobody
-%% listened. Raises `badarg' for anything that is not a span.
+%% calling process and the nanoseconds since it began, and `span__slow'
+%% with the same if it listens and they are at least the slow-span
+%% threshold. Returns `true' when `span__end' fired (or, for a span begun
+%% while only `span__slow' listened, `span__slow'), `false' when nobody
+%% listens or the span began while nobody listened. Raises `badarg' for
+%% anything that is not a span.
 -spec span_end(Span :: span()) -> boolean().
 span_end({dtrace_span, 0, _, _, _, _}) ->
     false;
@@ -672,8 +698,40 @@ span_end({dtrace_span, Id, Parent, Kind, Start, Tag}) when is_integer(Start) ->
     Fired = dtrace_nif:span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag),
     ok = dtrace_span_trace:end_span(Id),
     Fired;
+span_end({dtrace_slow_span, Kind, BeginNs, Tag}) when is_integer(BeginNs) ->
+    slow_end(Kind, BeginNs, Tag);
 span_end(Other) ->
     erlang:error(badarg, [Other]).
+
+%% The end of a span begun while only span__slow listened: fires it if the
+%% span lasted the threshold. false unless fired.
+slow_end(Kind, BeginNs, Tag) ->
+    case dtrace_nif:span_slow_end(BeginNs) of
+        false ->
+            false;
+        Ns ->
+            dtrace_nif:span_slow(0, 0, kind_text(Kind), Ns, case Tag of undefined -> undef; _ -> Tag end)
+    end.
+
+kind_text(Kind) when is_atom(Kind) -> atom_to_binary(Kind, utf8);
+kind_text(Kind) -> Kind.
+
+%% @doc The node's slow-span threshold in microseconds: `span__slow' fires
+%% for spans at least this long. 1000 (1 ms) unless the application
+%% environment `slow_span_us' or {@link slow_span_threshold/1} set it.
+-spec slow_span_threshold() -> Microseconds :: pos_integer().
+slow_span_threshold() ->
+    max(1, dtrace_nif:slow_span_threshold() div 1000).
+
+%% @doc Sets the node's slow-span threshold to `Microseconds' (a positive
+%% integer, else `badarg') and returns the previous one. Node-wide: every
+%% tracer of `span__slow' (and every flight recorder, whose default events
+%% include it) sees spans at least this long.
+-spec slow_span_threshold(Microseconds :: pos_integer()) -> Previous :: pos_integer().
+slow_span_threshold(Us) when is_integer(Us), Us >= 1, Us =< 1 bsl 40 ->
+    max(1, dtrace_nif:set_slow_span_threshold(Us * 1000) div 1000);
+slow_span_threshold(Us) ->
+    erlang:error(badarg, [Us]).
 
 traced_span_begin(Kind) ->
     Id = erlang:unique_integer([positive]),
@@ -681,9 +739,7 @@ traced_span_begin(Kind) ->
                  undefined -> 0;
                  P -> P
              end,
-    K = if is_atom(Kind) -> atom_to_binary(Kind, utf8);
-           true -> Kind
-        end,
+    K = kind_text(Kind),
     Tag = case get_tag_data() of
               undefined -> undef;
               T -> T

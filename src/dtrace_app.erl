@@ -12,13 +12,27 @@
 
 %% @private
 start(_Type, _Args) ->
-    _ = dtrace_compat:install(),
-    supervisor:start_link({local, dtrace_sup}, ?MODULE, []).
+    case slow_span_threshold(application:get_env(dtrace, slow_span_us, 1000)) of
+        ok ->
+            _ = dtrace_compat:install(),
+            supervisor:start_link({local, dtrace_sup}, ?MODULE, []);
+        {error, _} = Error ->
+            Error
+    end.
 
 %% @private
 stop(_State) ->
     _ = dtrace_compat:uninstall(),
     ok.
+
+%% The application environment's slow_span_us, checked as
+%% dtrace:slow_span_threshold/1 checks it: a bad value refuses the start.
+slow_span_threshold(Us) ->
+    try dtrace:slow_span_threshold(Us) of
+        _ -> ok
+    catch
+        error:badarg -> {error, {bad_slow_span_us, Us}}
+    end.
 
 %% @private
 init([]) ->

@@ -16,7 +16,8 @@
 
 -export([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
          user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
--export([span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0, vm_mode/1]).
+-export([span_enabled/0, span_begin/4, span_end/5, span_slow_end/1, span_slow/5,
+         slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 -export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
@@ -27,7 +28,8 @@
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
        user_trace_i4s4/9, i4s4/9, user_trace_n/10,
-       span_enabled/0, span_begin/4, span_end/5, span_vm_flags/0, vm_mode/1,
+       span_enabled/0, span_begin/4, span_end/5, span_slow_end/1, span_slow/5,
+       slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1,
        efile_enabled/0, efile_entry/10, efile_return/6,
        vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
@@ -133,7 +135,10 @@ user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
 %%% Spans (span.rs): see dtrace:span/2
 %%%===================================================================
 
--spec span_enabled() -> boolean().
+%% true: span__begin or span__end listens (a full span); an integer: only
+%% span__slow listens, and this is the begin time (CLOCK_MONOTONIC, ns) to
+%% pass to span_slow_end/1; false: no span probe listens.
+-spec span_enabled() -> boolean() | integer().
 span_enabled() ->
     stub(false).
 
@@ -146,6 +151,27 @@ span_begin(_SpanId, _ParentId, _Kind, _UserTag) ->
                DurationNs :: integer(), UserTag :: binary() | undef) -> boolean().
 span_end(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
     stub(false).
+
+%% The nanoseconds since BeginNs (from span_enabled/0) if they are at least
+%% the slow-span threshold and span__slow listens; false otherwise.
+-spec span_slow_end(BeginNs :: integer()) -> false | non_neg_integer().
+span_slow_end(_BeginNs) ->
+    stub(false).
+
+%% Fires span__slow (span__end's arguments) if a tracer listens.
+-spec span_slow(SpanId :: integer(), ParentId :: integer(), Kind :: iodata() | atom(),
+                DurationNs :: integer(), UserTag :: binary() | undef) -> boolean().
+span_slow(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
+    stub(false).
+
+-spec slow_span_threshold() -> pos_integer().
+slow_span_threshold() ->
+    stub(1000000).
+
+%% Returns the previous threshold; badarg below 1.
+-spec set_slow_span_threshold(Ns :: pos_integer()) -> pos_integer().
+set_slow_span_threshold(_Ns) ->
+    stub(1000000).
 
 %% Fires dtrace_vm__mode ("manual" or "auto") if a tracer listens; badarg
 %% for anything but a boolean.

@@ -20,8 +20,13 @@
 %% made, or fails with the counterexample.
 run(Calls) ->
     Cases = (Calls + calls_per_case() - 1) div calls_per_case(),
-    case proper:quickcheck(prop_any_term_any_position(),
-                           [{numtests, Cases}, quiet, {max_size, 40}]) of
+    %% slow_span_threshold/1 takes any positive integer drawn: the node's
+    %% threshold is put back afterwards.
+    Threshold = dtrace:slow_span_threshold(),
+    Passed = try proper:quickcheck(prop_any_term_any_position(), [{numtests, Cases}, quiet, {max_size, 40}])
+             after dtrace:slow_span_threshold(Threshold)
+             end,
+    case Passed of
         true -> Cases * calls_per_case();
         false -> erlang:error({counterexample, proper:counterexample()})
     end.
@@ -96,9 +101,15 @@ api(user_trace_s1, [Message], {ok, R}) ->
 %% generator's funs take none and return ok or the node), and raises
 %% function_clause for anything else; span_begin/1 takes any kind;
 %% span_end/1 takes only spans.
+%% slow_span_threshold/0,1: microseconds; /1 takes a positive integer up
+%% to 2^40 and returns the previous one, badarg otherwise.
+api(slow_span_threshold, [], {ok, Us}) -> is_integer(Us) andalso Us >= 1;
+api(slow_span_threshold, [Us], {ok, Old}) -> is_integer(Us) andalso Us >= 1 andalso is_integer(Old) andalso Old >= 1;
+api(slow_span_threshold, [Us], {error, badarg, {dtrace, slow_span_threshold, _, _}}) ->
+    not (is_integer(Us) andalso Us >= 1 andalso Us =< 1 bsl 40);
 api(span, [_, Fun], {ok, R}) -> is_function(Fun, 0) andalso R =:= Fun();
 api(span, [_, Fun], {error, function_clause, {dtrace, span, _, _}}) -> not is_function(Fun, 0);
-api(span_begin, [_], {ok, Span}) -> is_tuple(Span) andalso element(1, Span) =:= dtrace_span;
+api(span_begin, [_], {ok, Span}) -> is_tuple(Span) andalso (element(1, Span) =:= dtrace_span orelse element(1, Span) =:= dtrace_slow_span);
 api(span_end, [Span], {ok, R}) -> is_boolean(R) andalso is_tuple(Span);
 api(span_end, [_], {error, badarg, {dtrace, span_end, _, _}}) -> true;
 api(put_tag, [Data], {ok, R}) -> chardata(Data) andalso (R =:= undefined orelse is_binary(R));
@@ -137,8 +148,15 @@ nif(user_trace_n, [Label | _], {ok, R}) ->
         L when is_integer(L), L >= 951, L =< 1023 -> R =:= error;
         _ -> R =:= badarg
     end;
-nif(F, _, {ok, B}) when F =:= span_enabled; F =:= span_begin; F =:= span_end; F =:= efile_enabled ->
+nif(F, _, {ok, B}) when F =:= span_begin; F =:= span_end; F =:= span_slow; F =:= efile_enabled ->
     is_boolean(B);
+%% span_enabled/0: a begin time (an integer) while only span__slow
+%% listens; span_slow_end/1: a duration over the threshold, else false.
+nif(span_enabled, [], {ok, R}) -> is_boolean(R) orelse is_integer(R);
+nif(span_slow_end, [_], {ok, R}) -> R =:= false orelse (is_integer(R) andalso R >= 1);
+nif(slow_span_threshold, [], {ok, Ns}) -> is_integer(Ns) andalso Ns >= 1;
+nif(set_slow_span_threshold, [Ns], {ok, Old}) -> is_integer(Ns) andalso Ns >= 1 andalso is_integer(Old);
+nif(set_slow_span_threshold, [Ns], {error, badarg, _}) -> not (is_integer(Ns) andalso Ns >= 1 andalso Ns < 1 bsl 63);
 nif(efile_entry, _, {ok, OpId}) -> is_integer(OpId) andalso OpId >= 0;
 nif(efile_return, _, {ok, ok}) -> true;
 nif(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andalso is_list(L) andalso is_list(M);

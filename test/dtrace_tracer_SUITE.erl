@@ -15,7 +15,7 @@
          bpftrace_sees_pid_tag_and_integers/1,
          bpftrace_counts_every_true/1,
          bpftrace_user_trace_s1/1,
-         bpftrace_sees_spans/1,
+         bpftrace_sees_spans/1, bpftrace_sees_slow_spans/1,
          dtrace_bpftrace_reads_every_argument/1,
          user_probe_bt_prints_otps_format/1,
          gdb_reads_all_ten_arguments/1,
@@ -32,7 +32,7 @@ all() ->
      bpftrace_sees_pid_tag_and_integers,
      bpftrace_counts_every_true,
      bpftrace_user_trace_s1,
-     bpftrace_sees_spans,
+     bpftrace_sees_spans, bpftrace_sees_slow_spans,
      dtrace_bpftrace_reads_every_argument,
      user_probe_bt_prints_otps_format,
      gdb_reads_all_ten_arguments,
@@ -74,7 +74,7 @@ in_peer(Config, Fun) ->
 
 %%--------------------------------------------------------------------
 
-%% The library's notes are the catalogue's: every probe of probes.d (988:
+%% The library's notes are the catalogue's: every probe of probes.d (989:
 %% 953 user probes, 4 file-driver probes, 23 VM probes) and no other, each with its own
 %% semaphore and exactly the argument specs the catalogue gives (sizes from
 %% the declared types, registers fixed); argument k sits in the same
@@ -82,7 +82,7 @@ in_peer(Config, Fun) ->
 notes_match_the_catalogue(_Config) ->
     Catalogue = dtrace_test_catalogue:catalogue(),
     Notes = [N || #{provider := <<"erlang">>} = N <- dtrace_test_catalogue:notes(dtrace_test_catalogue:nif_path())],
-    ?assertEqual(988, length(Catalogue)),
+    ?assertEqual(989, length(Catalogue)),
     ?assertEqual(lists:sort([{Name, [S || {_, _, _, S} <- Args]} || {Name, Args} <- Catalogue]),
                  lists:sort([{Name, Args} || #{name := Name, args := Args} <- Notes])),
     Semaphores = [S || #{semaphore := S} <- Notes],
@@ -538,3 +538,54 @@ bpftrace_sees_spans(Config) ->
     ?assertEqual(4, length(lists:usort([OuterId, InnerId, FailId, CrossId]))),
     ?assert(binary_to_integer(InnerNs) >= 20000000),
     ?assert(binary_to_integer(OuterNs) >= binary_to_integer(InnerNs)).
+
+%% span__slow: while it is the only span probe listened to, the spans of
+%% at least the node's threshold (here 10 ms) fire it with kind, tag and
+%% duration, ids 0, and the others fire nothing; listened to with
+%% span__end, the slow span fires both, with the same id.
+bpftrace_sees_slow_spans(Config) ->
+    Peer = ?config(peer, Config),
+    Old = peer:call(Peer, dtrace, slow_span_threshold, [10000]),
+    try
+        Ready = fun() -> dtrace:span(ready, fun() -> timer:sleep(11) end) end,
+        Slow = "usdt:$SO:erlang:span__slow /str(arg4) != \"ready\"/ {
+            printf(\"S %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }
+        usdt:$SO:erlang:span__slow /str(arg4) == \"ready\"/ { printf(\"READY\\n\"); }",
+        Lines = fun(Ls, K) -> [binary:split(L, <<" ">>, [global]) || <<C, " ", _/binary>> = L <- Ls, C =:= K] end,
+        {{Me, Results}, L1} =
+            dtrace_test_tracer:bpftrace_marked(
+              Peer, Slow, Ready, [<<"READY">>],
+              fun() ->
+                      dtrace:put_tag(<<"req-9">>),
+                      R1 = [dtrace:span(fast, fun() -> I end) || I <- lists:seq(1, 100)],
+                      R2 = dtrace:span(slow, fun() -> timer:sleep(20), 42 end),
+                      Span = dtrace:span_begin(<<"cross">>),
+                      timer:sleep(15),
+                      R3 = dtrace:span_end(Span),
+                      R4 = dtrace:span_end(dtrace:span_begin(quick)),
+                      {pid_to_list(self()), [lists:sum(R1), R2, R3, R4]}
+              end),
+        ?assertEqual([5050, 42, true, false], Results),
+        M = list_to_binary(Me),
+        [[<<"S">>, M, <<"req-9">>, <<"0">>, <<"0">>, <<"slow">>, SlowNs],
+         [<<"S">>, M, <<"req-9">>, <<"0">>, <<"0">>, <<"cross">>, CrossNs]] = Lines(L1, $S),
+        ?assert(binary_to_integer(SlowNs) >= 20000000),
+        ?assert(binary_to_integer(CrossNs) >= 15000000),
+        %% With span__end: full spans, and span__slow for the slow one.
+        Both = Slow ++ "
+        usdt:$SO:erlang:span__end /str(arg4) != \"ready\"/ {
+            printf(\"E %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }",
+        {ok, L2} = dtrace_test_tracer:bpftrace_marked(
+                     Peer, Both, Ready, [<<"READY">>],
+                     fun() ->
+                             dtrace:put_tag(<<"req-10">>),
+                             dtrace:span(fast, fun() -> ok end),
+                             dtrace:span(slow, fun() -> timer:sleep(20) end)
+                     end),
+        [[<<"E">>, P2, <<"req-10">>, _, <<"0">>, <<"fast">>, _],
+         [<<"E">>, P2, <<"req-10">>, Id, <<"0">>, <<"slow">>, Ns]] = Lines(L2, $E),
+        ?assertEqual([[<<"S">>, P2, <<"req-10">>, Id, <<"0">>, <<"slow">>, Ns]], Lines(L2, $S)),
+        ?assertNotEqual(<<"0">>, Id)
+    after
+        peer:call(Peer, dtrace, slow_span_threshold, [Old])
+    end.

@@ -53,6 +53,10 @@ provider erlang {
 	probe span__end(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind,
 	    int64_t duration_ns);
 
+	/* dtrace:span/2, span_begin/1 (not OTP's): span span_end's arguments, fired only when duration_ns is at least the node's slow-span threshold (dtrace:slow_span_threshold/0, default 1 ms); while only it listens a span costs two clock reads and no event, and span_id, parent_id are 0. */
+	probe span__slow(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind,
+	    int64_t duration_ns);
+
 	/*
 	 * A process inside a span, for "why was it slow" (not OTP's): while a
 	 * tracer listens to one of these, dtrace:span/2 (span_begin/1) gives

@@ -153,6 +153,25 @@ impl NifCall {
         unsafe { rustler::sys::enif_is_port(self.env, term) != 0 }
     }
 
+    /// A 64-bit integer term, made in this call's env without the panic
+    /// barrier of [`NifCall::run`] (nothing here can panic).
+    #[inline(always)]
+    pub(crate) fn int64(&self, value: i64) -> ErlNifTerm {
+        // SAFETY: `env` is this call's env (NifCall::new); making an
+        // integer term only allocates on its heap.
+        unsafe { rustler::sys::enif_make_int64(self.env, value) }
+    }
+
+    /// The raw term `term` (an argument of this call) as a 64-bit integer,
+    /// if it is one. One call into the VM.
+    #[inline(always)]
+    pub(crate) fn get_int64(&self, term: ErlNifTerm) -> Option<i64> {
+        let mut value: i64 = 0;
+        // SAFETY: `env` is this call's env and `term` one of its terms
+        // (NifCall::new); the VM writes one i64 to a valid, owned pointer.
+        (unsafe { rustler::sys::enif_get_int64(self.env, term, &mut value) } != 0).then_some(value)
+    }
+
     /// The arguments as raw terms in their named struct (`None` only if
     /// the VM passed another arity than the one registered, which it does
     /// not).
