@@ -11,9 +11,12 @@
 %%%   "merges" the log: it rewrites a 16 MB file and syncs it, and the put
 %%%   waiting on it is slow.
 %%%
-%%% The front node's recorder has a trigger on the put spans over 10 ms
-%%% (`org_erlang_dtrace:span_end' with `kind == "put" && duration_ns >
-%%% 10000000'): LTTng takes the front node's snapshot itself, from inside
+%%% Both recorders record `events => detail' (every span, file operation
+%%% and span_vm_* event: what a recorder started for an incident records;
+%%% the default events, cheap enough to leave on, keep only the spans over
+%%% the slow-span threshold). The front node's recorder has a trigger on
+%%% the put spans over 10 ms (`org_erlang_dtrace:span_slow' with `kind ==
+%%% "put" && duration_ns > 10000000'): LTTng takes the front node's snapshot itself, from inside
 %%% the process, with no Erlang code on the path. The put that saw itself
 %%% slow also calls dtrace_recorder:trigger_cluster/1, so that the disk node
 %%% (where the time went) takes its own. The report merges the two by time:
@@ -30,7 +33,8 @@
 %% what it does, then the report.
 run(Seconds, Dir) ->
     {ok, _} = application:ensure_all_started(dtrace),
-    Opts = #{dir => Dir, buffer => {8, 1 bsl 20}, min_interval_ms => 5000, max_snapshots => 3},
+    Opts = #{dir => Dir, buffer => {8, 1 bsl 20}, min_interval_ms => 5000, max_snapshots => 3,
+             events => detail},
     %% The disk node: the log writer and a recorder of its own.
     Paths = lists:usort([filename:absname(filename:dirname(code:which(M))) || M <- [dtrace, ?MODULE]]),
     {ok, Peer, Disk} = peer:start_link(#{name => peer:random_name(disk), longnames => false,
@@ -39,12 +43,13 @@ run(Seconds, Dir) ->
                                                   | lists:append([["-pa", P] || P <- Paths])]}),
     ok = peer:call(Peer, ?MODULE, writer_node, [Opts]),
     true = net_kernel:connect_node(Disk),
-    {ok, Front} = dtrace_recorder:start(Opts#{triggers => [{event, <<"org_erlang_dtrace:span_end">>,
+    {ok, Front} = dtrace_recorder:start(Opts#{triggers => [{event, <<"org_erlang_dtrace:span_slow">>,
                                                             <<"kind == \"put\" && duration_ns > 10000000">>}]}),
     wait_members(2),
     say("front node ~s: recorder ~p, trigger: put spans over 10 ms", [node(), Front]),
     say("disk node  ~s: the log writer, recorder without triggers", [Disk]),
-    say("both record org_erlang_dtrace:* (spans, user probes, file I/O) in 8 x 1 MiB per CPU"),
+    say("both record events => detail (org_erlang_dtrace:*: spans, user probes, file I/O, span_vm_*) "
+        "in 8 x 1 MiB per CPU"),
     say("running the workload for ~b s; nobody is watching...", [Seconds]),
     Table = ets:new(kv, [public, set]),
     Self = self(),

@@ -36,9 +36,10 @@ fi
 erlc -o "$work" examples/dtrace_recorder_demo.erl
 
 echo "== The flight recorder on two nodes, ${run_s} s of a key-value workload"
-echo "   dtrace_recorder:start(#{triggers => [{event, <<\"org_erlang_dtrace:span_end\">>,"
+echo "   dtrace_recorder:start(#{triggers => [{event, <<\"org_erlang_dtrace:span_slow\">>,"
 echo "                                          <<\"kind == \\\"put\\\" && duration_ns > 10000000\">>}],"
-echo "                           buffer => {8, 1 bsl 20}, min_interval_ms => 5000, max_snapshots => 3})"
+echo "                           events => detail, buffer => {8, 1 bsl 20}, min_interval_ms => 5000,"
+echo "                           max_snapshots => 3})"
 echo
 out=${DEMO_OUT:-${TMPDIR:-/tmp}/dtrace-recorder-demo}
 rm -rf "$out"; mkdir -p "$out"

@@ -73,7 +73,7 @@
 %% `time': milliseconds since the epoch when the recorder took the
 %% snapshot (or, for a trigger's, saw it complete on disk, at most about
 %% half a second later).
--type opts() :: #{events => [binary() | string()],
+-type opts() :: #{events => default | detail | [binary() | string()],
                   buffer => {pos_integer(), pos_integer()},
                   triggers => [{pn, 0..950, iodata()} | {event, binary(), iodata()}],
                   max_snapshots => pos_integer(),
@@ -129,14 +129,23 @@ start() ->
 %%
 %% `Opts' is a map; every key is optional:
 %% <ul>
-%% <li>`events': LTTng event-name patterns (binaries or strings; `*'
-%%   matches anything). Default `[<<"org_erlang_dtrace:*">>]': the user
-%%   probes (`p/N', `pn/N'), the file probes of `dtrace_file' and the
-%%   spans. The VM's events (`<<"org_erlang_dyntrace:message_send">>',
-%%   ...) are allowed; while they are recorded, the `dtrace' application
-%%   sets the trace flags that feed them (about 1 us per message for
-%%   `message_send'; see docs/lttng.md). A pattern that names no event of
-%%   the two providers is refused.</li>
+%% <li>`events': `default', `detail', or LTTng event-name patterns
+%%   (binaries or strings; `*' matches anything). `default' is what a
+%%   recorder that stays on can afford: the user probes (`p/N', `pn/N')
+%%   and `span_slow', the spans at least the node's slow-span threshold
+%%   long ({@link dtrace:slow_span_threshold/1}, 1 ms by default); shorter
+%%   spans write nothing and cost two clock reads.
+%%   `detail' (`[<<"org_erlang_dtrace:*">>]') adds every span's begin and
+%%   end, the file probes of `dtrace_file', and the span_vm_* events that
+%%   let {@link report/1} say why each request was slow, at several times
+%%   the cost: for a recorder started while an incident is on
+%%   (BENCHMARKS.md, "The flight recorder always on";
+%%   {@link dtrace_recorder_opts:event_set/1}). The VM's events
+%%   (`<<"org_erlang_dyntrace:message_send">>', ...) are allowed; while
+%%   they are recorded, the `dtrace' application sets the trace flags that
+%%   feed them (about 1 us per message for `message_send'; see
+%%   docs/lttng.md). A pattern that names no event of the two providers is
+%%   refused.</li>
 %% <li>`buffer': `{SubBuffers, BytesPerSubBuffer}' per CPU, both powers of
 %%   two (2..1024 sub-buffers of 4 KiB..64 MiB, at most 1 GiB per CPU).
 %%   Default `{4, 262144}': 1 MiB per CPU, about 10,000 user-probe events
@@ -146,8 +155,10 @@ start() ->
 %%   expression over that event's fields, `label', `proc', `user_tag',
 %%   `i1'..`i4', `s1'..`s4'; `<<>>' for none) holds, e.g. `{pn, 900,
 %%   <<"i2 > 20000">>}'; `{event, <<"provider:event">>, Filter}' the same
-%%   on any event of the catalogue (e.g. `org_erlang_dtrace:span_end'
-%%   with `<<"duration_ns > 20000000">>'). Label 949 is the recorder's
+%%   on any event of the catalogue (e.g. `org_erlang_dtrace:span_slow'
+%%   with `<<"duration_ns > 20000000">>'; a trigger on an event makes the
+%%   probe fire: one on `span_end' costs a full span per request, one on
+%%   `span_slow' does not). Label 949 is the recorder's
 %%   own. At most 16. Default `[]'.</li>
 %% <li>`max_snapshots': snapshots kept on disk, the oldest deleted beyond
 %%   (1..1000, default 10).</li>

@@ -25,7 +25,7 @@
 %%% @end
 -module(dtrace_recorder_opts).
 
--export([validate/1, defaults/0, session_name/1, dir_name/1, node_part/0, trigger_name/3,
+-export([validate/1, defaults/0, event_set/1, session_name/1, dir_name/1, node_part/0, trigger_name/3,
          parse_session_name/1, leftover/2, mark_label/0]).
 
 -export_type([conf/0, trigger_spec/0]).
@@ -52,7 +52,7 @@
 -spec defaults() -> conf().
 defaults() ->
     #{name => dtrace_recorder,
-      events => [<<"org_erlang_dtrace:*">>],
+      events => event_set(default),
       buffer => {4, 256 * 1024},
       triggers => [],
       max_snapshots => 10,
@@ -61,6 +61,25 @@ defaults() ->
       timeout_ms => 15000,
       check_ms => 10000,
       lttng => "lttng"}.
+
+%% @doc The event patterns of the recorder's two event sets (its `events'
+%% option as an atom). `default', what an always-on recorder can afford
+%% (JFR's default settings, which drop duration events below a
+%% threshold): the user probes (`p/N', `pn/N', which the application fires
+%% where it chose to) and `span_slow', the spans at least the node's
+%% slow-span threshold long (1 ms by default, dtrace:slow_span_threshold/1);
+%% a span below it costs two clock reads and writes nothing.
+%% `detail', for a recorder started while an incident is on: every event of
+%% `org_erlang_dtrace', so every span's begin and end, the file probes of
+%% `dtrace_file', and the span_vm_* events (each span's process traced for
+%% scheduling, GC and messages) that let the report say why a request was
+%% slow. The costs of both are in BENCHMARKS.md ("The flight recorder always
+%% on").
+-spec event_set(default | detail) -> [binary(), ...].
+event_set(default) ->
+    [<<"org_erlang_dtrace:user_trace_*">>, <<"org_erlang_dtrace:span_slow">>];
+event_set(detail) ->
+    [<<"org_erlang_dtrace:*">>].
 
 %% @doc The label of `dtrace:pn/N' the recorder fires its marker events
 %% with (the reason of a snapshot): 949. Triggers on it are refused.
@@ -92,6 +111,8 @@ validate(Opts) ->
 
 check(name, V) when is_atom(V), V =/= undefined ->
     V;
+check(events, V) when V =:= default; V =:= detail ->
+    event_set(V);
 check(events, [_ | _] = V) when length(V) =< 64 ->
     [event_pattern(P) || P <- V];
 check(buffer, {N, Size} = V) when is_integer(N), is_integer(Size) ->

@@ -19,6 +19,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([catalogue_matches_the_nif/1, slow_request_triggers_one_snapshot/1, storm_is_rate_limited/1,
+         default_events_keep_slow_spans_only/1,
          own_trigger_then_cluster_request/1, leftovers_of_dead_nodes/1, recorder_from_app_env/1,
          three_nodes_cluster_trigger/1, report_without_spans/1, bad_input/1, lttng_missing/1,
          lttng_hangs/1, recorder_killed_mid_run/1, unwritable_dir_and_full_disk/1,
@@ -39,7 +40,8 @@ all() ->
     [{group, root}, {group, user}].
 
 groups() ->
-    [{root, [], [catalogue_matches_the_nif, slow_request_triggers_one_snapshot, storm_is_rate_limited,
+    [{root, [], [catalogue_matches_the_nif, slow_request_triggers_one_snapshot,
+                 default_events_keep_slow_spans_only, storm_is_rate_limited,
                  own_trigger_then_cluster_request, leftovers_of_dead_nodes, recorder_from_app_env,
                  three_nodes_cluster_trigger, report_without_spans, bad_input, lttng_missing,
                  lttng_hangs, recorder_killed_mid_run, unwritable_dir_and_full_disk]},
@@ -165,7 +167,8 @@ slow_request_triggers_one_snapshot(Config) ->
     Work = filename:join(?config(priv_dir, Config), "work"),
     Trigger = {event, <<"org_erlang_dtrace:span_end">>,
                <<"kind == \"request\" && duration_ns > 20000000">>},
-    {ok, R} = peer:call(Peer, dtrace_recorder, start, [#{dir => Dir, triggers => [Trigger]}], 60000),
+    {ok, R} = peer:call(Peer, dtrace_recorder, start, [#{dir => Dir, triggers => [Trigger], events => detail}],
+                        60000),
     %% 249 fast requests, then the slow one: the clock starts when it ends.
     undefined = peer:call(Peer, ?T, requests, [249, 0, Work], 60000),
     ok = peer:call(Peer, ?T, request, [250, true, Work]),
@@ -207,6 +210,53 @@ slow_request_triggers_one_snapshot(Config) ->
     assert_contains(SvgText, [<<"trigger">>, <<"req-250">>]),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
+    ok.
+
+%% The default events (what an always-on recorder affords): of 500
+%% requests, only the spans of at least the slow-span threshold (here
+%% 20 ms) are recorded, as span_slow with kind, tag and duration; a trigger
+%% on span_slow takes the snapshot; the report lists the slow span and says
+%% how to get its breakdown.
+default_events_keep_slow_spans_only(Config) ->
+    {Peer, _} = ?T:start_peer(#{}),
+    Dir = filename:join(?config(priv_dir, Config), "rec"),
+    1000 = peer:call(Peer, dtrace, slow_span_threshold, [20000]),
+    Trigger = {event, <<"org_erlang_dtrace:span_slow">>, <<"kind == \"slow\"">>},
+    {ok, R} = peer:call(Peer, dtrace_recorder, start, [#{dir => Dir, triggers => [Trigger]}], 60000),
+    %% Only span_slow listens: a span is a begin time, not a full span.
+    ?T:wait_until(fun() -> is_integer(peer:call(Peer, dtrace_nif, span_enabled, [])) end,
+                  10000, "span_slow enabled alone"),
+    ok = peer:call(Peer, erlang, apply,
+                   [fun() ->
+                            [begin
+                                 _ = dtrace:put_tag(["fast-", integer_to_list(I)]),
+                                 dtrace:span(request, fun() -> I end)
+                             end || I <- lists:seq(1, 500)],
+                            _ = dtrace:put_tag(<<"slow-1">>),
+                            dtrace:span(slow, fun() -> timer:sleep(30) end)
+                    end, []]),
+    {ok, [#{path := Path, source := trigger}]} =
+        ?T:wait_until(fun() ->
+                              case snapshots(Peer, R) of
+                                  [_] = S -> {true, S};
+                                  S -> S
+                              end
+                      end, 5000, "the span_slow trigger's snapshot"),
+    Events = ?T:read_trace(binary_to_list(Path)),
+    Spans = [F || {<<"org_erlang_dtrace:span", _/binary>>, F} <- Events],
+    ct:log("span events: ~p", [Spans]),
+    %% Every span event is a span_slow over the threshold; the slow one is
+    %% there; of the 500 fast ones, at most a few (a request descheduled
+    %% for 20 ms) are.
+    ?assertEqual([], [E || {<<"org_erlang_dtrace:span_", K/binary>> = E, _} <- Events, K =/= <<"slow">>]),
+    ?assert(lists:all(fun(#{<<"duration_ns">> := D}) -> D >= 20000000 end, Spans)),
+    [Slow] = [F || #{<<"kind">> := <<"slow">>} = F <- Spans],
+    ?assertMatch(#{<<"user_tag">> := <<"slow-1">>, <<"span_id">> := 0, <<"parent_id">> := 0}, Slow),
+    ?assert(maps:get(<<"duration_ns">>, Slow) >= 30000000),
+    ?assert(length(Spans) =< 6),
+    Report = report([Path], #{tags => [<<"slow-1">>]}),
+    assert_contains(Report, [<<"Tag \"slow-1\"">>, <<"span slow (span_slow)">>, <<"events => detail">>]),
+    ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ok.
 
 %% 50 slow requests in 200 ms: one snapshot per min_interval_ms; and
@@ -336,7 +386,8 @@ three_nodes_cluster_trigger(Config) ->
     [{PA, A}, {PB, B}, {PC, C}] = Peers,
     [true = peer:call(P, net_kernel, connect_node, [N]) || {P, N} <- [{PA, B}, {PA, C}, {PB, C}]],
     Dir = filename:join(?config(priv_dir, Config), "rec"),
-    [{ok, rec} = peer:call(P, dtrace_recorder, start, [#{dir => Dir, name => rec}], 60000) || {P, _} <- Peers],
+    [{ok, rec} = peer:call(P, dtrace_recorder, start, [#{dir => Dir, name => rec, events => detail}], 60000)
+     || {P, _} <- Peers],
     [true = peer:call(P, erlang, register, [relay, peer:call(P, erlang, spawn, [?T, relay, []])])
      || P <- [PB, PC]],
     ?T:wait_until(fun() -> length(peer:call(PA, pg, get_members, [dtrace_recorder_pg, dtrace_recorders])) =:= 3 end,
@@ -596,8 +647,8 @@ records_without_root(Config) ->
     OsPid = peer:call(Peer, os, getpid, []),
     ?assertNotEqual("0", string:trim(peer:call(Peer, os, cmd, ["id -u"]))),
     Dir = filename:join(Home, "rec"),
-    {ok, R} = peer:call(Peer, dtrace_recorder, start, [#{dir => Dir, triggers => [{pn, 900, <<"i2 > 20000">>}]}],
-                        60000),
+    {ok, R} = peer:call(Peer, dtrace_recorder, start,
+                        [#{dir => Dir, triggers => [{pn, 900, <<"i2 > 20000">>}], events => detail}], 60000),
     undefined = peer:call(Peer, ?T, requests, [100, 0, filename:join(Home, "work")], 60000),
     true = peer:call(Peer, dtrace, pn, [900, 1, 25000]),
     {ok, [#{path := Path}]} = ?T:wait_until(fun() -> case snapshots(Peer, R) of

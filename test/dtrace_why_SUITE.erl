@@ -92,7 +92,7 @@ recorder_report(Config) ->
     Peer = ?config(peer, Config),
     Dir = ?config(priv_dir, Config),
     RecDir = filename:join(Dir, "snapshots"),
-    {ok, Rec} = peer:call(Peer, dtrace_recorder, start, [#{dir => RecDir, name => why_recorder}]),
+    {ok, Rec} = peer:call(Peer, dtrace_recorder, start, [#{dir => RecDir, name => why_recorder, events => detail}]),
     %% The recorder's session records once start/1 returns; the span
     %% probes' state is read in the node: wait until it says so.
     ok = dtrace_recorder_test_lib:wait_until(

@@ -28,8 +28,10 @@ defmodule DTrace.Recorder do
   @doc """
   Starts this node's recorder (and the `:dtrace` application) and returns
   once its LTTng session records: `{:ok, name}`. Options (all optional, a
-  map or keyword list): `events` (LTTng event patterns, default
-  `["org_erlang_dtrace:*"]`), `buffer` (`{sub_buffers, bytes}` per CPU,
+  map or keyword list): `events` (`:default`, the user probes and the spans
+  over the slow-span threshold, cheap enough to stay on; `:detail`, every
+  span, file probe and span_vm_* event, `["org_erlang_dtrace:*"]`; or LTTng
+  event patterns), `buffer` (`{sub_buffers, bytes}` per CPU,
   default `{4, 262144}`), `triggers` (`[{:pn, label, filter}]` or
   `[{:event, "provider:event", filter}]`), `max_snapshots` (default 10),
   `min_interval_ms` (default 60000), `dir`, `name`, `timeout_ms`,
