@@ -11,9 +11,10 @@
 %%% Both schedulers are kept busy.
 %%%
 %%% Runs of ?SECONDS each alternate without and with the recorder
-%%% (dtrace_recorder:start/1 with its defaults: every org_erlang_dtrace
-%%% event, span_vm_* included, snapshot mode, 4 x 256 KiB per CPU), set up
-%%% afresh for each run, ?ROUNDS of each. Reported: requests per second
+%%% (dtrace_recorder:start/1 with its defaults: the user probes and
+%%% span_slow, snapshot mode, 4 x 256 KiB per CPU; and with `events =>
+%%% detail', every org_erlang_dtrace event, span_vm_* included, with and
+%%% without span_vm_*), set up afresh for each run, ?ROUNDS of each. Reported: requests per second
 %%% and the 99th-percentile request latency (every request's own
 %%% monotonic-clock duration), the medians of the rounds and their ratios
 %%% (on / off); and, from a snapshot taken at the end of each recorded run
@@ -29,7 +30,7 @@
 
 -define(WORKERS, 4).
 -define(SECONDS, 4).
--define(ROUNDS, 5).
+-define(ROUNDS, 7).
 -define(KEYS, 5000).
 -define(BUDGET, 1.02).
 
@@ -51,13 +52,16 @@ run() ->
         _ -> {skip, "the recorder's root session daemon needs root"}
     end.
 
-%% The recorder's configurations measured against `off': its defaults,
-%% and its defaults without the span_vm_* events (the spans' processes are
-%% then not traced: no erlang:trace/3 per span).
+%% The recorder's configurations measured against `off': its defaults
+%% (the user probes and span_slow: no event for a request under the 1 ms
+%% slow-span threshold); `events => detail' (every span's begin and end,
+%% the file probes and the span_vm_* events, each span's process traced);
+%% and detail without the span_vm_* events (no erlang:trace/3 per span).
 configs() ->
     [{default, #{}},
      {no_span_vm, #{events => [<<"org_erlang_dtrace:user_trace_*">>, <<"org_erlang_dtrace:span_begin">>,
-                               <<"org_erlang_dtrace:span_end">>, <<"org_erlang_dtrace:efile_drv_*">>]}}].
+                               <<"org_erlang_dtrace:span_end">>, <<"org_erlang_dtrace:efile_drv_*">>]}},
+     {detail, #{events => detail}}].
 
 measure() ->
     _ = os:cmd("pgrep -x lttng-sessiond >/dev/null || lttng-sessiond --daemonize"),
@@ -114,6 +118,7 @@ snapshot(Rec) ->
                     || Line <- string:split(string:trim(Out), "\n", all),
                        [_C, N, F, L] <- [string:lexemes(Line, " ")]],
             case Cpus of
+                [] when Out =:= "" -> #{events => 0, bytes => Bytes, covered_ms => none, rate => 0};
                 [] -> #{error => Out};
                 _ -> #{events => lists:sum([N || {N, _} <- Cpus]), bytes => Bytes,
                        covered_ms => lists:min([W || {_, W} <- Cpus]),
@@ -218,8 +223,9 @@ markdown({skip, Why}) ->
 markdown(#{runs := Runs, snapshots := Snaps}) ->
     M = fun(Name, K) -> median([maps:get(K, R) || R <- maps:get(Name, Runs)]) end,
     Label = fun(off) -> "recorder off";
-               (default) -> "recorder on, its defaults";
-               (no_span_vm) -> "recorder on, defaults without span_vm_*"
+               (default) -> "recorder on, its defaults (user probes, span_slow)";
+               (no_span_vm) -> "recorder on, every span and file event (detail without span_vm_*)";
+               (detail) -> "recorder on, events => detail"
             end,
     %% Both schedulers busy: a request's CPU time is schedulers / rate.
     Cpu = fun(N) -> erlang:system_info(schedulers_online) / M(N, ops_per_s) * 1.0e6 end,
@@ -232,6 +238,13 @@ markdown(#{runs := Runs, snapshots := Snaps}) ->
      "\n",
      [case [S || #{events := _} = S <- maps:get(N, Snaps)] of
           [] -> io_lib:format("~s: no snapshot could be read: ~p.~n", [Label(N), maps:get(N, Snaps)]);
+          Good when N =:= default ->
+              io_lib:format("~s: the ring at this load (a snapshot at the end of each run, medians): ~b events "
+                            "(~b events/s over the run, which the ring holds whole: the requests of at least the 1 ms slow-span threshold); "
+                            "the snapshot, with the recorder's own marks and metadata: ~.1f KiB.~n",
+                            [Label(N), median([E || #{events := E} <- Good]),
+                             round(median([E || #{events := E} <- Good]) / ?SECONDS),
+                             median([B || #{bytes := B} <- Good]) / 1024]);
           Good ->
               io_lib:format("~s: the ring at this load (a snapshot at the end of each run, medians): ~b events "
                             "(~b events/s), the last ~.1f ms of every CPU's, ~.1f KiB of the ring's ~b KiB "

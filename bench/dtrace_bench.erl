@@ -1106,7 +1106,8 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "\n## The flight recorder always on (bench/always_on_bench.erl)\n\n"
          "The demo's key-value store without its think time (4 clients keep both schedulers busy; 80%\n"
          "gets, 20% puts with a log append through dtrace_file), every request a span under a user tag,\n"
-         "runs without and with `dtrace_recorder:start/1`'s defaults alternating, medians of the rounds.\n\n",
+         "runs without and with a recorder alternating (`dtrace_recorder:start/1`'s default events: the user\n"
+         "probes and `span_slow`; `events => detail`; detail without `span_vm_*`), medians of the rounds.\n\n",
          always_on_bench:markdown(AlwaysOn),
          "\n## Budgets\n\n",
          [io_lib:format("- ~s: **~s**~n", [T, verdict(OK)]) || {T, OK} <- Budgets],

@@ -16,18 +16,22 @@
 %%%               per CPU, org_erlang_dtrace:user_trace_i4s4 and
 %%%               user_trace_n enabled, no filter (as `make bench' does);
 %%%   - recorder: dtrace_recorder:start/1 with its defaults (snapshot mode,
-%%%               4 x 256 KiB per CPU, org_erlang_dtrace:*, the vpid
-%%%               context and a $ctx.vpid filter on every rule);
+%%%               4 x 256 KiB per CPU, the user probes and span_slow, the
+%%%               vpid context and a $ctx.vpid filter on every rule);
 %%%   - recorder + trigger: the same with one trigger armed,
 %%%               {pn, 900, "i2 > 20000"} (LTTng evaluates the trigger's
 %%%               condition on every user_trace_n event, in the process);
-%%%   - recorder without span_vm: the recorder with every default event
-%%%               but the span_vm_* events (the spans' own processes are
-%%%               then not traced: no erlang:trace/3 per span);
+%%%   - recorder without span_vm: the recorder with every event of
+%%%               `events => detail' but the span_vm_* events (the spans'
+%%%               own processes are then not traced: no erlang:trace/3 per
+%%%               span);
+%%%   - recorder detail: `events => detail' (org_erlang_dtrace:*);
 %%%   - disabled: no session at all.
 %%% A third column: dtrace:span/2 of a fun returning ok, which under the
-%%% default recorder sets and clears its process's trace flags (two
-%%% erlang:trace/3 calls) and records span_begin and span_end.
+%%% default recorder reads the clock twice and records nothing (below the
+%%% slow-span threshold), and under `detail' sets and clears its process's
+%%% trace flags (two erlang:trace/3 calls) and records span_begin and
+%%% span_end.
 -module(recorder_bench).
 
 -export([main/0, main/1]).
@@ -35,7 +39,7 @@
 -define(ROUNDS, 5).
 -define(N, 200000).
 -define(SESSION, "dtrace-rec-bench-normal").
-%% The recorder's default events (org_erlang_dtrace:*) but span_vm_*.
+%% The recorder's `detail' events (org_erlang_dtrace:*) but span_vm_*.
 -define(NO_SPAN_VM, [<<"org_erlang_dtrace:user_trace_*">>, <<"org_erlang_dtrace:span_begin">>,
                      <<"org_erlang_dtrace:span_end">>, <<"org_erlang_dtrace:efile_drv_*">>]).
 
@@ -58,6 +62,7 @@ main(Args) ->
                {recorder_trigger, fun() -> recorder_start(Dir, [{pn, 900, <<"i2 > 20000">>}]) end,
                 fun dtrace_recorder:stop/1},
                {recorder_no_span_vm, fun() -> recorder_start(Dir, [], ?NO_SPAN_VM) end, fun dtrace_recorder:stop/1},
+               {recorder_detail, fun() -> recorder_start(Dir, [], detail) end, fun dtrace_recorder:stop/1},
                {disabled, fun() -> none end, fun(none) -> ok end}],
     io:format("~ncalls per round: ~b, rounds: ~b (each configuration set up afresh per round)~n", [?N, ?ROUNDS]),
     Rounds = [[begin
@@ -136,9 +141,10 @@ stats(Xs) ->
 
 table(Rows) ->
     Label = fun(normal) -> "normal session (discard, 8 x 8 MiB per CPU)";
-               (recorder) -> "flight recorder (snapshot, 4 x 256 KiB, vpid filter)";
+               (recorder) -> "flight recorder, default events (snapshot, 4 x 256 KiB, vpid filter)";
                (recorder_trigger) -> "flight recorder + trigger {pn, 900, \"i2 > 20000\"}";
-               (recorder_no_span_vm) -> "flight recorder without the span_vm_* events";
+               (recorder_no_span_vm) -> "flight recorder, detail without the span_vm_* events";
+               (recorder_detail) -> "flight recorder, events => detail";
                (disabled) -> "no session (disabled probes)"
             end,
     {NormalP4, _, _} = element(2, lists:keyfind(normal, 1, Rows)),
