@@ -90,12 +90,12 @@ measure() ->
 recorded(Dir, Name, Opts) ->
     {ok, Rec} = dtrace_recorder:start(Opts#{dir => filename:join(Dir, "rec"), name => always_on_bench}),
     try
-        ok = wait(fun() -> dtrace_nif:span_enabled() end, 10000),
+        ok = wait(fun() -> dtrace_nif:span_enabled() =/= false end, 10000),
         R = workload(Dir, ?SECONDS),
         {Name, R, snapshot(Rec)}
     after
         ok = dtrace_recorder:stop(Rec),
-        ok = wait(fun() -> not dtrace_nif:span_enabled() end, 10000)
+        ok = wait(fun() -> dtrace_nif:span_enabled() =:= false end, 10000)
     end.
 
 %% A snapshot of the recorder's ring now: #{events, covered_ms, rate,

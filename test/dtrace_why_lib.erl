@@ -59,7 +59,7 @@ ready_seen(Blocks) ->
 
 span_probes_on() ->
     lists:sort(dtrace_nif:span_vm_flags()) =:= lists:sort([running, garbage_collection, send, 'receive'])
-        andalso dtrace_nif:span_enabled() andalso dtrace_nif:efile_enabled().
+        andalso dtrace_nif:span_enabled() =:= true andalso dtrace_nif:efile_enabled().
 
 %% Each planted slow request has its block, with the planted cause, its
 %% time within 10% of the delay the service measured (or any time, with
