@@ -20,9 +20,9 @@
 
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
+use rustler::Term;
 use rustler::sys::ErlNifTerm;
 use rustler::types::atom::{false_, true_};
-use rustler::Term;
 
 use crate::args::{StrBuf, int64_or_zero};
 use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
@@ -97,11 +97,7 @@ fn span_slow_end(call: NifCall) -> ErlNifTerm {
     let Some(a) = call.raw::<SlowEndArgs<ErlNifTerm>>() else { return false_().as_c_arg() };
     let Some(begin) = call.get_int64(a.begin_ns) else { return false_().as_c_arg() };
     let duration = now.saturating_sub(begin);
-    if duration >= SLOW_NS.load(Relaxed) && span__slow::enabled() {
-        call.int64(duration)
-    } else {
-        false_().as_c_arg()
-    }
+    if duration >= SLOW_NS.load(Relaxed) && span__slow::enabled() { call.int64(duration) } else { false_().as_c_arg() }
 }
 
 /// `span_slow(SpanId, ParentId, Kind, DurationNs, UserTag) -> boolean()`:
