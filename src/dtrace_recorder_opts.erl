@@ -75,6 +75,7 @@ defaults() ->
 %% scheduling, GC and messages) that let the report say why a request was
 %% slow. The costs of both are in BENCHMARKS.md ("The flight recorder always
 %% on").
+-dialyzer({no_underspecs, [event_set/1]}).
 -spec event_set(default | detail) -> [binary(), ...].
 event_set(default) ->
     [<<"org_erlang_dtrace:user_trace_*">>, <<"org_erlang_dtrace:span_slow">>];
