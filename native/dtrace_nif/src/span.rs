@@ -26,7 +26,7 @@ use rustler::types::atom::{false_, true_};
 
 use crate::args::{StrBuf, int64_or_zero};
 use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
-use crate::probes::{span__begin, span__end, span__slow};
+use crate::probes::{Str, span__begin, span__end, span__slow};
 use crate::text::TextBuf;
 
 raw_nif!("span_enabled", NoArgs => span_enabled);
@@ -109,14 +109,16 @@ fn span_slow(call: NifCall) -> ErlNifTerm {
     }
     call.run(|env, args| {
         let Some(a) = EndArgs::from_slice(args) else { return false_().to_term(env) };
-        fire_slow(env, a);
+        fire_end_like(env, a, span__slow::fire);
         true_().to_term(env)
     })
 }
 
-fn fire_slow<'a>(env: rustler::Env<'a>, a: EndArgs<Term<'a>>) {
+/// `span__end`'s arguments (which `span__slow` shares) from `a`, with the
+/// calling process, handed to `fire`: `span__end::fire` or `span__slow::fire`.
+fn fire_end_like<'a>(env: rustler::Env<'a>, a: EndArgs<Term<'a>>, fire: EndFire) {
     let (mut pid, mut tag, mut kind) = (TextBuf::new(), StrBuf::new(), StrBuf::new());
-    span__slow::fire(
+    fire(
         pid.self_pid(env),
         tag.iolist_or_null(a.user_tag),
         int64_or_zero(a.span_id),
@@ -125,6 +127,9 @@ fn fire_slow<'a>(env: rustler::Env<'a>, a: EndArgs<Term<'a>>) {
         int64_or_zero(a.duration_ns),
     );
 }
+
+/// The generated `fire` of a probe with `span__end`'s layout.
+type EndFire = for<'x> fn(Str<'x>, Str<'x>, i64, i64, Str<'x>, i64);
 
 /// `slow_span_threshold() -> Ns`: the node's slow-span threshold.
 #[rustler::nif]
@@ -175,18 +180,10 @@ fn span_end(call: NifCall) -> ErlNifTerm {
     call.run(|env, args| {
         let Some(a) = EndArgs::from_slice(args) else { return false_().to_term(env) };
         if end {
-            let (mut pid, mut tag, mut kind) = (TextBuf::new(), StrBuf::new(), StrBuf::new());
-            span__end::fire(
-                pid.self_pid(env),
-                tag.iolist_or_null(a.user_tag),
-                int64_or_zero(a.span_id),
-                int64_or_zero(a.parent_id),
-                kind.iolist_or_null(a.kind),
-                int64_or_zero(a.duration_ns),
-            );
+            fire_end_like(env, a, span__end::fire);
         }
         if slow && int64_or_zero(a.duration_ns) >= SLOW_NS.load(Relaxed) {
-            fire_slow(env, a);
+            fire_end_like(env, a, span__slow::fire);
         }
         if end { true_() } else { false_() }.to_term(env)
     })
