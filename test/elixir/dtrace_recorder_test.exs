@@ -6,6 +6,7 @@ defmodule DTrace.RecorderTest do
     assert DTrace.Recorder.start(colour: :red) == {:error, {:badopt, :colour, :red}}
     assert DTrace.Recorder.start(%{buffer: {3, 4096}}) == {:error, {:badopt, :buffer, {3, 4096}}}
     assert DTrace.Recorder.start(events: ["nosuch:*"]) == {:error, {:badopt, :events, "nosuch:*"}}
+    assert DTrace.Recorder.start(events: :everything) == {:error, {:badopt, :events, :everything}}
 
     assert DTrace.Recorder.start(triggers: [{:pn, 900, "nosuchfield > 1"}]) ==
              {:error, {:badopt, :triggers, {:pn, 900, "nosuchfield > 1"}}}

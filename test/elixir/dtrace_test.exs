@@ -16,6 +16,20 @@ defmodule DTraceTest do
     assert_raise FunctionClauseError, fn -> DTrace.p("a", 1, 2, 3, 4) end
   end
 
+  test "slow_span_threshold/1 sets the node's threshold (microseconds) and returns the previous one" do
+    old = DTrace.slow_span_threshold()
+
+    try do
+      assert DTrace.slow_span_threshold(2500) == old
+      assert DTrace.slow_span_threshold() == 2500
+      assert_raise ArgumentError, fn -> DTrace.slow_span_threshold(0) end
+      assert_raise ArgumentError, fn -> DTrace.slow_span_threshold(1.5) end
+      assert DTrace.slow_span_threshold() == 2500
+    after
+      DTrace.slow_span_threshold(old)
+    end
+  end
+
   test "lazy/1 evaluates nothing while the probe is disabled" do
     me = self()
     costly = fn -> send(me, :evaluated) && "costly" end
