@@ -6,8 +6,9 @@
 # through dtrace_file, carrying the put's tag (spread with the request).
 # About one put in 400 waits for a merge of the log (8 MB written and synced):
 # the 99th-percentile spike from the seeds. bpftrace, attached with
-# priv/span-latency.bt, shows the latency histogram per operation and names
-# each slow request by its user tag; priv/dtrace-slow-spans says why each
+# priv/span-latency.bt, shows the latency histogram per operation, names
+# each slow request by its user tag and the failed ones (a get of a key
+# nobody wrote raises: outcome "error") apart; priv/dtrace-slow-spans says why each
 # was slow (where its process waited); a second bpftrace with priv/efile.bt
 # shows the slow file operations and the requests they were done for; a
 # third, with priv/message-latency.bt (a VM probe: the dtrace application
@@ -63,10 +64,11 @@ until grep -q dtrace_nif.so "/proc/$node/maps" 2>/dev/null; do
     i=$((i + 1)); [ $i -gt 100 ] && { echo "the node did not load the NIF" >&2; exit 1; }
     sleep 0.1
 done
-echo "   node OS pid $node; attaching: bpftrace -p $node priv/span-latency.bt"
+echo "   node OS pid $node; attaching: priv/dtrace-bpftrace -p $node priv/span-latency.bt"
 echo "   (and, for steps 4 to 6, priv/dtrace-slow-spans -p $node, bpftrace -p $node priv/efile.bt"
 echo "    and priv/message-latency.bt)"
-echo "   span kinds: get and put; the user tag names the request"
+echo "   span kinds: get and put; the user tag names the request; a get of a key nobody"
+echo "   wrote fails (not_found): its span ends with outcome \"error\", shown apart from slow ones"
 echo
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/efile.bt > "$work/efile.out" 2>&1 &
 efile=$!
@@ -74,10 +76,12 @@ timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/message-latency.bt > "$wo
 latency=$!
 python3 priv/dtrace-slow-spans -p "$node" --duration $((run_s - 4)) --top 5 > "$work/why.out" 2>&1 &
 why=$!
-# Every slow span prints as it ends: the first 8 here, all counted at the end.
-timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/span-latency.bt 2>&1 \
+# Every slow and every failed span prints as it ends: the first 8 of each
+# here, all counted at the end. priv/dtrace-bpftrace: the outcome is arg6,
+# which bpftrace before 0.24 reads only through it.
+timeout -s INT $((run_s - 4)) priv/dtrace-bpftrace -p "$node" priv/span-latency.bt 2>&1 \
     | grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events -e 'Addrspace' \
-    | awk '/slow span:/ { if (++n > 8) next } { print "   " $0 }' || true
+    | awk '/slow span:/ { if (++n > 8) next } /failed span:/ { if (++f > 8) next } { print "   " $0 }' || true
 wait "$why" || true
 wait "$efile" || true
 wait "$latency" || true

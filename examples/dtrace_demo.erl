@@ -6,7 +6,10 @@
 %%% fires span__begin before and span__end (with its duration) after, with
 %%% the user tag naming the request ("put user:1234").
 %%% priv/span-latency.bt turns these into a latency histogram per
-%%% operation and prints the slow requests by tag.
+%%% operation and prints the slow requests by tag, and the failed ones
+%%% apart: a get of a key nobody wrote (clients ask for keys 1..5000, puts
+%%% write 1..4990) raises not_found, and its span ends with outcome
+%%% "error" (dtrace:span_end/2).
 %%%
 %%% Puts are also appended to a log on disk by a separate process, the
 %%% store's log writer, through dtrace_file. The worker spreads its tag
@@ -31,6 +34,7 @@ run(Seconds) ->
     %% listens to a VM probe.
     {ok, _} = application:ensure_all_started(dtrace),
     Table = ets:new(kv, [public, set, {read_concurrency, true}]),
+    true = ets:insert(Table, [{K, term_to_binary({K, 0})} || K <- lists:seq(1, 4990)]),
     Dir = filename:join(os:getenv("TMPDIR", "/tmp"), "dtrace_demo." ++ os:getpid()),
     ok = filelib:ensure_path(Dir),
     Log = spawn_link(fun() -> log_writer(Dir) end),
@@ -44,35 +48,42 @@ run(Seconds) ->
                                  receive {W, C} -> merge(C, Acc) end
                          end, #{}, Workers),
     Log ! stop,
-    io:format("workload: ~b operations; span__end fired ~b times, "
+    io:format("workload: ~b operations (~b failed: not_found); span__end fired ~b times, "
               "not ~b times~n",
-              [maps:get(ops, Counts, 0), maps:get(true, Counts, 0),
+              [maps:get(ops, Counts, 0), maps:get(failed, Counts, 0), maps:get(true, Counts, 0),
                maps:get(false, Counts, 0)]).
 
 worker(Table, Deadline, Counts) ->
     case erlang:monotonic_time(millisecond) >= Deadline of
         true -> Counts;
         false ->
-            Key = rand:uniform(5000),
             Kind = case rand:uniform(10) of 1 -> put; 2 -> put; _ -> get end,
+            Key = case Kind of put -> rand:uniform(4990); get -> rand:uniform(5000) end,
             Counts1 = span(Kind, Key, fun() -> operation(Kind, Table, Key) end, Counts),
             %% A client's think time, so the demo does not burn both cores.
             timer:sleep(1),
             worker(Table, Deadline, Counts1)
     end.
 
-%% One request: a span of Kind under a tag naming it. Counts how often a
-%% tracer listened (the span's end probe fired).
+%% One request: a span of Kind under a tag naming it, ended as failed
+%% (outcome error) when the operation raised. Counts how often a tracer
+%% listened (the span's end probe fired).
 span(Kind, Key, Fun, Counts) ->
     dtrace:put_tag([atom_to_list(Kind), " user:", integer_to_list(Key)]),
     Span = dtrace:span_begin(Kind),
-    Fun(),
-    Fired = dtrace:span_end(Span),
+    {Fired, Counts1} = try Fun() of
+                           _ -> {dtrace:span_end(Span), Counts}
+                       catch
+                           error:{not_found, _} -> {dtrace:span_end(Span, error), count(failed, Counts)}
+                       end,
     dtrace:put_tag(undefined),
-    count(Fired, Counts#{ops => maps:get(ops, Counts, 0) + 1}).
+    count(Fired, Counts1#{ops => maps:get(ops, Counts1, 0) + 1}).
 
 operation(get, Table, Key) ->
-    ets:lookup(Table, Key);
+    case ets:lookup(Table, Key) of
+        [{Key, Value}] -> Value;
+        [] -> error({not_found, Key})
+    end;
 operation(put, Table, Key) ->
     Value = term_to_binary({Key, erlang:unique_integer()}),
     ets:insert(Table, {Key, Value}),

@@ -208,9 +208,10 @@ defmodule DTrace do
   raises). While no tracer listens on `span__begin`/`span__end`/`span__slow`
   this costs one disabled probe and `fun` runs untouched; otherwise
   `span__begin` fires before it and `span__end`, with the duration in
-  nanoseconds, after it, and `span__slow` if the span lasted the slow-span
-  threshold (`slow_span_threshold/0`). Spans nest within a process. See
-  `:dtrace.span/2`.
+  nanoseconds and the outcome (`"ok"`, or `"error"`, `"exit"`, `"throw"`
+  when `fun` raised, exited or threw), after it, and `span__slow` if the
+  span lasted the slow-span threshold (`slow_span_threshold/0`). Spans nest
+  within a process. See `:dtrace.span/2`.
 
       iex> DTrace.span(:db_query, fn -> 1 + 1 end)
       2
@@ -229,9 +230,22 @@ defmodule DTrace do
   @spec span_begin(span_kind()) :: :dtrace.span()
   def span_begin(kind), do: :dtrace.span_begin(kind)
 
-  @doc "Ends a span `span_begin/1` returned; `true` when `span__end` fired."
+  @doc "Ends a span `span_begin/1` returned, as `:ok`; `true` when `span__end` fired."
   @spec span_end(:dtrace.span()) :: boolean()
   def span_end(span), do: :dtrace.span_end(span)
+
+  @doc """
+  Ends a span `span_begin/1` returned, saying how it ended: `:ok`, or
+  `:error`, `:exit` or `:throw` for work that failed (`span__end`'s
+  `outcome`). `true` when `span__end` fired; raises `ArgumentError` for
+  another outcome. See `:dtrace.span_end/2`.
+
+      iex> span = DTrace.span_begin("http GET")
+      iex> DTrace.span_end(span, :error)
+      false
+  """
+  @spec span_end(:dtrace.span(), :dtrace.span_outcome()) :: boolean()
+  def span_end(span, outcome), do: :dtrace.span_end(span, outcome)
 
   @doc """
   The node's slow-span threshold in microseconds (default 1000): `span__slow`

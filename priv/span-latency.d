@@ -1,19 +1,21 @@
 #!/usr/sbin/dtrace -qs
 /*
- * Latency of spans (dtrace:span/2, span_begin/1 + span_end/1), per span
- * kind, and every slow span with its user tag: the D twin of
- * span-latency.bt.
+ * Latency of spans (dtrace:span/2, span_begin/1 + span_end/1,2), per span
+ * kind, every slow span with its user tag, and failed spans apart: the D
+ * twin of span-latency.bt.
  *
  * span-end carries everything: arg0 pid, arg1 user tag (NULL: none),
  * arg2 span id, arg3 parent span id (0: none), arg4 kind, arg5 duration
- * in nanoseconds.
+ * in nanoseconds, arg6 outcome ("ok", or "error", "exit", "throw": the
+ * span raised).
  *
  * Usage (root), Linux (the library's SDT notes, provider erlang<PID>):
  *   priv/dtrace-d -p <beam OS pid> -s priv/span-latency.d
  * DTrace with the provider registered through DOF (illumos, FreeBSD,
  * macOS): dtrace -Z -s priv/span-latency.d
  * The first 10 spans over 10 ms are printed as they end (all are counted
- * in @slow_spans); Ctrl-C prints the counts and histograms.
+ * in @slow_spans), and the first 10 failed spans; Ctrl-C prints the
+ * counts (failed spans by kind and outcome) and histograms.
  */
 
 #pragma D option quiet
@@ -44,10 +46,25 @@ erlang*:::span-end
            arg1 != NULL ? copyinstr(arg1) : "", copyinstr(arg0));
 }
 
+erlang*:::span-end
+/copyinstr(arg6) != "ok"/
+{
+    @failed_spans[copyinstr(arg4), copyinstr(arg6)] = count();
+    failed++;
+}
+
+erlang*:::span-end
+/copyinstr(arg6) != "ok" && failed <= 10/
+{
+    printf("failed span: %s (%s), %d us, tag '%s', pid %s\n", copyinstr(arg4), copyinstr(arg6),
+           arg5 / 1000, arg1 != NULL ? copyinstr(arg1) : "", copyinstr(arg0));
+}
+
 END
 {
     printf("\nSpans, slow spans (> 10 ms) and latency histograms (us), per kind:\n");
     printa("spans %s: %@d\n", @spans);
     printa("slow spans %s: %@d\n", @slow_spans);
+    printa("failed spans %s %s: %@d\n", @failed_spans);
     printa("latency (us) %s:%@d\n", @latency_us);
 }

@@ -60,7 +60,7 @@
          pn/1, pn/2, pn/3, pn/4, pn/5, pn/6, pn/7, pn/8, pn/9]).
 -export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1]).
 -export([user_trace_i4s4/9]).
--export([span/2, span_begin/1, span_end/1, slow_span_threshold/0, slow_span_threshold/1]).
+-export([span/2, span_begin/1, span_end/1, span_end/2, slow_span_threshold/0, slow_span_threshold/1]).
 %% The VM's own probes.
 -export([vm_probes/0, vm_probes/1, function_probes/1]).
 -export([doctor/0, doctor/1]).
@@ -121,6 +121,9 @@
                    Kind :: iodata(), Start :: integer(), UserTag :: binary() | undef}
                 | {dtrace_slow_span, Kind :: span_kind(), BeginNs :: integer(), UserTag :: binary() | undef}.
 %% What {@link span_begin/1} returns and {@link span_end/1} takes.
+-type span_outcome() :: ok | error | exit | throw.
+%% How a span ended, `span__end''s `outcome' argument (as a string): `ok',
+%% or the class of the exception it raised.
 
 -type vm_status() ::
         #{mode := auto | manual,
@@ -144,7 +147,7 @@
 %% Why {@link function_probes/1} refused its patterns.
 
 -export_type([probe_arg/0, n_probe_label/0, probe_result/0, pn_result/0, tag_state/0, span_kind/0,
-              span/0, vm_status/0, function_pattern/0]).
+              span/0, span_outcome/0, vm_status/0, function_pattern/0]).
 
 %%%===================================================================
 %%% Loading: the probes' NIFs belong to dtrace_nif; this module, the
@@ -606,9 +609,11 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %%% of the span it runs inside (0: none) and, at its end, its duration.
 %%% `span__begin(proc, user_tag, span_id, parent_id, kind)' fires when it
 %%% starts and `span__end(proc, user_tag, span_id, parent_id, kind,
-%%% duration_ns)' when it ends; both are also the LTTng events
+%%% duration_ns, outcome)' when it ends, `outcome' saying how: "ok", or
+%%% "error", "exit" or "throw" when the span raised (telemetry's span
+%%% `exception' event, as a probe argument); both are also the LTTng events
 %%% `org_erlang_dtrace:span_begin' and `span_end'. Not in OTP's dyntrace
-%%% (an extension); every argument is in arg0..arg5, so any bpftrace reads
+%%% (an extension); every argument is in arg0..arg6, so any bpftrace reads
 %%% them (priv/span-latency.bt).
 %%%
 %%% `span__slow' (LTTng `org_erlang_dtrace:span_slow') has `span__end''s
@@ -623,13 +628,14 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %%% never written.
 
 %% @doc Runs `Fun()' as a span of `Kind' and returns what it returns (or
-%% raises what it raises). While no tracer listens on `span__begin',
-%% `span__end' or `span__slow' this costs one disabled probe: `Fun' runs
-%% untouched, with no clock read. While one listens on `span__begin' or
-%% `span__end', `span__begin' fires before `Fun' runs and `span__end',
-%% with the duration in nanoseconds (monotonic clock), after it returns or
-%% raises; `span__slow' too if it listens and the span lasted the
-%% threshold. While only `span__slow' listens, the span fires it if it
+%% raises what it raises, with its stack trace). While no tracer listens
+%% on `span__begin', `span__end' or `span__slow' this costs one disabled
+%% probe: `Fun' runs untouched, with no clock read. While one listens on
+%% `span__begin' or `span__end', `span__begin' fires before `Fun' runs and
+%% `span__end', with the duration in nanoseconds (monotonic clock), after
+%% it returns (outcome "ok") or raises (outcome "error", "exit" or "throw",
+%% the exception's class); `span__slow' too if it listens and the span
+%% lasted the threshold. While only `span__slow' listens, the span fires it if it
 %% lasted the threshold and nothing otherwise (see above). Spans nest: a span started inside `Fun' in the
 %% same process names this one as its parent. The user tag passed is the
 %% caller's ({@link get_tag_data/0}) when the span begins. While a tracer
@@ -648,20 +654,29 @@ span(Kind, Fun) when is_function(Fun, 0) ->
             Fun();
         BeginNs when is_integer(BeginNs) ->
             Tag = get_tag_data(),
-            try
-                Fun()
-            after
-                slow_end(Kind, BeginNs, Tag)
+            try Fun() of
+                Result ->
+                    _ = slow_end(Kind, BeginNs, Tag, ok),
+                    Result
+            catch
+                Class:Reason:Stack ->
+                    _ = slow_end(Kind, BeginNs, Tag, Class),
+                    erlang:raise(Class, Reason, Stack)
             end;
         true ->
             {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
             Outer = put(?SPAN_KEY, Id),
             _ = Outer =:= undefined andalso dtrace_span_trace:begin_span(Id),
-            try
-                Fun()
-            after
-                restore_span(Outer),
-                span_end(Span)
+            try Fun() of
+                Result ->
+                    restore_span(Outer),
+                    _ = span_end(Span, ok),
+                    Result
+            catch
+                Class:Reason:Stack ->
+                    restore_span(Outer),
+                    _ = span_end(Span, Class),
+                    erlang:raise(Class, Reason, Stack)
             end
     end.
 
@@ -683,34 +698,46 @@ span_begin(Kind) ->
             Span
     end.
 
-%% @doc Ends a span {@link span_begin/1} returned: fires `span__end' with
-%% the span's id, parent, kind and user tag (those of its beginning), the
-%% calling process and the nanoseconds since it began, and `span__slow'
-%% with the same if it listens and they are at least the slow-span
-%% threshold. Returns `true' when `span__end' fired (or, for a span begun
-%% while only `span__slow' listened, `span__slow'), `false' when nobody
-%% listens or the span began while nobody listened. Raises `badarg' for
-%% anything that is not a span.
+%% @doc Ends a span {@link span_begin/1} returned, as having succeeded:
+%% `span_end(Span, ok)'.
 -spec span_end(Span :: span()) -> boolean().
-span_end({dtrace_span, 0, _, _, _, _}) ->
+span_end(Span) ->
+    span_end(Span, ok).
+
+%% @doc Ends a span {@link span_begin/1} returned, saying how it ended:
+%% `ok', or `error', `exit' or `throw' for work that failed (the classes
+%% of Erlang's exceptions, as {@link span/2} reports a fun that raised).
+%% Fires `span__end' with the span's id, parent, kind and user tag (those
+%% of its beginning), the calling process, the nanoseconds since it began
+%% and the outcome as a string, and `span__slow' with the same if it
+%% listens and they are at least the slow-span threshold. Returns `true'
+%% when `span__end' fired (or, for a span begun while only `span__slow'
+%% listened, `span__slow'), `false' when nobody listens or the span began
+%% while nobody listened. Raises `badarg' for anything that is not a span
+%% or an outcome.
+-spec span_end(Span :: span(), Outcome :: span_outcome()) -> boolean().
+span_end(Span, Outcome) when Outcome =/= ok, Outcome =/= error, Outcome =/= exit, Outcome =/= throw ->
+    erlang:error(badarg, [Span, Outcome]);
+span_end({dtrace_span, 0, _, _, _, _}, _Outcome) ->
     false;
-span_end({dtrace_span, Id, Parent, Kind, Start, Tag}) when is_integer(Start) ->
-    Fired = dtrace_nif:span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag),
+span_end({dtrace_span, Id, Parent, Kind, Start, Tag}, Outcome) when is_integer(Start) ->
+    Fired = dtrace_nif:span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag, Outcome),
     ok = dtrace_span_trace:end_span(Id),
     Fired;
-span_end({dtrace_slow_span, Kind, BeginNs, Tag}) when is_integer(BeginNs) ->
-    slow_end(Kind, BeginNs, Tag);
-span_end(Other) ->
-    erlang:error(badarg, [Other]).
+span_end({dtrace_slow_span, Kind, BeginNs, Tag}, Outcome) when is_integer(BeginNs) ->
+    slow_end(Kind, BeginNs, Tag, Outcome);
+span_end(Other, Outcome) ->
+    erlang:error(badarg, [Other, Outcome]).
 
 %% The end of a span begun while only span__slow listened: fires it if the
 %% span lasted the threshold. false unless fired.
-slow_end(Kind, BeginNs, Tag) ->
+slow_end(Kind, BeginNs, Tag, Outcome) ->
     case dtrace_nif:span_slow_end(BeginNs) of
         false ->
             false;
         Ns ->
-            dtrace_nif:span_slow(0, 0, kind_text(Kind), Ns, case Tag of undefined -> undef; _ -> Tag end)
+            dtrace_nif:span_slow(0, 0, kind_text(Kind), Ns, case Tag of undefined -> undef; _ -> Tag end,
+                                 Outcome)
     end.
 
 kind_text(Kind) when is_atom(Kind) -> atom_to_binary(Kind, utf8);

@@ -16,7 +16,7 @@
 
 -export([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
          user_trace_i4s4/9, i4s4/9, user_trace_n/10]).
--export([span_enabled/0, span_begin/4, span_end/5, span_slow_end/1, span_slow/5,
+-export([span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
          slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 -export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3]).
@@ -28,7 +28,7 @@
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
        user_trace_i4s4/9, i4s4/9, user_trace_n/10,
-       span_enabled/0, span_begin/4, span_end/5, span_slow_end/1, span_slow/5,
+       span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
        slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1,
        efile_enabled/0, efile_entry/10, efile_return/6,
        vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3,
@@ -147,9 +147,12 @@ span_enabled() ->
 span_begin(_SpanId, _ParentId, _Kind, _UserTag) ->
     stub(false).
 
+%% Outcome: ok, or the class of the exception the span raised (span.rs
+%% passes "error", "exit", "throw" for those atoms, "ok" for any other).
 -spec span_end(SpanId :: integer(), ParentId :: integer(), Kind :: iodata(),
-               DurationNs :: integer(), UserTag :: binary() | undef) -> boolean().
-span_end(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
+               DurationNs :: integer(), UserTag :: binary() | undef,
+               Outcome :: dtrace:span_outcome()) -> boolean().
+span_end(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag, _Outcome) ->
     stub(false).
 
 %% The nanoseconds since BeginNs (from span_enabled/0) if they are at least
@@ -160,8 +163,9 @@ span_slow_end(_BeginNs) ->
 
 %% Fires span__slow (span__end's arguments) if a tracer listens.
 -spec span_slow(SpanId :: integer(), ParentId :: integer(), Kind :: iodata() | atom(),
-                DurationNs :: integer(), UserTag :: binary() | undef) -> boolean().
-span_slow(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag) ->
+                DurationNs :: integer(), UserTag :: binary() | undef,
+                Outcome :: dtrace:span_outcome()) -> boolean().
+span_slow(_SpanId, _ParentId, _Kind, _DurationNs, _UserTag, _Outcome) ->
     stub(false).
 
 -spec slow_span_threshold() -> pos_integer().

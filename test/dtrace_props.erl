@@ -100,7 +100,7 @@ api(user_trace_s1, [Message], {ok, R}) ->
 %% Spans: span/2 runs a fun of arity 0 and returns its result (the
 %% generator's funs take none and return ok or the node), and raises
 %% function_clause for anything else; span_begin/1 takes any kind;
-%% span_end/1 takes only spans.
+%% span_end/1 takes only spans, span_end/2 only spans and outcomes.
 %% slow_span_threshold/0,1: microseconds; /1 takes a positive integer up
 %% to 2^40 and returns the previous one, badarg otherwise.
 api(slow_span_threshold, [], {ok, Us}) -> is_integer(Us) andalso Us >= 1;
@@ -112,6 +112,9 @@ api(span, [_, Fun], {error, function_clause, {dtrace, span, _, _}}) -> not is_fu
 api(span_begin, [_], {ok, Span}) -> is_tuple(Span) andalso (element(1, Span) =:= dtrace_span orelse element(1, Span) =:= dtrace_slow_span);
 api(span_end, [Span], {ok, R}) -> is_boolean(R) andalso is_tuple(Span);
 api(span_end, [_], {error, badarg, {dtrace, span_end, _, _}}) -> true;
+api(span_end, [Span, Outcome], {ok, R}) ->
+    is_boolean(R) andalso is_tuple(Span) andalso lists:member(Outcome, [ok, error, exit, throw]);
+api(span_end, [_, _], {error, badarg, {dtrace, span_end, _, _}}) -> true;
 api(put_tag, [Data], {ok, R}) -> chardata(Data) andalso (R =:= undefined orelse is_binary(R));
 api(put_tag, [Data], {error, badarg, _}) -> not chardata(Data);
 api(F, [], {ok, R}) when F =:= get_tag; F =:= get_tag_data ->

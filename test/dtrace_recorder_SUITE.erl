@@ -159,7 +159,9 @@ catalogue_matches_the_nif(_Config) ->
     ok.
 
 %% One slow request among hundreds: one snapshot within 2 s, holding the
-%% request's begin and end, the trigger event and earlier requests.
+%% request's begin and end, the trigger event and earlier requests; a
+%% request that raised is a failed span in the events (outcome "error")
+%% and in the report, apart from the slow one.
 slow_request_triggers_one_snapshot(Config) ->
     {Peer, _} = ?T:start_peer(#{}),
     OsPid = peer:call(Peer, os, getpid, []),
@@ -171,6 +173,11 @@ slow_request_triggers_one_snapshot(Config) ->
                         60000),
     %% 249 fast requests, then the slow one: the clock starts when it ends.
     undefined = peer:call(Peer, ?T, requests, [249, 0, Work], 60000),
+    {'EXIT', {boom, _}} = peer:call(Peer, erlang, apply,
+                                    [fun() ->
+                                             _ = dtrace:put_tag(<<"req-failed">>),
+                                             catch dtrace:span(request, fun() -> error(boom) end)
+                                     end, []]),
     ok = peer:call(Peer, ?T, request, [250, true, Work]),
     T0 = erlang:monotonic_time(millisecond),
     {ok, [Snap]} = ?T:wait_until(fun() ->
@@ -195,6 +202,9 @@ slow_request_triggers_one_snapshot(Config) ->
     ?assertMatch([#{<<"kind">> := <<"request">>} | _], Tagged(<<"span_begin">>, <<"req-250">>)),
     [End] = [F || #{<<"kind">> := <<"request">>} = F <- Tagged(<<"span_end">>, <<"req-250">>)],
     ?assert(maps:get(<<"duration_ns">>, End) > 20000000),
+    ?assertEqual(<<"ok">>, maps:get(<<"outcome">>, End)),
+    ?assertMatch([#{<<"kind">> := <<"request">>, <<"outcome">> := <<"error">>}],
+                 Tagged(<<"span_end">>, <<"req-failed">>)),
     Earlier = [T || <<"req-", N/binary>> = T <- ?T:tags_in(Events), binary_to_integer(N) < 250],
     ct:log("~b events, ~b earlier requests", [length(Events), length(Earlier)]),
     ?assert(length(Earlier) >= 50),
@@ -204,7 +214,8 @@ slow_request_triggers_one_snapshot(Config) ->
     Report = report([Path], #{}),
     assert_contains(Report, [<<"Triggering event">>, <<"tag \"req-250\"  span_end when">>,
                              <<"Tag \"req-250\"">>, <<"span request">>, <<"file WRITE">>,
-                             <<"Slowest operations">>]),
+                             <<"Failed spans">>, <<"1 x request (error)">>, <<"request error, ">>,
+                             <<"tag \"req-failed\"">>, <<"Slowest operations">>]),
     Svg = svg_of(Report),
     {ok, <<"<svg", _/binary>> = SvgText} = file:read_file(Svg),
     assert_contains(SvgText, [<<"trigger">>, <<"req-250">>]),
@@ -215,8 +226,8 @@ slow_request_triggers_one_snapshot(Config) ->
 %% The default events (what an always-on recorder affords): of 500
 %% requests, only the spans of at least the slow-span threshold (here
 %% 20 ms) are recorded, as span_slow with kind, tag and duration; a trigger
-%% on span_slow takes the snapshot; the report lists the slow span and says
-%% how to get its breakdown.
+%% on span_slow takes the snapshot; the report lists the slow span (which
+%% raised: failed, outcome "throw") and says how to get its breakdown.
 default_events_keep_slow_spans_only(Config) ->
     {Peer, _} = ?T:start_peer(#{}),
     Dir = filename:join(?config(priv_dir, Config), "rec"),
@@ -233,7 +244,8 @@ default_events_keep_slow_spans_only(Config) ->
                                  dtrace:span(request, fun() -> I end)
                              end || I <- lists:seq(1, 500)],
                             _ = dtrace:put_tag(<<"slow-1">>),
-                            dtrace:span(slow, fun() -> timer:sleep(30) end)
+                            late = (catch dtrace:span(slow, fun() -> timer:sleep(30), throw(late) end)),
+                            ok
                     end, []]),
     {ok, [#{path := Path, source := trigger}]} =
         ?T:wait_until(fun() ->
@@ -251,11 +263,13 @@ default_events_keep_slow_spans_only(Config) ->
     ?assertEqual([], [E || {<<"org_erlang_dtrace:span_", K/binary>> = E, _} <- Events, K =/= <<"slow">>]),
     ?assert(lists:all(fun(#{<<"duration_ns">> := D}) -> D >= 20000000 end, Spans)),
     [Slow] = [F || #{<<"kind">> := <<"slow">>} = F <- Spans],
-    ?assertMatch(#{<<"user_tag">> := <<"slow-1">>, <<"span_id">> := 0, <<"parent_id">> := 0}, Slow),
+    ?assertMatch(#{<<"user_tag">> := <<"slow-1">>, <<"span_id">> := 0, <<"parent_id">> := 0,
+                   <<"outcome">> := <<"throw">>}, Slow),
     ?assert(maps:get(<<"duration_ns">>, Slow) >= 30000000),
     ?assert(length(Spans) =< 6),
     Report = report([Path], #{tags => [<<"slow-1">>]}),
-    assert_contains(Report, [<<"Tag \"slow-1\"">>, <<"span slow (span_slow)">>, <<"events => detail">>]),
+    assert_contains(Report, [<<"Tag \"slow-1\"">>, <<"span slow (span_slow) FAILED: throw">>,
+                             <<"1 x slow (throw)">>, <<"events => detail">>]),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ok.
 

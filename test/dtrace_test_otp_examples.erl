@@ -186,22 +186,28 @@ example(port1, Peer) ->
                 end,
       cleanup => fun() -> OldOwner ! stop end};
 
-%% A slow span prints as it ends, with its tag; at exit, the counts and
-%% histograms per kind.
+%% A slow span prints as it ends, with its tag, and a failed one (it
+%% raised) with its outcome; at exit, the counts and histograms per kind,
+%% and the failed spans per kind and outcome.
 example(span_latency, _Peer) ->
     plain(fun() -> dtrace:span(ready, fun() -> ok end) end,
           fun() ->
                   dtrace:put_tag(<<"slowtag">>),
                   dtrace:span(suite_slow, fun() -> timer:sleep(15) end),
+                  dtrace:put_tag(<<"failtag">>),
+                  {'EXIT', {boom, _}} = (catch dtrace:span(suite_fail, fun() -> error(boom) end)),
                   dtrace:put_tag(undefined),
                   [dtrace:span(suite_fast, fun() -> ok end) || _ <- [1, 2, 3]],
                   pid_to_list(self())
           end,
           fun(P) -> [{contains, <<"slow span: suite_slow, ">>},
                      {contains, iolist_to_binary([" us, tag 'slowtag', pid ", P])},
+                     {contains, <<"failed span: suite_fail (error), ">>},
+                     {contains, iolist_to_binary([" us, tag 'failtag', pid ", P])},
                      {at_exit, <<"spans suite_fast: 3">>},
                      {at_exit, <<"spans suite_slow: 1">>},
                      {at_exit, <<"slow spans suite_slow: 1">>},
+                     {at_exit, <<"failed spans suite_fail error: 1">>},
                      {at_exit, <<"latency (us) suite_slow:">>},
                      {at_exit, <<"latency (us) suite_fast:">>}]
           end);

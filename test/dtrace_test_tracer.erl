@@ -5,7 +5,7 @@
 
 -export([require_tracer/1, with_tracer/2, in_ci/0,
          bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
-         bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_marked/5, bpftrace_await/2,
+         bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_marked/5, bpftrace_marked/6, bpftrace_await/2,
          bpftrace_map/2, bpftrace_map/3,
          gdb_run/3, gdb_events/2, gdb_events/3, run/2]).
 
@@ -168,11 +168,15 @@ bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload, Until) ->
 %% and an event that did not come by then (a probe that must stay silent)
 %% never will.
 bpftrace_marked(Peer, Program, Ready, SeenLines, Workload) ->
+    bpftrace_marked(bpftrace, Peer, Program, Ready, SeenLines, Workload).
+
+%% The same with Tool (see bpftrace_start/3).
+bpftrace_marked(Tool, Peer, Program, Ready, SeenLines, Workload) ->
     Mark = fun(Where) -> "
         usdt:$SO:erlang:user_trace__n950 { printf(\"WINDOW MARK " ++ Where ++ " %ld\\n\", arg2); }
 " end,
     Marks = fun(I) -> [<<"WINDOW MARK before ", I>>, <<"WINDOW MARK after ", I>>] end,
-    bpftrace_window(bpftrace, Peer, Mark("before") ++ Program ++ Mark("after"),
+    bpftrace_window(Tool, Peer, Mark("before") ++ Program ++ Mark("after"),
                     fun() -> _ = (catch Ready()), dtrace:pn(950, 0) end,
                     SeenLines ++ Marks($0),
                     fun() -> R = Workload(), true = dtrace:pn(950, 1), R end,

@@ -15,7 +15,7 @@
          bpftrace_sees_pid_tag_and_integers/1,
          bpftrace_counts_every_true/1,
          bpftrace_user_trace_s1/1,
-         bpftrace_sees_spans/1, bpftrace_sees_slow_spans/1,
+         bpftrace_sees_spans/1, bpftrace_sees_slow_spans/1, span_latency_bt_shows_failed_spans/1,
          dtrace_bpftrace_reads_every_argument/1,
          user_probe_bt_prints_otps_format/1,
          gdb_reads_all_ten_arguments/1,
@@ -32,7 +32,7 @@ all() ->
      bpftrace_sees_pid_tag_and_integers,
      bpftrace_counts_every_true,
      bpftrace_user_trace_s1,
-     bpftrace_sees_spans, bpftrace_sees_slow_spans,
+     bpftrace_sees_spans, bpftrace_sees_slow_spans, span_latency_bt_shows_failed_spans,
      dtrace_bpftrace_reads_every_argument,
      user_probe_bt_prints_otps_format,
      gdb_reads_all_ten_arguments,
@@ -489,22 +489,26 @@ perf_collect(Port, Acc) ->
 
 %% Spans: span/2 fires span__begin and span__end with the caller's pid and
 %% tag, a unique id, the enclosing span as parent (nesting), the kind (an
-%% atom as its name, a binary as is) and the duration; the end fires when
-%% the work raises too; span_begin/1 + span_end/1 cross processes, the end
-%% in the ending process with the beginning's tag.
+%% atom as its name, a binary as is), the duration and the outcome ("ok");
+%% the end fires when the work raises too, with the exception's class as
+%% the outcome, and the exception reaches the caller with its own stack
+%% trace; span_begin/1 + span_end/1,2 cross processes, the end in the
+%% ending process with the beginning's tag and the outcome span_end/2 says
+%% (read through priv/dtrace-bpftrace: the outcome is arg6).
 bpftrace_sees_spans(Config) ->
     Program = "
         usdt:$SO:erlang:span__begin /str(arg4) != \"ready\"/ {
             printf(\"B %s %s %ld %ld %s\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4)); }
         usdt:$SO:erlang:span__end {
-            printf(\"E %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }",
+            printf(\"E %s %s %ld %ld %s %ld %s\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5,
+                   str(arg6)); }",
     SpanEvents = fun(Ls) -> [binary:split(L, <<" ">>, [global]) || <<K, " ", _/binary>> = L <- Ls,
                                                                    K =:= $B orelse K =:= $E,
                                                                    binary:match(L, <<" ready ">>) =:= nomatch]
                  end,
     {{Me, Other, Results}, Lines} =
         dtrace_test_tracer:bpftrace_window(
-          bpftrace, ?config(peer, Config), Program,
+          dtrace_bpftrace, ?config(peer, Config), Program,
           fun() -> dtrace:span(ready, fun() -> ok end) end,
           [{contains, <<" ready ">>}],
           fun() ->
@@ -513,31 +517,72 @@ bpftrace_sees_spans(Config) ->
                                                   dtrace:span(<<"inner">>, fun() -> timer:sleep(20), 42 end)
                                           end),
                   R2 = try dtrace:span(failing, fun() -> error(boom) end)
-                       catch error:boom -> caught
+                       catch error:boom:St -> {caught, hd(St)}
                        end,
+                  R3 = catch dtrace:span(thrown, fun() -> throw(t) end),
+                  R4 = catch dtrace:span(exited, fun() -> exit(x) end),
                   Span = dtrace:span_begin("cross"),
                   Self = self(),
                   P = spawn(fun() -> dtrace:put_tag(<<"other">>), Self ! {ended, dtrace:span_end(Span)} end),
-                  R3 = receive {ended, E} -> E end,
-                  {pid_to_list(self()), pid_to_list(P), [R1, R2, R3]}
+                  R5 = receive {ended, E} -> E end,
+                  R6 = dtrace:span_end(dtrace:span_begin(cross_failed), error),
+                  {pid_to_list(self()), pid_to_list(P), [R1, R2, R3, R4, R5, R6]}
           end,
-          fun(_, Ls) -> length(SpanEvents(Ls)) >= 8 end),
-    ?assertEqual([42, caught, true], Results),
+          fun(_, Ls) -> length(SpanEvents(Ls)) >= 14 end),
+    ?assertMatch([42, {caught, {?MODULE, _, 0, _}}, t, {'EXIT', x}, true, true], Results),
     Events = SpanEvents(Lines),
     ct:log("span events: ~p", [Events]),
     M = list_to_binary(Me),
     O = list_to_binary(Other),
     [[<<"B">>, M, <<"req-7">>, OuterId, <<"0">>, <<"outer">>],
      [<<"B">>, M, <<"req-7">>, InnerId, OuterId, <<"inner">>],
-     [<<"E">>, M, <<"req-7">>, InnerId, OuterId, <<"inner">>, InnerNs],
-     [<<"E">>, M, <<"req-7">>, OuterId, <<"0">>, <<"outer">>, OuterNs],
+     [<<"E">>, M, <<"req-7">>, InnerId, OuterId, <<"inner">>, InnerNs, <<"ok">>],
+     [<<"E">>, M, <<"req-7">>, OuterId, <<"0">>, <<"outer">>, OuterNs, <<"ok">>],
      [<<"B">>, M, <<"req-7">>, FailId, <<"0">>, <<"failing">>],
-     [<<"E">>, M, <<"req-7">>, FailId, <<"0">>, <<"failing">>, _],
+     [<<"E">>, M, <<"req-7">>, FailId, <<"0">>, <<"failing">>, _, <<"error">>],
+     [<<"B">>, M, <<"req-7">>, ThrownId, <<"0">>, <<"thrown">>],
+     [<<"E">>, M, <<"req-7">>, ThrownId, <<"0">>, <<"thrown">>, _, <<"throw">>],
+     [<<"B">>, M, <<"req-7">>, ExitedId, <<"0">>, <<"exited">>],
+     [<<"E">>, M, <<"req-7">>, ExitedId, <<"0">>, <<"exited">>, _, <<"exit">>],
      [<<"B">>, M, <<"req-7">>, CrossId, <<"0">>, <<"cross">>],
-     [<<"E">>, O, <<"req-7">>, CrossId, <<"0">>, <<"cross">>, _]] = Events,
-    ?assertEqual(4, length(lists:usort([OuterId, InnerId, FailId, CrossId]))),
+     [<<"E">>, O, <<"req-7">>, CrossId, <<"0">>, <<"cross">>, _, <<"ok">>],
+     [<<"B">>, M, <<"req-7">>, CrossFailedId, <<"0">>, <<"cross_failed">>],
+     [<<"E">>, M, <<"req-7">>, CrossFailedId, <<"0">>, <<"cross_failed">>, _, <<"error">>]] = Events,
+    ?assertEqual(6, length(lists:usort([OuterId, InnerId, FailId, ThrownId, ExitedId, CrossId]))),
+    ?assertNotEqual(CrossId, CrossFailedId),
     ?assert(binary_to_integer(InnerNs) >= 20000000),
     ?assert(binary_to_integer(OuterNs) >= binary_to_integer(InnerNs)).
+
+%% priv/span-latency.bt (through priv/dtrace-bpftrace, as its usage says)
+%% prints a slow span as it ends, a failed one with its outcome whatever
+%% its duration, and at exit the failed spans by kind and outcome and the
+%% spans per kind.
+span_latency_bt_shows_failed_spans(Config) ->
+    Script = filename:join(code:priv_dir(dtrace), "span-latency.bt"),
+    {Pid, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          dtrace_bpftrace, ?config(peer, Config), {file, Script},
+          fun() -> catch dtrace:span(ready, fun() -> throw(ready) end) end,
+          [{contains, <<"failed span: ready (throw)">>}],
+          fun() ->
+                  dtrace:put_tag(<<"slowtag">>),
+                  dtrace:span(bt_slow, fun() -> timer:sleep(15) end),
+                  dtrace:put_tag(<<"failtag">>),
+                  {'EXIT', {boom, _}} = (catch dtrace:span(bt_fail, fun() -> error(boom) end)),
+                  dtrace:put_tag(undefined),
+                  [dtrace:span(bt_fast, fun() -> ok end) || _ <- [1, 2, 3]],
+                  pid_to_list(self())
+          end,
+          fun(_, Ls) -> [L || L <- Ls, binary:match(L, <<"failed span: bt_fail ">>) =/= nomatch] =/= [] end),
+    P = list_to_binary(Pid),
+    Has = fun(Parts) -> [L || L <- Lines, lists:all(fun(X) -> binary:match(L, X) =/= nomatch end, Parts)] end,
+    ?assertMatch([_], Has([<<" slow span: bt_slow, ">>, <<" us, tag 'slowtag', pid ", P/binary>>])),
+    ?assertMatch([_], Has([<<" failed span: bt_fail (error), ">>, <<" us, tag 'failtag', pid ", P/binary>>])),
+    ?assertEqual([], Has([<<"span: bt_fast">>])),
+    ?assertEqual(1, dtrace_test_tracer:bpftrace_map(<<"@failed_spans[bt_fail, error]">>, Lines)),
+    ?assertEqual(undefined, dtrace_test_tracer:bpftrace_map(<<"@failed_spans[bt_slow, ok]">>, Lines, undefined)),
+    ?assertEqual(3, dtrace_test_tracer:bpftrace_map(<<"@spans[bt_fast]">>, Lines)),
+    ?assertEqual(1, dtrace_test_tracer:bpftrace_map(<<"@slow_spans[bt_slow]">>, Lines)).
 
 %% span__slow: while it is the only span probe listened to, the spans of
 %% at least the node's threshold (here 10 ms) fire it with kind, tag and
@@ -549,12 +594,13 @@ bpftrace_sees_slow_spans(Config) ->
     try
         Ready = fun() -> dtrace:span(ready, fun() -> timer:sleep(11) end) end,
         Slow = "usdt:$SO:erlang:span__slow /str(arg4) != \"ready\"/ {
-            printf(\"S %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }
+            printf(\"S %s %s %ld %ld %s %ld %s\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5,
+                   str(arg6)); }
         usdt:$SO:erlang:span__slow /str(arg4) == \"ready\"/ { printf(\"READY\\n\"); }",
         Lines = fun(Ls, K) -> [binary:split(L, <<" ">>, [global]) || <<C, " ", _/binary>> = L <- Ls, C =:= K] end,
         {{Me, Results}, L1} =
             dtrace_test_tracer:bpftrace_marked(
-              Peer, Slow, Ready, [<<"READY">>],
+              dtrace_bpftrace, Peer, Slow, Ready, [<<"READY">>],
               fun() ->
                       dtrace:put_tag(<<"req-9">>),
                       R1 = [dtrace:span(fast, fun() -> I end) || I <- lists:seq(1, 100)],
@@ -563,28 +609,34 @@ bpftrace_sees_slow_spans(Config) ->
                       timer:sleep(15),
                       R3 = dtrace:span_end(Span),
                       R4 = dtrace:span_end(dtrace:span_begin(quick)),
-                      {pid_to_list(self()), [lists:sum(R1), R2, R3, R4]}
+                      R5 = catch dtrace:span(slow_fail, fun() -> timer:sleep(12), throw(t) end),
+                      R6 = catch dtrace:span(fast_fail, fun() -> exit(x) end),
+                      {pid_to_list(self()), [lists:sum(R1), R2, R3, R4, R5, R6]}
               end),
-        ?assertEqual([5050, 42, true, false], Results),
+        ?assertEqual([5050, 42, true, false, t, {'EXIT', x}], Results),
         M = list_to_binary(Me),
-        [[<<"S">>, M, <<"req-9">>, <<"0">>, <<"0">>, <<"slow">>, SlowNs],
-         [<<"S">>, M, <<"req-9">>, <<"0">>, <<"0">>, <<"cross">>, CrossNs]] = Lines(L1, $S),
+        [[<<"S">>, M, <<"req-9">>, <<"0">>, <<"0">>, <<"slow">>, SlowNs, <<"ok">>],
+         [<<"S">>, M, <<"req-9">>, <<"0">>, <<"0">>, <<"cross">>, CrossNs, <<"ok">>],
+         [<<"S">>, M, <<"req-9">>, <<"0">>, <<"0">>, <<"slow_fail">>, _, <<"throw">>]] = Lines(L1, $S),
         ?assert(binary_to_integer(SlowNs) >= 20000000),
         ?assert(binary_to_integer(CrossNs) >= 15000000),
         %% With span__end: full spans, and span__slow for the slow one.
         Both = Slow ++ "
         usdt:$SO:erlang:span__end /str(arg4) != \"ready\"/ {
-            printf(\"E %s %s %ld %ld %s %ld\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5); }",
-        {ok, L2} = dtrace_test_tracer:bpftrace_marked(
-                     Peer, Both, Ready, [<<"READY">>],
-                     fun() ->
-                             dtrace:put_tag(<<"req-10">>),
-                             dtrace:span(fast, fun() -> ok end),
-                             dtrace:span(slow, fun() -> timer:sleep(20) end)
-                     end),
-        [[<<"E">>, P2, <<"req-10">>, _, <<"0">>, <<"fast">>, _],
-         [<<"E">>, P2, <<"req-10">>, Id, <<"0">>, <<"slow">>, Ns]] = Lines(L2, $E),
-        ?assertEqual([[<<"S">>, P2, <<"req-10">>, Id, <<"0">>, <<"slow">>, Ns]], Lines(L2, $S)),
+            printf(\"E %s %s %ld %ld %s %ld %s\\n\", str(arg0), str(arg1), arg2, arg3, str(arg4), arg5,
+                   str(arg6)); }",
+        {true, L2} = dtrace_test_tracer:bpftrace_marked(
+                       dtrace_bpftrace, Peer, Both, Ready, [<<"READY">>],
+                       fun() ->
+                               dtrace:put_tag(<<"req-10">>),
+                               dtrace:span(fast, fun() -> ok end),
+                               S = dtrace:span_begin(slow),
+                               timer:sleep(20),
+                               dtrace:span_end(S, exit)
+                       end),
+        [[<<"E">>, P2, <<"req-10">>, _, <<"0">>, <<"fast">>, _, <<"ok">>],
+         [<<"E">>, P2, <<"req-10">>, Id, <<"0">>, <<"slow">>, Ns, <<"exit">>]] = Lines(L2, $E),
+        ?assertEqual([[<<"S">>, P2, <<"req-10">>, Id, <<"0">>, <<"slow">>, Ns, <<"exit">>]], Lines(L2, $S)),
         ?assertNotEqual(<<"0">>, Id)
     after
         peer:call(Peer, dtrace, slow_span_threshold, [Old])

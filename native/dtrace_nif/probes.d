@@ -49,13 +49,13 @@ provider erlang {
 	/* dtrace:span/2, span_begin/1 (not OTP's): span span_id of kind begins in proc, inside span parent_id (0: none). */
 	probe span__begin(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind);
 
-	/* dtrace:span/2, span_end/1 (not OTP's): span span_id of kind ends in proc, duration_ns nanoseconds after it began. */
+	/* dtrace:span/2, span_end/1,2 (not OTP's): span span_id of kind ends in proc, duration_ns nanoseconds after it began; outcome is how it ended: "ok", or "error", "exit" or "throw" (the class of the exception span/2's fun raised, or span_end/2's). */
 	probe span__end(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind,
-	    int64_t duration_ns);
+	    int64_t duration_ns, char *outcome);
 
-	/* dtrace:span/2, span_begin/1 (not OTP's): span span_end's arguments, fired only when duration_ns is at least the node's slow-span threshold (dtrace:slow_span_threshold/0, default 1 ms); while only it listens a span costs two clock reads and no event, and span_id, parent_id are 0. */
+	/* dtrace:span/2, span_end/1,2 (not OTP's): span span_end's arguments, fired only when duration_ns is at least the node's slow-span threshold (dtrace:slow_span_threshold/0, default 1 ms); while only it listens a span costs two clock reads and no event, and span_id, parent_id are 0. */
 	probe span__slow(char *proc, char *user_tag, int64_t span_id, int64_t parent_id, char *kind,
-	    int64_t duration_ns);
+	    int64_t duration_ns, char *outcome);
 
 	/*
 	 * A process inside a span, for "why was it slow" (not OTP's): while a

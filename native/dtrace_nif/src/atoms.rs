@@ -20,4 +20,7 @@ rustler::atoms! {
     sdt,
     lttng,
     dof,
+    /// Outcomes of a span besides `error` (`span__end`'s `outcome`).
+    exit,
+    throw,
 }

@@ -15,7 +15,7 @@
 //! default), a span is two reads of `CLOCK_MONOTONIC` here and a
 //! comparison: `span_enabled/0` returns the begin time and
 //! `span_slow_end/1` the duration if it is over the threshold, and only
-//! then does `span_slow/5` format and fire anything. This is JFR's way of
+//! then does `span_slow/6` format and fire anything. This is JFR's way of
 //! staying on: duration events below a threshold are never written.
 
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
@@ -25,6 +25,7 @@ use rustler::sys::ErlNifTerm;
 use rustler::types::atom::{false_, true_};
 
 use crate::args::{StrBuf, int64_or_zero};
+use crate::atoms;
 use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
 use crate::probes::{Str, span__begin, span__end, span__slow};
 use crate::text::TextBuf;
@@ -47,8 +48,8 @@ nif_args!(
     BeginArgs { span_id, parent_id, kind, user_tag }
 );
 nif_args!(
-    /// `span_end(SpanId, ParentId, Kind, DurationNs, UserTag)`.
-    EndArgs { span_id, parent_id, kind, duration_ns, user_tag }
+    /// `span_end(SpanId, ParentId, Kind, DurationNs, UserTag, Outcome)`.
+    EndArgs { span_id, parent_id, kind, duration_ns, user_tag, outcome }
 );
 nif_args!(
     /// `span_slow_end(BeginNs)`.
@@ -100,7 +101,7 @@ fn span_slow_end(call: NifCall) -> ErlNifTerm {
     if duration >= SLOW_NS.load(Relaxed) && span__slow::enabled() { call.int64(duration) } else { false_().as_c_arg() }
 }
 
-/// `span_slow(SpanId, ParentId, Kind, DurationNs, UserTag) -> boolean()`:
+/// `span_slow(SpanId, ParentId, Kind, DurationNs, UserTag, Outcome) -> boolean()`:
 /// fires `span__slow` with the calling process, if enabled (the caller
 /// compared the duration with the threshold: `span_slow_end/1`).
 fn span_slow(call: NifCall) -> ErlNifTerm {
@@ -125,11 +126,29 @@ fn fire_end_like<'a>(env: rustler::Env<'a>, a: EndArgs<Term<'a>>, fire: EndFire)
         int64_or_zero(a.parent_id),
         kind.iolist_or_null(a.kind),
         int64_or_zero(a.duration_ns),
+        outcome_str(a.outcome),
     );
 }
 
 /// The generated `fire` of a probe with `span__end`'s layout.
-type EndFire = for<'x> fn(Str<'x>, Str<'x>, i64, i64, Str<'x>, i64);
+type EndFire = for<'x> fn(Str<'x>, Str<'x>, i64, i64, Str<'x>, i64, Str<'x>);
+
+/// The `outcome` argument of `span__end` and `span__slow`: `"error"`,
+/// `"exit"` or `"throw"` for those atoms (the class of the exception the
+/// span raised), `"ok"` for anything else (the Erlang side passes `ok` or
+/// a class; never NULL, so a script's `copyinstr` always has a string).
+fn outcome_str(term: Term<'_>) -> Str<'static> {
+    let text = if atoms::error() == term {
+        c"error"
+    } else if atoms::exit() == term {
+        c"exit"
+    } else if atoms::throw() == term {
+        c"throw"
+    } else {
+        c"ok"
+    };
+    Str::from_cstr(text)
+}
 
 /// `slow_span_threshold() -> Ns`: the node's slow-span threshold.
 #[rustler::nif]
@@ -168,8 +187,8 @@ fn span_begin(call: NifCall) -> ErlNifTerm {
     })
 }
 
-/// `span_end(SpanId, ParentId, Kind, DurationNs, UserTag) -> boolean()`:
-/// fires `span__end` with the calling process, if enabled, and
+/// `span_end(SpanId, ParentId, Kind, DurationNs, UserTag, Outcome) ->
+/// boolean()`: fires `span__end` with the calling process, if enabled, and
 /// `span__slow` if it listens and `DurationNs` is at least the threshold.
 /// `true` when `span__end` fired.
 fn span_end(call: NifCall) -> ErlNifTerm {
