@@ -26,18 +26,10 @@
 %% loaded), the stubs answer `remove', as OTP's dyntrace does on a VM
 %% without LTTng.
 on_load() ->
-    Path = filename:join([code:priv_dir(dtrace), "compat", "dyntrace"]),
-    _ = code:ensure_loaded(dtrace_nif),
-    case erlang:load_nif(Path, 0) of
-        ok -> ok;
-        {error, {reload, _}} -> ok;
-        {error, {Reason, Text}} ->
-            logger:info("dtrace: {tracer, dyntrace, []} fires nothing: ~ts: ~p: ~ts",
-                        [Path, Reason, Text]),
-            ok
-    end.
+    Path = dtrace_nif:library_path(?MODULE),
+    dtrace_nif:loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
 
-enabled(_TraceTag, _TracerState, _Tracee) -> remove.
+enabled(_TraceTag, _TracerState, _Tracee) -> dtrace_nif:not_loaded(remove).
 trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) -> ok.
 
 available() -> dtrace:available().

@@ -71,30 +71,26 @@
 -on_load(on_load/0).
 -nifs([enabled/3, trace/5]).
 
--define(TAG_KEY, '$dtrace_tag').
+-include("dtrace_tag.hrl").
 
-%% Fires with the caller's own tag. Without one, the NIF answers `adopt'
-%% when the probe is enabled (and only then: the disabled path is one NIF
-%% call) and the probe fires again with the tag the caller adopted through
-%% spreading, if any. A macro rather than a function: expanded in each
-%% p/N and pn/N clause, only that clause's variables are kept across the
-%% first call (a function would keep all eight arguments, which cost the
+%% Fires with the caller's own tag or, without one, `adopt': the NIF then
+%% answers `adopt' when the probe is enabled (and only then: the disabled
+%% path is one NIF call) and the probe fires again with the tag the caller
+%% adopted through spreading, or `undefined' (the tag contract:
+%% dtrace_tag.hrl). A macro rather than a function: expanded in each p/N
+%% and pn/N clause, only that clause's variables are kept across the first
+%% call (a function would keep all eight arguments, which cost the
 %% disabled path ~4 ns).
 -define(FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4),
-        case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-            adopt -> dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+        case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
+            adopt -> dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted());
             Fired__ -> Fired__
         end).
 -define(FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4),
-        case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, get(?TAG_KEY)) of
-            adopt -> dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, adopted_tag());
+        case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
+            adopt -> dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted());
             Fired__ -> Fired__
         end).
--define(SPREAD_KEY, '$dtrace_spread').
-%% The id of the span/2 running in this process, the parent of the next.
--define(SPAN_KEY, '$dtrace_span').
--define(SPREADING, 1).
--define(TOKEN_LABEL, dtrace_tag).
 
 -type probe_arg() :: integer() | iodata().
 %% An integer (for i1..i4) or an iolist/binary (for s1..s4).
@@ -117,9 +113,7 @@
 -type span_kind() :: atom() | iodata().
 %% What a span is: `db_query', `<<"http GET">>'. An atom is passed as its
 %% name; an iolist of at most 1024 bytes as is; anything else as NULL.
--opaque span() :: {dtrace_span, Id :: non_neg_integer(), Parent :: non_neg_integer(),
-                   Kind :: iodata(), Start :: integer(), UserTag :: binary() | undef}
-                | {dtrace_slow_span, Kind :: span_kind(), BeginNs :: integer(), UserTag :: binary() | undef}.
+-type span() :: dtrace_span:span().
 %% What {@link span_begin/1} returns and {@link span_end/1} takes.
 -type span_outcome() :: ok | error | exit | throw.
 %% How a span ended, `span__end''s `outcome' argument (as a string): `ok',
@@ -150,28 +144,14 @@
               span/0, span_outcome/0, vm_status/0, function_pattern/0]).
 
 %%%===================================================================
-%%% Loading: the probes' NIFs belong to dtrace_nif; this module, the
-%%% tracer module of {tracer, dtrace, State}, loads priv/tracer/dtrace.so,
-%%% whose NIFs are dtrace_nif.so's erl_tracer callbacks.
+%%% Loading: this module is the tracer module of {tracer, dtrace, State};
+%%% its two NIFs (enabled/3, trace/5) are in priv/tracer/dtrace.so. Which
+%%% module owns which library: dtrace_nif's module doc.
 %%%===================================================================
 
 on_load() ->
-    _ = code:ensure_loaded(dtrace_nif),
-    Path = case code:priv_dir(dtrace) of
-               {error, bad_name} ->
-                   filename:join([filename:dirname(filename:dirname(code:which(?MODULE))),
-                                  "priv", "tracer", "dtrace"]);
-               Priv ->
-                   filename:join([Priv, "tracer", "dtrace"])
-           end,
-    case erlang:load_nif(Path, 0) of
-        ok -> ok;
-        {error, {reload, _}} -> ok;
-        {error, {Reason, Text}} ->
-            logger:info("dtrace: {tracer, dtrace, []} fires nothing: ~ts: ~p: ~ts",
-                        [Path, Reason, Text]),
-            ok
-    end.
+    Path = dtrace_nif:library_path(?MODULE),
+    dtrace_nif:loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
 
 %%%===================================================================
 %%% Status and the raw probes
@@ -296,7 +276,7 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %% process.
 -spec vm_probes() -> vm_status() | {error, not_started}.
 vm_probes() ->
-    vm_call(fun dtrace_vm:status/0).
+    dtrace_vm_probes:status().
 
 %% @doc Switches automatic mode on (`auto') or off (`manual'). In manual
 %% mode dtrace sets no trace flag (the ones it set are removed); trace
@@ -312,7 +292,7 @@ vm_probes() ->
 %% for any other `Mode'.
 -spec vm_probes(Mode) -> ok | {error, not_started} when Mode :: auto | manual.
 vm_probes(Mode) when Mode =:= auto; Mode =:= manual ->
-    vm_call(fun() -> dtrace_vm:set_mode(Mode) end);
+    dtrace_vm_probes:set_mode(Mode);
 vm_probes(Other) ->
     erlang:error(badarg, [Other]).
 
@@ -339,7 +319,7 @@ vm_probes(Other) ->
 %% `{error, {not_a_list, Patterns}}' or `{error, not_started}'.
 -spec function_probes(Patterns :: [function_pattern()]) -> ok | {error, function_probes_error()}.
 function_probes(Patterns) ->
-    vm_call(fun() -> dtrace_vm:function_probes(Patterns) end).
+    dtrace_vm_probes:function_probes(Patterns).
 
 %% @doc "Why is my probe silent?", from inside the node: prints one line per
 %% check (`ok', `info', `warn', `FAIL', with the fix of each failure) and
@@ -351,12 +331,7 @@ function_probes(Patterns) ->
 %% tracer versions): priv/dtrace-doctor PID, as root.
 -spec doctor() -> ok | {error, Failed :: [atom(), ...]}.
 doctor() ->
-    Findings = dtrace_doctor:findings(),
-    io:put_chars(dtrace_doctor:format(Findings)),
-    case [C || #{level := fail, check := C} <- Findings] of
-        [] -> ok;
-        Failed -> {error, Failed}
-    end.
+    dtrace_doctor:run().
 
 %% @doc As {@link doctor/0} without printing: the findings, each
 %% `#{level := ok | info | warn | fail, check := atom(), text := binary(),
@@ -364,12 +339,6 @@ doctor() ->
 -spec doctor(Opts :: #{}) -> [dtrace_doctor:finding()].
 doctor(Opts) when is_map(Opts) ->
     dtrace_doctor:findings().
-
-vm_call(Fun) ->
-    case whereis(dtrace_vm) of
-        undefined -> {error, not_started};
-        _ -> Fun()
-    end.
 
 %% @doc erl_tracer's callback (a NIF): is anybody listening to a probe or
 %% event this event feeds? `trace' or `discard' (see the feed table in
@@ -379,9 +348,8 @@ vm_call(Fun) ->
           trace | discard | remove.
 enabled(_TraceTag, _TracerState, _Tracee) ->
     %% Without the library: remove this tracer from the tracee, as OTP's
-    %% dyntrace does on a VM without LTTng. (Through the external format,
-    %% so that dialyzer takes the NIF's answers for possible.)
-    binary_to_term(term_to_binary(remove)).
+    %% dyntrace does on a VM without LTTng.
+    dtrace_nif:not_loaded(remove).
 
 %% @doc erl_tracer's callback (a NIF): fires the probes and events this
 %% event feeds that have a listener. Returns `ok'.
@@ -649,36 +617,7 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 -spec span(Kind, Fun) -> Result when
       Kind :: span_kind(), Fun :: fun(() -> Result), Result :: term().
 span(Kind, Fun) when is_function(Fun, 0) ->
-    case dtrace_nif:span_enabled() of
-        false ->
-            Fun();
-        BeginNs when is_integer(BeginNs) ->
-            Tag = get_tag_data(),
-            try Fun() of
-                Result ->
-                    _ = slow_end(Kind, BeginNs, Tag, ok),
-                    Result
-            catch
-                Class:Reason:Stack ->
-                    _ = slow_end(Kind, BeginNs, Tag, Class),
-                    erlang:raise(Class, Reason, Stack)
-            end;
-        true ->
-            {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
-            Outer = put(?SPAN_KEY, Id),
-            _ = Outer =:= undefined andalso dtrace_span_trace:begin_span(Id),
-            try Fun() of
-                Result ->
-                    restore_span(Outer),
-                    _ = span_end(Span, ok),
-                    Result
-            catch
-                Class:Reason:Stack ->
-                    restore_span(Outer),
-                    _ = span_end(Span, Class),
-                    erlang:raise(Class, Reason, Stack)
-            end
-    end.
+    dtrace_span:span(Kind, Fun).
 
 %% @doc Begins a span of `Kind' that another call (in this process or
 %% another, or another node) ends with {@link span_end/1}: for work that
@@ -689,14 +628,7 @@ span(Kind, Fun) when is_function(Fun, 0) ->
 %% spans.
 -spec span_begin(Kind :: span_kind()) -> span().
 span_begin(Kind) ->
-    case dtrace_nif:span_enabled() of
-        false -> {dtrace_span, 0, 0, [], 0, undef};
-        BeginNs when is_integer(BeginNs) -> {dtrace_slow_span, Kind, BeginNs, get_tag_data()};
-        true ->
-            {dtrace_span, Id, _, _, _, _} = Span = traced_span_begin(Kind),
-            _ = get(?SPAN_KEY) =:= undefined andalso dtrace_span_trace:begin_span(Id),
-            Span
-    end.
+    dtrace_span:span_begin(Kind).
 
 %% @doc Ends a span {@link span_begin/1} returned, as having succeeded:
 %% `span_end(Span, ok)'.
@@ -716,39 +648,20 @@ span_end(Span) ->
 %% while nobody listened. Raises `badarg' for anything that is not a span
 %% or an outcome.
 -spec span_end(Span :: span(), Outcome :: span_outcome()) -> boolean().
-span_end(Span, Outcome) when Outcome =/= ok, Outcome =/= error, Outcome =/= exit, Outcome =/= throw ->
-    erlang:error(badarg, [Span, Outcome]);
-span_end({dtrace_span, 0, _, _, _, _}, _Outcome) ->
-    false;
-span_end({dtrace_span, Id, Parent, Kind, Start, Tag}, Outcome) when is_integer(Start) ->
-    Fired = dtrace_nif:span_end(Id, Parent, Kind, erlang:monotonic_time(nanosecond) - Start, Tag, Outcome),
-    ok = dtrace_span_trace:end_span(Id),
-    Fired;
-span_end({dtrace_slow_span, Kind, BeginNs, Tag}, Outcome) when is_integer(BeginNs) ->
-    slow_end(Kind, BeginNs, Tag, Outcome);
-span_end(Other, Outcome) ->
-    erlang:error(badarg, [Other, Outcome]).
-
-%% The end of a span begun while only span__slow listened: fires it if the
-%% span lasted the threshold. false unless fired.
-slow_end(Kind, BeginNs, Tag, Outcome) ->
-    case dtrace_nif:span_slow_end(BeginNs) of
-        false ->
-            false;
-        Ns ->
-            dtrace_nif:span_slow(0, 0, kind_text(Kind), Ns, case Tag of undefined -> undef; _ -> Tag end,
-                                 Outcome)
-    end.
-
-kind_text(Kind) when is_atom(Kind) -> atom_to_binary(Kind, utf8);
-kind_text(Kind) -> Kind.
+span_end(Span, Outcome) when Outcome =:= ok; Outcome =:= error; Outcome =:= exit; Outcome =:= throw ->
+    case dtrace_span:span_end(Span, Outcome) of
+        badarg -> erlang:error(badarg, [Span, Outcome]);
+        Fired -> Fired
+    end;
+span_end(Span, Outcome) ->
+    erlang:error(badarg, [Span, Outcome]).
 
 %% @doc The node's slow-span threshold in microseconds: `span__slow' fires
 %% for spans at least this long. 1000 (1 ms) unless the application
 %% environment `slow_span_us' or {@link slow_span_threshold/1} set it.
 -spec slow_span_threshold() -> Microseconds :: pos_integer().
 slow_span_threshold() ->
-    max(1, dtrace_nif:slow_span_threshold() div 1000).
+    dtrace_span:slow_span_threshold().
 
 %% @doc Sets the node's slow-span threshold to `Microseconds' (a positive
 %% integer, else `badarg') and returns the previous one. Node-wide: every
@@ -756,36 +669,15 @@ slow_span_threshold() ->
 %% include it) sees spans at least this long.
 -spec slow_span_threshold(Microseconds :: pos_integer()) -> Previous :: pos_integer().
 slow_span_threshold(Us) when is_integer(Us), Us >= 1, Us =< 1 bsl 40 ->
-    max(1, dtrace_nif:set_slow_span_threshold(Us * 1000) div 1000);
+    dtrace_span:set_slow_span_threshold(Us);
 slow_span_threshold(Us) ->
     erlang:error(badarg, [Us]).
-
-traced_span_begin(Kind) ->
-    Id = erlang:unique_integer([positive]),
-    Parent = case get(?SPAN_KEY) of
-                 undefined -> 0;
-                 P -> P
-             end,
-    K = kind_text(Kind),
-    Tag = case get_tag_data() of
-              undefined -> undef;
-              T -> T
-          end,
-    _ = dtrace_nif:span_begin(Id, Parent, K, Tag),
-    {dtrace_span, Id, Parent, K, erlang:monotonic_time(nanosecond), Tag}.
-
-restore_span(undefined) -> erase(?SPAN_KEY);
-restore_span(Outer) -> put(?SPAN_KEY, Outer).
 
 %%%===================================================================
 %%% User tags
 %%%===================================================================
-%%% A process's own tag (put_tag/1) lives in its process dictionary. A
-%%% spread tag travels as the label of the process's sequential-trace
-%%% token, `{dtrace_tag, Tag}', which the VM carries with every message the
-%%% process sends, to other nodes too (labels may be any term since OTP
-%%% 21), and which a receiver takes over from each message it receives:
-%%% OTP's dynamic-trace build used the token slot the same way.
+%%% A process's own tag (put_tag/1) lives in its process dictionary; a
+%%% spread tag travels in its sequential-trace token (dtrace_tag).
 
 %% @doc Sets the calling process's own user tag, which every probe it
 %% fires passes as `user_tag'. `Data' is chardata, converted with
@@ -797,40 +689,21 @@ restore_span(Outer) -> put(?SPAN_KEY, Outer).
 %% if `Data' is not valid chardata. A tag over 1024 bytes is kept but
 %% reaches tracers as NULL.
 -spec put_tag(undefined | unicode:chardata()) -> binary() | undefined.
-put_tag(undefined) ->
-    Old = erase(?TAG_KEY),
-    spreading() andalso clear_token(),
-    Old;
 put_tag(Data) ->
-    case unicode:characters_to_binary(Data) of
-        Tag when is_binary(Tag) ->
-            Old = put(?TAG_KEY, Tag),
-            spreading() andalso set_token(Tag),
-            Old;
-        _ ->
-            erlang:error(badarg, [Data])
-    end.
+    dtrace_tag:put_tag(Data).
 
 %% @doc The calling process's own user tag, or `undefined'. A new process
 %% has none; a tag adopted through spreading is not its own.
 -spec get_tag() -> binary() | undefined.
 get_tag() ->
-    get(?TAG_KEY).
+    dtrace_tag:get_tag().
 
 %% @doc The process's own tag if it has one, otherwise the tag it adopted
 %% from the last message it received (see {@link spread_tag/1}),
 %% otherwise `undefined'. This is the tag its probes pass.
 -spec get_tag_data() -> binary() | undefined.
 get_tag_data() ->
-    case get(?TAG_KEY) of
-        undefined ->
-            case adopted_tag() of
-                undef -> undefined;
-                Tag -> Tag
-            end;
-        Tag ->
-            Tag
-    end.
+    dtrace_tag:get_tag_data().
 
 %% @doc Turns spreading of the caller's tag on (`true') or off (`false').
 %%
@@ -850,79 +723,13 @@ get_tag_data() ->
 %% dynamic-trace build did); see docs/instrumenting.md for how this meets an
 %% application's own use of `seq_trace'.
 -spec spread_tag(Spread :: boolean()) -> tag_state().
-spread_tag(true) ->
-    Old = tag_state(),
-    put(?SPREAD_KEY, true),
-    case get(?TAG_KEY) of
-        undefined -> ok;
-        Tag -> set_token(Tag)
-    end,
-    Old;
-spread_tag(false) ->
-    Old = tag_state(),
-    erase(?SPREAD_KEY),
-    clear_token(),
-    Old;
-spread_tag(Other) ->
-    erlang:error(badarg, [Other]).
+spread_tag(Spread) ->
+    dtrace_tag:spread_tag(Spread).
 
 %% @doc Restores a state returned by {@link spread_tag/1}, in this or
 %% another process: the tag becomes the process's own tag (none for `[]'),
 %% and spreading is on or off as it was. `true' is accepted and changes
 %% nothing, as in OTP. Returns `true'; raises `badarg' for a bad state.
 -spec restore_tag(State :: true | {Flags :: non_neg_integer(), Tag :: binary() | []}) -> true.
-restore_tag(true) ->
-    true;
-restore_tag({Flags, Tag})
-  when is_integer(Flags), Flags >= 0, (is_binary(Tag) orelse Tag =:= []) ->
-    case Tag of
-        [] -> erase(?TAG_KEY);
-        _ -> put(?TAG_KEY, Tag)
-    end,
-    case Flags band ?SPREADING of
-        0 ->
-            erase(?SPREAD_KEY),
-            clear_token();
-        _ ->
-            put(?SPREAD_KEY, true),
-            case Tag of
-                [] -> clear_token();
-                _ -> set_token(Tag)
-            end
-    end,
-    true;
-restore_tag(Other) ->
-    erlang:error(badarg, [Other]).
-
-tag_state() ->
-    Flags = case spreading() of
-                true -> ?SPREADING;
-                false -> 0
-            end,
-    case get_tag_data() of
-        undefined -> {Flags, []};
-        Tag -> {Flags, Tag}
-    end.
-
-spreading() ->
-    get(?SPREAD_KEY) =:= true.
-
-%% The tag this process adopted, or `undef' (absent, for the NIF).
-%% (erlang:seq_trace_info/1 is what seq_trace:get_token/1 calls.)
-adopted_tag() ->
-    case erlang:seq_trace_info(label) of
-        {label, {?TOKEN_LABEL, Tag}} -> Tag;
-        _ -> undef
-    end.
-
-set_token(Tag) ->
-    _ = seq_trace:set_token(label, {?TOKEN_LABEL, Tag}),
-    true.
-
-%% Clears the token if it carries a dtrace tag; leaves an application's
-%% own token alone.
-clear_token() ->
-    case seq_trace:get_token(label) of
-        {label, {?TOKEN_LABEL, _}} -> _ = seq_trace:set_token([]), true;
-        _ -> false
-    end.
+restore_tag(State) ->
+    dtrace_tag:restore_tag(State).

@@ -4,7 +4,7 @@
 %%% @end
 -module(dtrace_doctor).
 
--export([findings/0, format/1]).
+-export([run/0, findings/0, format/1]).
 
 -export_type([finding/0]).
 
@@ -17,6 +17,18 @@
 %% and the file the node mapped still the one on disk), the sinks (SDT
 %% notes, LTTng, DOF, each with why not), the OS pid (and its pid
 %% namespace), automatic mode and the probes a tracer listens to now.
+
+%% What dtrace:doctor/0 does: prints the findings, one line each, and
+%% returns `ok' or `{error, Checks}' naming the checks that failed.
+-spec run() -> ok | {error, Failed :: [atom(), ...]}.
+run() ->
+    Findings = findings(),
+    io:put_chars(format(Findings)),
+    case [C || #{level := fail, check := C} <- Findings] of
+        [] -> ok;
+        Failed -> {error, Failed}
+    end.
+
 -spec findings() -> [finding()].
 findings() ->
     lists:append([library(), sinks(), os_pid(), vm(), listening()]).

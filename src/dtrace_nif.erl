@@ -9,8 +9,38 @@
 %%%
 %%% The bodies below run only when the library is not loaded: each returns
 %%% what OTP's `dyntrace' returns on a VM without dynamic trace (`false',
-%%% nothing fired). The erl_tracer callbacks are NIFs of the tracer modules
-%%% `dtrace' and `dyntrace' (through `native/tracer_nif'), not of this one.
+%%% nothing fired).
+%%%
+%%% == Which module owns which library, and which NIFs ==
+%%% The one place that says it (ARCHITECTURE.md and CONTRIBUTING.md point
+%%% here; each module's on_load loads its own, with {@link library_path/1}
+%%% and {@link loaded/3}):
+%%% <table>
+%%% <tr><th>module</th><th>library (`priv/')</th><th>its NIFs</th></tr>
+%%% <tr><td>`dtrace_nif'</td><td>`dtrace_nif.so' (`native/dtrace_nif')</td>
+%%%   <td>every function of `-nifs' below: registered in Rust with
+%%%   `raw_nif!' or `#[rustler::nif]', collected as `rustler::Nif'
+%%%   (entry.rs, `nif_init')</td></tr>
+%%% <tr><td>`dtrace'</td><td>`tracer/dtrace.so' (`native/tracer_nif')</td>
+%%%   <td>`enabled/3', `trace/5': erl_tracer's callbacks, so that
+%%%   `{tracer, dtrace, State}' fires the VM probes; `dtrace_nif.so''s own
+%%%   functions, registered with `raw_nif!(tracer ...)' as
+%%%   `TracerCallback' and handed over by `dtrace_erl_tracer_nifs'
+%%%   (entry.rs), so both modules share one set of semaphores</td></tr>
+%%% <tr><td>`dyntrace' (`compat/')</td><td>`compat/dyntrace.so' (the same
+%%%   object as `tracer/dtrace.so', another copy)</td><td>the same two
+%%%   callbacks, for `{tracer, dyntrace, State}'</td></tr>
+%%% </table>
+%%% A NIF library belongs to one module, and erl_tracer calls a tracer
+%%% module's callbacks only as NIFs of that module: hence the second
+%%% library, which has no code of its own.
+%%%
+%%% == The user tag at this boundary ==
+%%% Every NIF's tag argument is a {@link user_tag()}: a binary (this tag),
+%%% `undefined' (no tag: NULL) or, for {@link i4s4/9} and
+%%% {@link user_trace_n/10} only, `adopt' (the caller has no tag of its
+%%% own: see dtrace_tag.hrl). `undef', OTP's absent probe argument, is never
+%%% a tag.
 %%% @end
 -module(dtrace_nif).
 
@@ -24,6 +54,8 @@
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
 -export([test_panic/0, test_allocations/0, test_dof_force_active/0]).
+-export([library_path/1, loaded/3, not_loaded/1]).
+-export_type([user_tag/0]).
 
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
@@ -37,6 +69,11 @@
        provider_probe/2, provider_path/1, provider_delete/1,
        test_panic/0, test_allocations/0, test_dof_force_active/0]).
 
+-type user_tag() :: binary() | undefined | adopt.
+%% The tag argument of a probe NIF (see the module doc): a binary, this
+%% tag; `undefined', no tag; `adopt' (i4s4/9, user_trace_n/10), the caller
+%% has none of its own and asks again with its adopted tag when answered
+%% `adopt'.
 -type integer_maybe() :: integer() | atom().
 %% Any atom means "absent" (0).
 -type iolist_maybe() :: iodata() | atom().
@@ -46,39 +83,50 @@
 %%% Loading
 %%%===================================================================
 
-%% Loads priv/dtrace_nif.so. If it cannot be loaded the module still loads,
-%% with a warning, and every probe returns `false' (as OTP's dyntrace does
-%% on a VM without dynamic trace).
 on_load() ->
-    case nif_path() of
-        {ok, Path} ->
-            case erlang:load_nif(Path, 0) of
-                ok -> ok;
-                {error, {reload, _}} -> ok;
-                {error, {Reason, Text}} ->
-                    logger:warning("dtrace: NIF ~ts not loaded (~p: ~ts); "
-                                   "probes are disabled", [Path, Reason, Text]),
-                    ok
-            end;
-        {error, Why} ->
-            logger:warning("dtrace: NIF not found (~p); probes are disabled", [Why]),
-            ok
-    end.
+    Path = library_path(?MODULE),
+    loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
 
-nif_path() ->
+%% What Module's on_load makes of erlang:load_nif/2's Result for its
+%% library at Path (the table of the module doc; each module calls
+%% load_nif itself, as a NIF library loads into its caller): `ok' whatever
+%% happened, so that the module loads. Without its library `dtrace_nif'
+%% logs a warning and every probe returns `false' (as OTP's dyntrace does
+%% on a VM without dynamic trace); a tracer module logs a notice and its
+%% stubs answer `remove'.
+-spec loaded(Module :: dtrace_nif | dtrace | dyntrace, Path :: file:filename(),
+             Result :: ok | {error, {atom(), string()}}) -> ok.
+loaded(_Module, _Path, ok) ->
+    ok;
+loaded(_Module, _Path, {error, {reload, _}}) ->
+    ok;
+loaded(dtrace_nif, Path, {error, {Reason, Text}}) ->
+    logger:warning("dtrace: NIF ~ts not loaded (~p: ~ts); probes are disabled", [Path, Reason, Text]);
+loaded(Module, Path, {error, {Reason, Text}}) ->
+    logger:info("dtrace: {tracer, ~p, []} fires nothing: ~ts: ~p: ~ts", [Module, Path, Reason, Text]).
+
+%% The library of Module (the module doc's table), without its extension,
+%% for erlang:load_nif/2. A tracer module's library uses dtrace_nif.so's
+%% callbacks: dtrace_nif is loaded first.
+-spec library_path(Module :: dtrace_nif | dtrace | dyntrace) -> file:filename().
+library_path(Module) ->
+    _ = Module =:= dtrace_nif orelse code:ensure_loaded(dtrace_nif),
+    Rel = case Module of
+              dtrace_nif -> ["dtrace_nif"];
+              dtrace -> ["tracer", "dtrace"];
+              dyntrace -> ["compat", "dyntrace"]
+          end,
     case code:priv_dir(dtrace) of
         {error, bad_name} ->
-            %% Not loaded as an application (the beam file on the code path
-            %% by hand): look next to ebin/.
-            case code:which(?MODULE) of
-                Beam when is_list(Beam) ->
-                    {ok, filename:join([filename:dirname(filename:dirname(Beam)),
-                                        "priv", "dtrace_nif"])};
-                Other ->
-                    {error, Other}
-            end;
+            %% Not loaded as an application (the beam files on the code
+            %% path by hand): priv/ next to ebin/.
+            Ebin = case code:which(?MODULE) of
+                       Beam when is_list(Beam) -> filename:dirname(Beam);
+                       _ -> "ebin"
+                   end,
+            filename:join([filename:dirname(Ebin), "priv" | Rel]);
         Priv ->
-            {ok, filename:join(Priv, "dtrace_nif")}
+            filename:join([Priv | Rel])
     end.
 
 %%%===================================================================
@@ -320,20 +368,25 @@ test_dof_force_active() ->
 
 %%%===================================================================
 
-%% What a NIF stub returns when the library is not loaded: Default. The
-%% round trip through the external term format hides the value from
-%% dialyzer, whose success typing would otherwise be the stub's body
-%% (`false'), not what the NIF returns: every `true' or `adopt' clause of
-%% a caller would look unreachable. It runs only when the NIF is missing.
+%% What a NIF stub returns when its library is not loaded: Default (also
+%% for the tracer modules' stubs, dtrace:enabled/3). erlang:nif_error/1
+%% is the BIF OTP documents for NIF stubs: it raises like erlang:error/1,
+%% and dialyzer takes it to return any term, so a stub's type is its spec
+%% (what the NIF returns), not Default alone; caught here, it gives the
+%% documented answer of a node without the library. Runs only then.
+-spec not_loaded(Default) -> Default.
+not_loaded(Default) ->
+    try
+        erlang:nif_error(not_loaded)
+    catch
+        error:not_loaded -> Default
+    end.
+
 stub(Default) ->
-    binary_to_term(term_to_binary(Default)).
+    not_loaded(Default).
 
 %% What a provider NIF's stub does: no handle exists without the library,
-%% so it raises what the NIF raises for a term that is not a handle. The
-%% second branch never runs; it keeps dialyzer from concluding that the
-%% stub (hence the NIF) never returns.
+%% so it raises what the NIF raises for a term that is not a handle
+%% (erlang:nif_error/1: see not_loaded/1).
 badarg() ->
-    case binary_to_term(term_to_binary(badarg)) of
-        badarg -> erlang:error(badarg);
-        NeverReached -> NeverReached
-    end.
+    erlang:nif_error(badarg).

@@ -144,10 +144,13 @@ api(_, _, _) -> false.
 nif(F, Args, Result) when F =:= available; F =:= sinks; F =:= is_enabled; F =:= user_trace_s1;
                           F =:= user_trace_i4s4 ->
     api(F, Args, Result);
-nif(i4s4, _, {ok, R}) -> is_boolean(R) orelse R =:= adopt;
-nif(user_trace_n, [Label | _], {ok, R}) ->
+%% The tag contract (dtrace_tag.hrl): `adopt' is answered only for the tag
+%% `adopt' (the tag is the last argument), never for `undefined' or `undef'.
+nif(i4s4, Args, {ok, R}) -> is_boolean(R) orelse (R =:= adopt andalso lists:last(Args) =:= adopt);
+nif(user_trace_n, [Label | _] = Args, {ok, R}) ->
     case Label of
-        L when is_integer(L), L >= 0, L =< 950 -> is_boolean(R) orelse R =:= adopt;
+        L when is_integer(L), L >= 0, L =< 950 ->
+            is_boolean(R) orelse (R =:= adopt andalso lists:last(Args) =:= adopt);
         L when is_integer(L), L >= 951, L =< 1023 -> R =:= error;
         _ -> R =:= badarg
     end;
@@ -214,7 +217,7 @@ probe_term() ->
                {3, any_term()},
                {3, iolist_like()},
                {2, large_integer()},
-               {1, oneof([undef, undefined, [], <<>>, 1.5, -0.0])},
+               {1, oneof([undef, undefined, adopt, [], <<>>, 1.5, -0.0])},
                {1, oneof([exactly(T) || T <- [self(), make_ref(), hd(erlang:ports()),
                                               fun() -> ok end, fun erlang:node/0,
                                               #{a => [1]}, {x, "y"}]])},

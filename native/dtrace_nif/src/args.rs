@@ -45,6 +45,7 @@ pub const MAX_DEPTH: usize = 256;
 struct Immediates {
     undef: ErlNifTerm,
     undefined: ErlNifTerm,
+    adopt: ErlNifTerm,
     nil: ErlNifTerm,
 }
 
@@ -55,6 +56,7 @@ pub fn init(env: Env<'_>) {
     let _ = IMMEDIATES.set(Immediates {
         undef: atoms::undef().as_c_arg(),
         undefined: atoms::undefined().as_c_arg(),
+        adopt: atoms::adopt().as_c_arg(),
         nil: Term::list_new_empty(env).as_c_arg(),
     });
 }
@@ -66,17 +68,14 @@ fn is_absent(term: Term<'_>) -> bool {
     IMMEDIATES.get().is_some_and(|im| raw == im.undef || raw == im.undefined)
 }
 
-/// Is `term` the atom `undefined` (what `p/N` passes when the caller has
-/// no tag of its own)?
+/// Is the raw term `term` the atom `adopt`: the user tag `p/N` and `pn/N`
+/// pass when the caller has no tag of its own (the tag contract,
+/// `dtrace_nif:user_tag()`: a binary is that tag, `undefined` no tag,
+/// `adopt` "answer `adopt` if enabled, and I call again with the tag I
+/// adopted")?
 #[inline(always)]
-pub fn is_undefined(term: Term<'_>) -> bool {
-    is_undefined_raw(term.as_c_arg())
-}
-
-/// [`is_undefined`] on a raw term.
-#[inline(always)]
-pub fn is_undefined_raw(term: ErlNifTerm) -> bool {
-    IMMEDIATES.get().is_some_and(|im| term == im.undefined)
+pub fn is_adopt_raw(term: ErlNifTerm) -> bool {
+    IMMEDIATES.get().is_some_and(|im| term == im.adopt)
 }
 
 /// Is the raw term `term` of `env` the empty list?

@@ -47,7 +47,7 @@ impl EfileOp {
 /// call into the VM (its `enif_*` functions exist only once the VM loads
 /// the library).
 #[cfg(not(test))]
-mod nifs {
+pub(crate) mod nifs {
     use std::sync::OnceLock;
 
     use rustler::sys::ErlNifTerm;
@@ -56,14 +56,13 @@ mod nifs {
 
     use super::EfileOp;
     use crate::args::{StrBuf, int64_or_zero};
-    use crate::nif::{LoadStep, NifArgs, NifCall, NoArgs, nif_args, raw_nif};
+    use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
     use crate::probes::{efile_drv__entry, efile_drv__int_entry, efile_drv__int_return, efile_drv__return};
     use crate::text::TextBuf;
 
     raw_nif!("efile_enabled", NoArgs => efile_enabled);
     raw_nif!("efile_entry", EntryArgs => efile_entry);
     raw_nif!("efile_return", ReturnArgs => efile_return);
-    inventory::submit!(LoadStep(load));
 
     nif_args!(
         /// `efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, UserTag, Device)`.
@@ -78,8 +77,9 @@ mod nifs {
     /// immediates, so a reason is looked up by comparing raw terms.
     static ERRNOS: OnceLock<Vec<(ErlNifTerm, i32)>> = OnceLock::new();
 
-    /// Library load: makes the errno atoms (about 130, once).
-    fn load(env: Env<'_>) -> bool {
+    /// The family's load step (`nif::load`): makes the errno atoms (about
+    /// 130, once).
+    pub(crate) fn load(env: Env<'_>) -> bool {
         let _ = ERRNOS.get_or_init(|| {
             let mut table = Vec::new();
             crate::errno::for_each(|name, number| {

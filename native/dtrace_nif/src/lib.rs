@@ -51,9 +51,38 @@ mod user;
 #[cfg(not(test))]
 mod vm;
 
-// `nif_init`: rustler's entry plus an `upgrade` callback (see entry.rs).
-#[cfg(not(any(test, windows)))]
+// The ground resting on rustler's hidden items: `raw_nif!` and `nif_init`,
+// rustler's entry plus an `upgrade` callback (see entry.rs).
+#[cfg(not(test))]
 mod entry;
+
+/// The rustler version entry.rs, the code resting on rustler's hidden
+/// items, was checked against.
+pub const AUDITED_RUSTLER: &str = "0.39.0";
+
+/// Fails when the rustler in `Cargo.lock` is not the one entry.rs was
+/// checked against: an upgrade must re-read rustler's `init!` and `nif`
+/// expansions first (entry.rs says how), then change [`AUDITED_RUSTLER`].
+#[cfg(test)]
+mod rustler_ground {
+    #[test]
+    fn locked_rustler_is_the_audited_one() {
+        let lock_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock");
+        let lock = std::fs::read_to_string(lock_path).expect("Cargo.lock");
+        let version = lock
+            .split("[[package]]")
+            .find(|p| p.lines().any(|l| l.trim() == "name = \"rustler\""))
+            .and_then(|p| p.lines().find_map(|l| l.trim().strip_prefix("version = \"")))
+            .map(|v| v.trim_end_matches('"'))
+            .expect("rustler in Cargo.lock");
+        assert_eq!(
+            version,
+            super::AUDITED_RUSTLER,
+            "rustler {version} is locked, entry.rs was checked against {}: read entry.rs's module doc",
+            super::AUDITED_RUSTLER
+        );
+    }
+}
 // On Windows the VM passes its function table to `nif_init`; rustler's own
 // entry does that (without `upgrade`: reloading module dtrace_nif there
 // needs a purge first).

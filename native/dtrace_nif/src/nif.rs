@@ -10,16 +10,10 @@
 //! through one named struct each ([`nif_args!`]). The cold NIFs (set-up and
 //! status calls) are rustler's `#[rustler::nif]`, with typed arguments.
 //!
-//! Two `#[doc(hidden)]` items of rustler 0.39 are used here and in
-//! entry.rs, because this is how its own `#[rustler::nif]` and
-//! `rustler::init!` expansions do it: `rustler::Nif` (the registry entry
-//! `rustler::init!` collects through `inventory`) and, in entry.rs,
-//! `rustler::codegen_runtime`. rustler is pinned exactly (`=0.39.0`) for
-//! that reason. To upgrade: compare the new version's `init!` and `nif`
-//! expansions (rustler_codegen's `init.rs` and `nif.rs`) with `raw_nif!`
-//! and entry.rs, then run `make test`: every NIF is called by the
-//! contract suite, and dtrace_robust_SUITE's lifecycle case exercises the
-//! `upgrade` callback.
+//! Everything here goes through rustler's public API (`rustler::sys`, `Env`,
+//! `Term`); the registration of raw NIFs (`raw_nif!`) and the library's
+//! entry rest on two of its hidden items, and live in entry.rs, which
+//! says why.
 
 use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -71,41 +65,9 @@ macro_rules! nif_args {
 }
 pub(crate) use nif_args;
 
-/// Registers the safe function `$body: fn(NifCall) -> ErlNifTerm` as the
-/// NIF `dtrace_nif:$name/N`, where N is the field count of the argument
-/// struct `$args` ([`nif_args!`]), in the table `nif_init` (entry.rs) reads.
-/// The `extern "C"` wrapper is the only place that trusts the VM's
-/// pointers. `, dirty_io` runs it on a dirty I/O scheduler (for NIFs that
-/// do file I/O or wait for the dynamic loader's lock).
-macro_rules! raw_nif {
-    ($name:literal, $args:ident => $body:ident, dirty_io) => {
-        $crate::nif::raw_nif!(@ $name, $args => $body, rustler::sys::ERL_NIF_DIRTY_JOB_IO_BOUND as _);
-    };
-    ($name:literal, $args:ident => $body:ident) => {
-        $crate::nif::raw_nif!(@ $name, $args => $body, 0);
-    };
-    (@ $name:literal, $args:ident => $body:ident, $flags:expr) => {
-        const _: () = {
-            unsafe extern "C" fn nif(
-                env: *mut rustler::sys::ErlNifEnv,
-                argc: ::std::ffi::c_int,
-                argv: *const rustler::sys::ErlNifTerm,
-            ) -> rustler::sys::ErlNifTerm {
-                // SAFETY: the VM calls a NIF with its own env and `argc`
-                // (the registered arity) valid terms at `argv`, for the
-                // duration of the call; NifCall lives no longer.
-                $body(unsafe { $crate::nif::NifCall::new(env, argc, argv) })
-            }
-            inventory::submit!(rustler::Nif {
-                name: concat!($name, "\0").as_ptr() as *const ::std::ffi::c_char,
-                arity: <$args<rustler::sys::ErlNifTerm> as $crate::nif::NifArgs<rustler::sys::ErlNifTerm>>::ARITY as _,
-                flags: $flags,
-                raw_func: nif as $crate::nif::RawNif,
-            });
-        };
-    };
-}
-pub(crate) use raw_nif;
+// `raw_nif!`, the registration of a raw NIF, rests on rustler's hidden
+// items: it lives in entry.rs with the rest of that ground.
+pub(crate) use crate::entry::raw_nif;
 
 /// The arguments of a NIF that takes none.
 pub(crate) struct NoArgs<T>(std::marker::PhantomData<T>);
@@ -228,22 +190,21 @@ pub(crate) fn immediate_bits(raw: ErlNifTerm) -> Option<usize> {
     (bits & 0b11 == 0b11).then_some(bits)
 }
 
-/// One step of the library's load: a family's set-up (atoms it compares
-/// with, tables, resource types). Submitted with
-/// `inventory::submit!(LoadStep(f))` next to the family's NIFs; `false`
-/// refuses the load. Steps run on every load and upgrade of the library
-/// (see entry.rs), so each must be idempotent.
-pub(crate) struct LoadStep(pub fn(Env<'_>) -> bool);
-
-inventory::collect!(LoadStep);
-
-/// Runs every family's load step. The library's `load` and `upgrade`.
+/// The library's load steps, all of them, in order: the atoms and
+/// immediates compared with, each family's tables (`efile`: errno atoms;
+/// `vm`: trace tags; `provider`: its resource type), then DTrace's DOF.
+/// The library's `load` and `upgrade` (entry.rs) both run it, so each step
+/// is idempotent; `false` refuses the load.
 pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);
     crate::flat_size::load();
     crate::lttng::load();
-    let loaded = inventory::iter::<LoadStep>().all(|step| (step.0)(env));
+    #[cfg(unix)]
+    let provider = crate::provider::nifs::load(env);
+    #[cfg(not(unix))]
+    let provider = true;
+    let loaded = crate::efile::nifs::load(env) && crate::vm::load(env) && provider;
     if loaded {
         // Counted per module instance (load and upgrade); `entry.rs`'s
         // `unload` takes it back.
@@ -315,7 +276,7 @@ pub(crate) mod test_hooks {
     use rustler::Encoder;
     use rustler::sys::ErlNifTerm;
 
-    use super::{NifCall, NoArgs};
+    use super::{NifCall, NoArgs, raw_nif};
 
     raw_nif!("test_panic", NoArgs => test_panic);
     raw_nif!("test_allocations", NoArgs => test_allocations);

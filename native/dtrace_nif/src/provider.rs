@@ -800,7 +800,7 @@ fn process_exists(pid: u32) -> bool {
 /// map on every decode, about as long again as the whole disabled path of
 /// `fire`; here the type is one pointer, read once per call.
 #[cfg(not(test))]
-mod nifs {
+pub(crate) mod nifs {
     use std::ffi::c_void;
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::ptr;
@@ -818,7 +818,7 @@ mod nifs {
 
     use super::{Invalid, MAX_NAME_BYTES, MAX_PROBES, MAX_PROVIDERS, NewError, Probe, ProbeDef, Provider, Registers};
     use crate::args::{Bytes, StrBuf, int64_or_zero, read_iolist};
-    use crate::nif::{LoadStep, NifArgs, NifCall, nif_args, raw_nif};
+    use crate::nif::{NifArgs, NifCall, nif_args, raw_nif};
 
     // The hot NIFs (fire, is-enabled) are raw: no argument Vec, nothing
     // decoded before the handle is found. The others are rustler's.
@@ -828,7 +828,6 @@ mod nifs {
     raw_nif!("provider_is_enabled", ProbeArgs => probe_is_enabled);
     raw_nif!("provider_is_enabled", CheckedArgs => provider_is_enabled_checked);
     raw_nif!("provider_probe_is_enabled", ProbeCheckedArgs => probe_is_enabled_checked);
-    inventory::submit!(LoadStep(load));
 
     nif_args!(
         /// `provider_fire(Handle, ProbeName, Args)`.
@@ -929,12 +928,12 @@ mod nifs {
     /// takeover, purging the old version would free the type (no handles)
     /// or orphan it (handles alive).
     ///
-    /// After `code:delete(dtrace)` and a purge, though, the type is out of
+    /// After `code:delete(dtrace_nif)` and a purge, though, the type is out of
     /// the VM's list (freed, or orphaned while handles of it live): the next
     /// load creates a new one, and handles made before are no longer
     /// recognised (calls with them raise `badarg`; they are still unloaded
     /// when collected).
-    fn load(env: Env<'_>) -> bool {
+    pub(crate) fn load(env: Env<'_>) -> bool {
         let open = |flags| {
             let mut tried = ErlNifResourceFlags::ERL_NIF_RT_CREATE;
             // SAFETY: called from the load callback with its env; the name

@@ -5,15 +5,15 @@
 //! Return values follow OTP's `dyntrace` NIF: `false` (not enabled, checked
 //! first), `true` (fired), `badarg` / `error` (returned, not raised). The
 //! tag-last NIFs behind `p/N` and `pn/N` may also answer `adopt` (enabled,
-//! and the caller has no tag of its own: `p/N` calls again with its
-//! adopted tag); `dtrace` never returns it. The only exception ever raised
+//! and the caller passed `adopt`, having no tag of its own: `p/N` calls
+//! again with its adopted tag or `undefined`); `dtrace` never returns it. The only exception ever raised
 //! is `nif_panicked`, should a bug panic.
 
 use rustler::sys::ErlNifTerm;
 use rustler::types::atom::{false_, true_};
 use rustler::{Env, Term};
 
-use crate::args::{StrBuf, int64_or_zero, is_undefined_raw};
+use crate::args::{StrBuf, int64_or_zero, is_adopt_raw};
 use crate::atoms;
 use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
 use crate::probes::{self, Str, user_trace__i4s4, user_trace__n, user_trace__s1};
@@ -191,15 +191,15 @@ fn user_trace_i4s4(call: NifCall) -> ErlNifTerm {
 }
 
 /// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false | adopt`:
-/// the same with the tag last, as `p/N` calls it. `UserTag` = `undefined`
+/// the same with the tag last, as `p/N` calls it. `UserTag` = `adopt`
 /// means the caller has no tag of its own: when the probe is enabled this
 /// returns `adopt` without firing, and `p/N` calls again with the tag the
-/// caller adopted, if any (tag spreading).
+/// caller adopted (tag spreading), or `undefined` (no tag: NULL).
 fn i4s4(call: NifCall) -> ErlNifTerm {
     if !user_trace__i4s4::enabled() {
         return false_().as_c_arg();
     }
-    if call.raw::<TagLastArgs<ErlNifTerm>>().is_some_and(|a| is_undefined_raw(a.user_tag)) {
+    if call.raw::<TagLastArgs<ErlNifTerm>>().is_some_and(|a| is_adopt_raw(a.user_tag)) {
         // The caller has no tag of its own: it asks again with the tag it
         // adopted, if any.
         return atoms::adopt().as_c_arg();
@@ -240,7 +240,7 @@ fn user_trace_n(call: NifCall) -> ErlNifTerm {
         if !user_trace__n::enabled(label) {
             return false_().to_term(env);
         }
-        if is_undefined_raw(a.user_tag.as_c_arg()) {
+        if is_adopt_raw(a.user_tag.as_c_arg()) {
             return atoms::adopt().to_term(env);
         }
         let mut bufs = I4s4Bufs::default();

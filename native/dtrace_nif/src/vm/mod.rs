@@ -28,7 +28,7 @@ use rustler::sys::ErlNifTerm;
 use rustler::types::atom::ok;
 use rustler::{Atom, Encoder, Env, Term, TermType};
 
-use crate::nif::{LoadStep, NifArgs, NifCall, nif_args, raw_nif};
+use crate::nif::{NifArgs, NifCall, nif_args, raw_nif};
 use crate::probes::Str;
 use crate::text::TextBuf;
 
@@ -53,9 +53,10 @@ mod fmt {
 
 include!(concat!(env!("OUT_DIR"), "/feeds.rs"));
 
-raw_nif!("enabled", EnabledArgs => enabled);
-raw_nif!("trace", TraceArgs => trace);
-inventory::submit!(LoadStep(load));
+// erl_tracer's callbacks: NIFs of the tracer modules (`dtrace`,
+// `dyntrace`), not of `dtrace_nif` (entry.rs, `dtrace_erl_tracer_nifs`).
+raw_nif!(tracer "enabled", EnabledArgs => enabled);
+raw_nif!(tracer "trace", TraceArgs => trace);
 
 nif_args!(
     /// erl_tracer's `enabled(TraceTag, TracerState, Tracee)`.
@@ -76,7 +77,8 @@ mod atoms {
 /// compared as raw terms), most frequent first.
 static TAGS: OnceLock<Vec<(ErlNifTerm, TraceTag)>> = OnceLock::new();
 
-fn load(env: Env<'_>) -> bool {
+/// The family's load step (`nif::load`): the trace tags' atoms.
+pub(crate) fn load(env: Env<'_>) -> bool {
     let _ = TAGS.get_or_init(|| {
         TRACE_TAGS
             .iter()
