@@ -7,7 +7,7 @@ span end returns a Breakdown of that span. The events (`kind`, then the
 fields), nanoseconds on one clock:
 
     span_begin  pid span_id parent_id kind tag
-    span_end    pid span_id duration_ns
+    span_end    pid span_id duration_ns [info [outcome]]
     out         pid mfa             the process is scheduled out in mfa
     hibernate   pid mfa             ... to hibernate
     in          pid mfa             ... and in again, to run mfa
@@ -76,8 +76,9 @@ COMMANDS = {1: "OPEN", 2: "READ", 3: "LSEEK", 4: "WRITE", 5: "FSTAT", 6: "PWD", 
 class Breakdown:
     """Where one span's time went (all times in ns)."""
 
-    def __init__(self, node, pid, span_id, parent_id, kind, tag, begin, end, complete, truncated):
+    def __init__(self, node, pid, span_id, parent_id, kind, tag, begin, end, complete, truncated, outcome="ok"):
         self.node, self.pid, self.span_id, self.parent_id = node, pid, span_id, parent_id
+        self.outcome = outcome  # "ok", or "error", "exit", "throw": the span raised
         self.kind, self.tag, self.begin, self.end = kind, tag, begin, end
         self.complete, self.truncated = complete, truncated
         self.duration = end - begin
@@ -132,7 +133,7 @@ class Breakdown:
                 "messages_received": self.messages,
                 "slowest_calls": [{"mfa": m, "ns": ns} for ns, m in self.calls],
                 "cause": self.cause()[1], "cause_ns": self.cause()[0],
-                "complete": self.complete, "truncated": self.truncated}
+                "complete": self.complete, "truncated": self.truncated, "outcome": self.outcome}
 
     def lines(self, clock, top=5):
         """The breakdown as text lines; clock(ns) gives the time of day."""
@@ -141,7 +142,8 @@ class Breakdown:
         share = 100.0 * cause_ns / self.duration if self.duration else 0.0
         out = ["%s slow span: %s %s, tag %s, pid %s (span %s)" % (
             clock(self.begin), self.kind, ms(self.duration),
-            json.dumps(self.tag) if self.tag is not None else "(none)", self.pid, self.span_id)]
+            json.dumps(self.tag) if self.tag is not None else "(none)", self.pid, self.span_id)
+            + (" FAILED: %s" % self.outcome if self.outcome != "ok" else "")]
         if not self.complete:
             # The tracer started (or the ring buffer begins) inside it.
             out.append("    cause: %s" % cause)
@@ -197,7 +199,8 @@ class Why:
         if kind == "span_end":
             pid, span_id, duration = f[:3]
             info = f[3] if len(f) > 3 else None
-            return self._end(node, ts, pid, span_id, duration, info)
+            outcome = f[4] if len(f) > 4 and f[4] else "ok"
+            return self._end(node, ts, pid, span_id, duration, info, outcome)
         if kind in ("file_start", "file_end"):
             return self._file(node, ts, kind, f)
         if kind == "send":
@@ -232,7 +235,7 @@ class Why:
                     self.done_files = [d for d in self.done_files if d[2] >= horizon]
         return None
 
-    def _end(self, node, ts, pid, span_id, duration, info):
+    def _end(self, node, ts, pid, span_id, duration, info, outcome="ok"):
         p = self.procs.get((node, pid))
         opened = p.open.pop(span_id, None) if p is not None else None
         if opened is not None:
@@ -245,7 +248,7 @@ class Why:
             parent, skind, tag = info if info is not None else (0, "?", None)
             complete = False
         b = Breakdown(node, pid, span_id, parent, skind, tag, begin, begin + duration, complete,
-                      p.truncated if p is not None else False)
+                      p.truncated if p is not None else False, outcome)
         # The events are those from the begin event to the end event (the
         # duration, measured in Erlang between the two, is a little shorter).
         b.window_end = max(ts, begin + duration)

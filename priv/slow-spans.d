@@ -34,8 +34,8 @@ erlang*:::span-begin
 erlang*:::span-end
 {
     this->p = copyinstr(arg0);
-    printf("E\t%d\t%s\t%d\t%d\t%s\t%s\n", timestamp, this->p, arg2, arg5,
-        arg4 ? copyinstr(arg4) : "", arg1 ? copyinstr(arg1) : "");
+    printf("E\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", timestamp, this->p, arg2, arg5,
+        arg6 ? copyinstr(arg6) : "ok", arg4 ? copyinstr(arg4) : "", arg1 ? copyinstr(arg1) : "");
     depth[this->p] = depth[this->p] > 1 ? depth[this->p] - 1 : 0;
 }
 

@@ -65,7 +65,10 @@ request(Cause, Tag, Env) ->
                             _ -> []
                         end,
                   dtrace:put_tag(Tag),
-                  R = dtrace:span(request, fun() -> handle(Cause, Env#{big => Big}) end),
+                  %% A request that raises is a failed span (outcome throw).
+                  R = try dtrace:span(request, fun() -> handle(Cause, Env#{big => Big}) end)
+                      catch throw:{failed_request, Failed} -> Failed
+                      end,
                   Parent ! {self(), R, erlang:external_size(Big)}
           end),
     receive
@@ -81,8 +84,9 @@ handle(fast, _Env) ->
     _ = lists:sum(lists:seq(1, 1000)),
     {0, undefined};
 handle(sleep, _Env) ->
+    %% Slow, and then it fails: its span ends with outcome "throw".
     {T, ok} = timer:tc(fun() -> timer:sleep(?SLEEP_MS) end),
-    {T * 1000, undefined};
+    throw({failed_request, {T * 1000, undefined}});
 handle(gc, _Env) ->
     {T, true} = timer:tc(fun() -> erlang:garbage_collect() end),
     {T * 1000, undefined};

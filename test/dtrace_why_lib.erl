@@ -72,7 +72,7 @@ check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
              case lists:keyfind(Tag, 1, Blocks) of
                  false ->
                      {Tag, Cause, not_printed};
-                 {Tag, {Text, Ms}, _} ->
+                 {Tag, {Text, Ms}, Block} ->
                      PlantedMs = PlantedNs / 1.0e6,
                      CauseOk = case Cause of
                                    sleep -> prefix(<<"scheduled out in timer:sleep/1">>, Text);
@@ -82,7 +82,10 @@ check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
                                    file -> prefix(<<"file I/O">>, Text)
                                end,
                      TimeOk = Tolerance =:= infinity orelse abs(Ms - PlantedMs) =< Tolerance * PlantedMs,
-                     case CauseOk andalso TimeOk of
+                     %% The sleeping request raises after its sleep (the
+                     %% service's): only its breakdown says FAILED.
+                     FailedOk = (Cause =:= sleep) =:= has(Block, <<"FAILED: throw">>),
+                     case CauseOk andalso TimeOk andalso FailedOk of
                          true -> ok;
                          false -> {Tag, Cause, PlantedMs, Text, Ms}
                      end
