@@ -617,7 +617,12 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 -spec span(Kind, Fun) -> Result when
       Kind :: span_kind(), Fun :: fun(() -> Result), Result :: term().
 span(Kind, Fun) when is_function(Fun, 0) ->
-    dtrace_span:span(Kind, Fun).
+    %% The disabled path here, as before the spans had a module: one NIF
+    %% call, then Fun.
+    case dtrace_nif:span_enabled() of
+        false -> Fun();
+        Enabled -> dtrace_span:span(Kind, Fun, Enabled)
+    end.
 
 %% @doc Begins a span of `Kind' that another call (in this process or
 %% another, or another node) ends with {@link span_end/1}: for work that

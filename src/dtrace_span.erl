@@ -14,7 +14,7 @@
 %%% @end
 -module(dtrace_span).
 
--export([span/2, span_begin/1, span_end/2, slow_span_threshold/0, set_slow_span_threshold/1]).
+-export([span/3, span_begin/1, span_end/2, slow_span_threshold/0, set_slow_span_threshold/1]).
 -export_type([span/0]).
 
 %% The id of the span/2 running in this process, the parent of the next.
@@ -28,11 +28,11 @@
 %% monotonic start), a slow-only span (the NIF's begin time), or, while
 %% nobody listens, a full span of id 0 that span_end/2 ignores.
 
--spec span(Kind :: dtrace:span_kind(), Fun :: fun(() -> Result)) -> Result.
-span(Kind, Fun) ->
-    case dtrace_nif:span_enabled() of
-        false ->
-            Fun();
+%% Enabled: what dtrace_nif:span_enabled/0 answered, not `false' (the
+%% facade runs Fun itself then).
+-spec span(Kind :: dtrace:span_kind(), Fun :: fun(() -> Result), Enabled :: true | integer()) -> Result.
+span(Kind, Fun, Enabled) ->
+    case Enabled of
         BeginNs when is_integer(BeginNs) ->
             Tag = dtrace_tag:get_tag_data(),
             try Fun() of
