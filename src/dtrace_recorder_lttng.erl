@@ -21,7 +21,7 @@
 %%% @end
 -module(dtrace_recorder_lttng).
 
--export([events/0, event_fields/1, match_events/1, filter_fields/1]).
+-export([events/0, event_fields/1, numbered_event/0, match_events/1, filter_fields/1]).
 -export([cmd/2, sessions/1, session_state/2, triggers/1,
          create/5, add_trigger/5, remove_trigger/2, destroy/2, snapshot/3,
          registered_events/2]).
@@ -79,6 +79,17 @@ event_fields(Name) ->
     case lists:keyfind(Name, 1, events()) of
         {_, Fields} -> {ok, Fields};
         false -> error
+    end.
+
+%% @doc The LTTng event of the numbered user probes (`dtrace:pn/N'): the
+%% catalogue's event with a `label' field, which `probes.d' makes of a
+%% numbered family (`#pragma dtrace_nif numbered'). `error' when the
+%% catalogue has none (a broken install).
+-spec numbered_event() -> {ok, binary()} | error.
+numbered_event() ->
+    case [N || {N, [<<"label">> | _]} <- events()] of
+        [Name | _] -> {ok, Name};
+        [] -> error
     end.
 
 %% @doc The catalogue's events that LTTng event-name pattern `Pattern'
@@ -284,7 +295,8 @@ unescape(B) ->
 create(Ctx, Name, {Dir, OutName}, {N, Size}, Rules) ->
     case cmd(Ctx, ["create", Name, "--snapshot", "--no-output"]) of
         {ok, _} ->
-            Steps = [["snapshot", "add-output", "-s", Name, "--name=" ++ OutName, "file://" ++ Dir],["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ integer_to_list(Size),
+            Steps = [["snapshot", "add-output", "-s", Name, "--name=" ++ OutName, "file://" ++ Dir],
+                     ["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ integer_to_list(Size),
                       "--num-subbuf=" ++ integer_to_list(N), "--overwrite", "--buffers-uid", ?CHANNEL],
                      ["add-context", "-u", "-s", Name, "-c", ?CHANNEL, "-t", "vpid"],
                      %% Track this node's process only: the session's events

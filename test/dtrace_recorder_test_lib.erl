@@ -185,7 +185,7 @@ lttng_names(OsPid, Prefix) ->
     {Names(S, <<"<session><name>">>), Names(T, <<"<trigger><name>">>)}.
 
 pid_of(Name) ->
-    case dtrace_recorder_opts:parse_session_name(Name) of
+    case dtrace_recorder_session:owner(Name) of
         {_, _, _, Pid} -> Pid;
         other -> none
     end.
