@@ -79,10 +79,15 @@
 %% `dtrace_recorder'), which stays valid across restarts, or its pid.
 -type snapshot() :: #{path := binary(), time := integer(), reason := binary(),
                       source := trigger | manual | cluster, node := node(),
-                      bytes := non_neg_integer()}.
+                      bytes := non_neg_integer(), relay => sent | relay_down}.
 %% `time': milliseconds since the epoch when the recorder took the
 %% snapshot (or, for a trigger's, saw it complete on disk, at most about
-%% half a second later).
+%% half a second later). `relay' (with the `relay' option only): `sent'
+%% (the relay daemon has it; `path' is where `relay_dir' shows it, or,
+%% without `relay_dir', its place relative to the relay's output
+%% directory, `HOSTNAME/dtrace-rec-NODE-RECORDER/NAME-*', and `bytes' is
+%% 0), or `relay_down' (the relay did not take it: it is in the local
+%% directory).
 -type opts() :: #{events => default | detail | [binary() | string()],
                   buffer => {pos_integer(), pos_integer()},
                   triggers => [{pn, 0..950, iodata()} | {event, binary(), iodata()}],
@@ -92,7 +97,9 @@
                   name => atom(),
                   timeout_ms => pos_integer(),
                   check_ms => pos_integer(),
-                  lttng => file:filename()}.
+                  lttng => file:filename(),
+                  relay => none | string() | binary(),
+                  relay_dir => none | file:filename()}.
 
 %% report/1,2 pass their arguments on to dtrace_recorder_report, whose
 %% errors are the contract; their specs say {error, term()}.
@@ -121,7 +128,8 @@
              poll = undefined :: undefined | reference(),
              armed = true :: boolean(),
              stamp = "0" :: string(),
-             counts = #{suppressed => 0, polls => 0, failed => 0} :: #{suppressed | polls | failed => non_neg_integer()}}).
+             counts = #{suppressed => 0, polls => 0, failed => 0} :: #{suppressed | polls | failed => non_neg_integer()},
+             relay = #{state => unknown, error => none, fallbacks => 0} :: map()}).
 
 %%% API
 
@@ -179,6 +187,23 @@ start() ->
 %%   `check_ms': how often the session's health is checked (default
 %%   10000, one `lttng' call); `lttng': the `lttng' executable (default:
 %%   from `PATH').</li>
+%% <li>`relay': a relay daemon (`lttng-relayd') to send the snapshots to
+%%   instead of `dir', in LTTng's URL syntax: `"net://HOST"' (ports 5342
+%%   and 5343), `"net://HOST:CTRL"', `"net://HOST:CTRL:DATA"', or
+%%   `"net6://[ADDR]..."' likewise; no path: the relay writes them under
+%%   `HOSTNAME/dtrace-rec-NODE-RECORDER/' of its output directory, so that
+%%   every node's snapshots are in one place and the nodes of one host stay
+%%   apart. A snapshot the relay does not take (down, not answering, its
+%%   disk full) is taken into `dir' instead, and says so (`relay =>
+%%   relay_down', in {@link status/1} and the log). Default `none'.</li>
+%% <li>`relay_dir': the relay daemon's output directory as this node sees
+%%   it (the relay runs on this host, or its output is mounted here); the
+%%   recorder then lists, completes (sidecars), adopts and deletes the
+%%   relay's copies of its snapshots as it does local ones. Without it
+%%   the recorder cannot see them: it lists only the snapshots asked for
+%%   (by their place on the relay), and re-arms its triggers every
+%%   `min_interval_ms' (at least `check_ms'). Default `none'; only with
+%%   `relay'.</li>
 %% </ul>
 %% Returns `{ok, Recorder}' (its name), or `{error, Reason}':
 %% `{badopt, Key, Value}' (an unknown key, a bad value; nothing is
@@ -311,7 +336,12 @@ snapshots(Recorder) ->
 %% `triggers' (LTTng names), `snapshots' (count), `suppressed' (trigger
 %% snapshots deleted for coming within `min_interval_ms'), `failed'
 %% (snapshots LTTng could not write), `polls' (looks for trigger snapshots
-%% on disk so far, every 250 ms while triggers are armed). `{error,
+%% on disk so far, every 250 ms while triggers are armed); with the
+%% `relay' option, `relay': `#{url, dir, state, error, fallbacks}', where
+%% `dir' is the relay's copy of the recorder's directory (`none' without
+%% `relay_dir'), `state' `unknown' (before the first look), `up' or
+%% `relay_down', `error' why it was last found down (or `none'), and
+%% `fallbacks' the snapshots taken into `dir' because of it. `{error,
 %% not_found}' when there is no such recorder.
 -spec status(Recorder :: recorder()) -> map() | {error, not_found}.
 status(Recorder) ->
@@ -576,12 +606,13 @@ deadline(St) -> 8 * timeout(St) + 5000.
 
 %%% What the jobs' results do
 
-setup_done({ok, #{triggers := Triggers, found := Found, stamp := Stamp}}, St) ->
+setup_done({ok, #{triggers := Triggers, found := Found, stamp := Stamp, relay := Relay}}, St) ->
     [gen_server:reply(W, ok) || W <- St#st.waiters],
     St1 = St#st{phase = running, error = none, waiters = [], triggers = Triggers, seen = #{}, armed = true,
                 stamp = Stamp},
     Known = [P || #{path := P} <- St#st.snaps],
-    keep([S || #{path := P} = S <- Found, not lists:member(P, Known)], schedule_poll(St1));
+    St2 = keep([S || #{path := P} = S <- Found, not lists:member(P, Known)], schedule_poll(relayed(Relay, St1))),
+    unseen_rearm(St2);
 setup_done({error, Why}, St) ->
     %% The recorder's directory, if it made it and nothing is in it.
     _ = St#st.snaps =:= [] andalso file:del_dir(maps:get(dir, St#st.ctx)),
@@ -591,6 +622,13 @@ setup_done({error, Why}, St) ->
                        [maps:get(name, St#st.conf), Why, maps:get(check_ms, St#st.conf)]),
     St#st{phase = degraded, error = Why, waiters = []}.
 
+snapshot_done(From, Prev, {ok, Snap, {relay_down, _} = Down}, St) ->
+    #{path := Path} = Snap,
+    St1 = relayed(Down, St),
+    logger:warning("dtrace_recorder ~p: snapshot written to ~ts instead of the relay",
+                   [maps:get(name, St#st.conf), Path]),
+    snapshot_done(From, Prev, {ok, Snap}, St1#st{relay = maps:update_with(fallbacks, fun(N) -> N + 1 end,
+                                                                           St1#st.relay)});
 snapshot_done(From, _Prev, {ok, Snap}, #st{triggers = Ts, conf = #{min_interval_ms := Min}} = St) ->
     reply(From, {ok, Snap}),
     %% The triggers rest until the interval is over: one firing now would
@@ -599,7 +637,7 @@ snapshot_done(From, _Prev, {ok, Snap}, #st{triggers = Ts, conf = #{min_interval_
               true -> schedule_rearm(erlang:monotonic_time(millisecond) + Min, enqueue(disarm, St));
               false -> St
           end,
-    keep([Snap], St1);
+    keep([Snap], relayed(relay_of(Snap), St1));
 snapshot_done(From, Prev, {error, Why}, St) ->
     reply(From, {error, Why}),
     logger:warning("dtrace_recorder ~p: snapshot failed: ~p", [maps:get(name, St#st.conf), Why]),
@@ -611,7 +649,7 @@ poll_done(_Result, St) ->
     St.
 
 adopt_done(_Name, {ok, Snap}, St) ->
-    keep([Snap], St);
+    keep([Snap], relayed(relay_of(Snap), St));
 adopt_done(Name, {error, Why}, St) ->
     logger:warning("dtrace_recorder ~p: trigger snapshot ~ts not kept: ~p",
                    [maps:get(name, St#st.conf), Name, Why]),
@@ -623,7 +661,7 @@ check_done(Result, St) ->
     failed(check, Result, St).
 
 rearm_done({ok, Triggers}, St) ->
-    St#st{triggers = Triggers, armed = true};
+    unseen_rearm(St#st{triggers = Triggers, armed = true});
 rearm_done(Result, St) ->
     failed(rearm, Result, St).
 
@@ -646,6 +684,41 @@ count(Key, N, #st{counts = C} = St) ->
 lost_daemon({no_session_daemon, _} = Why, St) -> St#st{phase = degraded, error = Why};
 lost_daemon({lttng_timeout, _} = Why, St) -> St#st{phase = degraded, error = Why};
 lost_daemon(_Why, St) -> St.
+
+%%% The relay
+
+relay_of(#{relay := sent}) -> up;
+relay_of(_) -> none.
+
+%% What a job says of the relay: none (no relay, or nothing learnt), up,
+%% or {relay_down, Why} (logged when it was not down already).
+relayed(none, St) ->
+    St;
+relayed(up, #st{relay = R} = St) ->
+    St#st{relay = R#{state => up, error => none}};
+relayed({relay_down, Why}, #st{relay = R, ctx = #{relay := #{url := Url}, dir := Dir}} = St) ->
+    _ = maps:get(state, R) =:= relay_down orelse
+        logger:warning("dtrace_recorder ~p: relay ~s down: ~p; snapshots go to ~ts until it answers",
+                       [maps:get(name, St#st.conf), Url, Why, Dir]),
+    St#st{relay = R#{state => relay_down, error => Why}}.
+
+%% Where the recorder cannot see the relay's copies, it cannot see a
+%% trigger fire either: its triggers are re-armed every min_interval_ms
+%% (at least check_ms) instead.
+unseen_rearm(#st{ctx = #{relay := #{}, seen := none}, triggers = [_ | _],
+                 conf = #{min_interval_ms := Min, check_ms := Check}} = St) ->
+    schedule_rearm(erlang:monotonic_time(millisecond) + max(Min, Check), St);
+unseen_rearm(St) ->
+    St.
+
+%% A trigger's snapshot the relay did not take: taken again, locally if
+%% the relay still does not answer (the ring buffers still hold it,
+%% unless check_ms was longer than they last).
+relay_retry(_Failed, #st{ctx = #{relay := none}} = St) ->
+    St;
+relay_retry(Failed, St) ->
+    Info = #{source => trigger, reason => trigger_reason(St), origin => node(), tag => undefined},
+    enqueue({snapshot_request, Info, none}, relayed({relay_down, {trigger_snapshot_failed, Failed}}, St)).
 
 %%% The snapshots on disk
 
@@ -685,7 +758,7 @@ schedule_poll(#st{poll = Old, phase = running, triggers = [_ | _]} = St) ->
 schedule_poll(St) ->
     St#st{poll = undefined}.
 
-complete(Name, #st{conf = #{min_interval_ms := Min}, last_snap = Last, ctx = #{dir := Dir}} = St) ->
+complete(Name, #st{conf = #{min_interval_ms := Min}, last_snap = Last, ctx = #{seen := Dir}} = St) ->
     Now = erlang:monotonic_time(millisecond),
     St1 = St#st{seen = maps:remove(Name, St#st.seen), ignored = [Name | St#st.ignored]},
     %% The trigger that fired is spent (once-after:1): every trigger is
@@ -724,7 +797,8 @@ checked(#{session := active, triggers := Triggers}, #st{triggers = Ours} = St) -
                                     end} || #{name := N, failures := F0} = T <- Ours],
             #st{conf = #{min_interval_ms := Min}} = St,
             Now = erlang:monotonic_time(millisecond),
-            schedule_rearm(Now + Min, count(failed, length(Failed), St#st{triggers = Ours1}))
+            relay_retry(Failed, schedule_rearm(Now + Min, count(failed, length(Failed),
+                                                                 St#st{triggers = Ours1})))
     end;
 checked(#{session := State}, St) ->
     enqueue(setup, St#st{phase = degraded, error = {session_lost, State}}).
@@ -757,8 +831,19 @@ describe({event, E, <<>>}) -> E;
 describe({event, E, F}) -> [E, " when ", F].
 
 status_map(#st{ctx = Ctx, counts = Counts} = St) ->
-    #{phase => St#st.phase, error => St#st.error, session => list_to_binary(maps:get(session, Ctx)),
-      dir => unicode:characters_to_binary(maps:get(dir, Ctx)),
-      triggers => [list_to_binary(N) || #{name := N} <- St#st.triggers],
-      snapshots => length(St#st.snaps), suppressed => maps:get(suppressed, Counts),
-      failed => maps:get(failed, Counts), polls => maps:get(polls, Counts)}.
+    Status = #{phase => St#st.phase, error => St#st.error,
+               session => list_to_binary(maps:get(session, Ctx)),
+               dir => unicode:characters_to_binary(maps:get(dir, Ctx)),
+               triggers => [list_to_binary(N) || #{name := N} <- St#st.triggers],
+               snapshots => length(St#st.snaps), suppressed => maps:get(suppressed, Counts),
+               failed => maps:get(failed, Counts), polls => maps:get(polls, Counts)},
+    case Ctx of
+        #{relay := none} ->
+            Status;
+        #{relay := #{url := Url}, seen := Seen} ->
+            Status#{relay => (St#st.relay)#{url => list_to_binary(Url),
+                                            dir => case Seen of
+                                                       none -> none;
+                                                       _ -> unicode:characters_to_binary(Seen)
+                                                   end}}
+    end.

@@ -1,8 +1,9 @@
 %%% @doc The flight recorder's options ({@link dtrace_recorder:start/1}):
 %%% checked, and completed with their defaults. Nothing else: what the
-%%% options become in LTTng (names, event rules, filters) is {@link
-%%% dtrace_recorder_session}'s and {@link dtrace_recorder_lttng}'s; the
-%%% patterns and fields are checked against what those say.
+%%% options become in LTTng (names, event rules, filters, the relay's URL)
+%%% is {@link dtrace_recorder_session}'s and {@link
+%%% dtrace_recorder_lttng}'s; the patterns, fields and URLs are checked
+%%% against what those say.
 %%% @end
 -module(dtrace_recorder_opts).
 
@@ -20,13 +21,16 @@
                   dir := string(),
                   timeout_ms := pos_integer(),
                   check_ms := pos_integer(),
-                  lttng := string()}.
+                  lttng := string(),
+                  relay := none | string(),
+                  relay_dir := none | string()}.
 
 -define(MAX_TRIGGERS, 16).
 
 %% @doc The options' defaults. `dir' defaults to the user cache directory
 %% (`filename:basedir(user_cache, "dtrace_recorder")', i.e.
-%% `$XDG_CACHE_HOME/dtrace_recorder' or `~/.cache/dtrace_recorder').
+%% `$XDG_CACHE_HOME/dtrace_recorder' or `~/.cache/dtrace_recorder');
+%% `relay' and `relay_dir' to `none' (snapshots in `dir').
 -spec defaults() -> conf().
 defaults() ->
     #{name => dtrace_recorder,
@@ -38,12 +42,15 @@ defaults() ->
       dir => filename:basedir(user_cache, "dtrace_recorder"),
       timeout_ms => 15000,
       check_ms => 10000,
-      lttng => "lttng"}.
+      lttng => "lttng",
+      relay => none,
+      relay_dir => none}.
 
 %% @doc Checks the options map `Opts' of {@link dtrace_recorder:start/1}
 %% and completes it with the defaults. Returns `{error, {badopt, Key,
 %% Value}}' for an unknown key or a bad value, where `Value' is the
-%% offending element for list options (one event pattern, one trigger).
+%% offending element for list options (one event pattern, one trigger);
+%% `relay_dir' without `relay' is a bad `relay_dir'.
 -spec validate(Opts :: map()) -> {ok, conf()} | {error, {badopt, term(), term()}}.
 validate(Opts) when is_map(Opts) ->
     Defaults = defaults(),
@@ -55,6 +62,7 @@ validate(Opts) when is_map(Opts) ->
                           end
                   end, Defaults, Opts)
     of
+        #{relay := none, relay_dir := Dir} when Dir =/= none -> {error, {badopt, relay_dir, maps:get(relay_dir, Opts)}};
         Conf -> {ok, Conf}
     catch
         throw:{badopt, _, _} = Bad -> {error, Bad}
@@ -93,6 +101,20 @@ check(lttng, V) when is_binary(V); is_list(V) ->
     case unicode:characters_to_list(V) of
         [_ | _] = Exe -> Exe;
         _ -> throw({badopt, lttng, V})
+    end;
+check(relay, none) ->
+    none;
+check(relay, V) when is_binary(V); is_list(V) ->
+    case dtrace_recorder_lttng:relay_url(V) of
+        {ok, #{url := Url}} -> Url;
+        error -> throw({badopt, relay, V})
+    end;
+check(relay_dir, none) ->
+    none;
+check(relay_dir, V) when is_binary(V); is_list(V) ->
+    case unicode:characters_to_list(V) of
+        [_ | _] = Dir -> filename:absname(Dir);
+        _ -> throw({badopt, relay_dir, V})
     end;
 check(K, V) ->
     throw({badopt, K, V}).

@@ -15,8 +15,8 @@
 %%% hash of the full name, or `nonode' on a node without distribution;
 %%% RECORDER is the recorder's registered name, likewise cleaned; OSPID the
 %%% node's OS process id. Its triggers are `SESSION-tIgG' (trigger I of the
-%%% options, generation G); its directory (under the `dir' option)
-%%% `dtrace-rec-NODE-RECORDER', with
+%%% options, generation G); its directory (under the `dir' option, and
+%%% under a relay daemon's output) `dtrace-rec-NODE-RECORDER', with
 %%% `-OSPID' on a node without distribution. `-' separates the parts and
 %%% appears in no part, so a name says whose it is, and a recorder that
 %%% starts removes by name ({@link sweep/1}):
@@ -32,6 +32,24 @@
 %%% Nothing else matches: not another tool's sessions, not a live node's,
 %%% not those of a node of another host (a container) sharing the session
 %%% daemon.
+%%%
+%%% == Where snapshots go ==
+%%% To the recorder's directory under the `dir' option, by default. With
+%%% the `relay' option, to a relay daemon (`lttng-relayd'), which writes
+%%% them under `HOSTNAME/dtrace-rec-NODE-RECORDER/' of its output
+%%% directory (HOSTNAME: this host's name, as the session daemon sends it):
+%%% the nodes of a cluster, on any hosts, leave their snapshots in one
+%%% place, and those of several nodes of one host stay apart. With
+%%% `relay_dir' (the relay's output directory as this node sees it: the
+%%% relay runs on this host, or its output is mounted here) the recorder
+%%% handles the relay's copies as it does local ones: it lists them,
+%%% writes their sidecars, adopts its triggers' snapshots and deletes the
+%%% oldest beyond `max_snapshots'. Without it the recorder cannot see
+%%% them: see docs/recorder.md, "Snapshots to a relay daemon".
+%%%
+%%% A snapshot the relay does not take (down, too slow, its disk full) is
+%%% taken again, at once, into the local directory (the ring buffers still
+%%% hold it); the result says `relay => relay_down'.
 %%% @end
 -module(dtrace_recorder_session).
 
@@ -45,14 +63,19 @@
                  recorder := atom(),
                  session := string(),
                  dir := string(),
+                 output := dtrace_recorder_lttng:output(),
+                 seen := string() | none,
+                 relay := none | dtrace_recorder_lttng:relay(),
                  events := [binary()],
                  buffer := {pos_integer(), pos_integer()},
                  specs := [dtrace_recorder_opts:trigger_spec()],
                  os_pid := string()}.
 %% The session's context: the `lttng' executable and timeout; the
-%% recorder's name, its session's name and its directory (`dir', where
-%% its snapshots go); the events, buffers and triggers of the options; the
-%% node's OS pid.
+%% recorder's name, its session's name and its local directory (`dir');
+%% where its session writes snapshots (`output') and where this node sees
+%% them (`seen': `dir'; with a relay, the relay's copy of its directory
+%% under `relay_dir', or `none'); the relay; the events, buffers and
+%% triggers of the options; the node's OS pid.
 -type trigger() :: #{index := pos_integer(), gen := pos_integer(),
                      spec := dtrace_recorder_opts:trigger_spec(), name := string(),
                      event := binary(), filter := binary(), lttng_filter := binary(),
@@ -65,17 +88,32 @@
 %% The pn label of the recorder's own marker events (trigger reasons).
 -define(MARK_LABEL, 949).
 -define(READY_MS, 5000).
+-define(SETTLE_MS, 100).
 
 %%% The context and the names
 
 %% @doc The context of the session of a recorder with checked options
 %% `Conf' ({@link dtrace_recorder_opts:validate/1}).
 -spec context(Conf :: dtrace_recorder_opts:conf()) -> ctx().
-context(#{name := Name, dir := Base, lttng := Lttng, timeout_ms := Timeout, events := Events,
-          buffer := Buffer, triggers := Specs}) ->
+context(#{name := Name, dir := Base, lttng := Lttng, timeout_ms := Timeout, relay := Relay,
+          relay_dir := RelayDir, events := Events, buffer := Buffer, triggers := Specs}) ->
+    Dir = filename:join(Base, name({dir, Name})),
+    {Output, Seen, RelayInfo} =
+        case Relay of
+            none ->
+                {{file, Dir}, Dir, none};
+            Url ->
+                {ok, #{url := U} = R} = dtrace_recorder_lttng:relay_url(Url),
+                {ok, Host} = inet:gethostname(),
+                {{relay, U ++ "/" ++ name({dir, Name})},
+                 case RelayDir of
+                     none -> none;
+                     _ -> filename:join([RelayDir, Host, name({dir, Name})])
+                 end, R}
+        end,
     #{lttng => #{lttng => Lttng, timeout => Timeout}, recorder => Name, session => name({session, Name}),
-      dir => filename:join(Base, name({dir, Name})), events => Events, buffer => Buffer, specs => Specs,
-      os_pid => os:getpid()}.
+      dir => Dir, output => Output, seen => Seen, relay => RelayInfo, events => Events, buffer => Buffer,
+      specs => Specs, os_pid => os:getpid()}.
 
 %% @doc The recorder's LTTng names, all made here (see the module
 %% documentation): `{session, Recorder}', the session of recorder
@@ -193,15 +231,18 @@ event_set(detail) ->
 %% @doc Sets the session up: checks that this node loads liblttng-ust,
 %% removes leftovers ({@link sweep/1}), checks that the local directory is
 %% writable, creates and starts the session, waits until it records in
-%% this node, and adds the triggers. Returns `{ok, #{triggers, found,
-%% stamp}}' (`found':
+%% this node, and adds the triggers. With a relay, also looks whether the
+%% relay accepts connections (`relay': `up', or `{relay_down, Why}'; the
+%% session is set up either way: LTTng connects to the relay for each
+%% snapshot). Returns `{ok, #{triggers, found, stamp, relay}}' (`found':
 %% the snapshots an earlier incarnation left, with their sidecars;
 %% `stamp': the session's creation time, in its triggers' snapshot names),
 %% or `{error, Reason}' with nothing of the session left.
 -spec setup(Ctx :: ctx()) ->
-          {ok, #{triggers := [trigger()], found := [dtrace_recorder:snapshot()], stamp := string()}}
+          {ok, #{triggers := [trigger()], found := [dtrace_recorder:snapshot()], stamp := string(),
+                 relay := none | up | {relay_down, term()}}}
           | {error, term()}.
-setup(#{lttng := L, session := Session, dir := Dir, buffer := Buffer,
+setup(#{lttng := L, session := Session, dir := Dir, output := Output, buffer := Buffer,
         specs := Specs} = Ctx) ->
     Steps = [fun() -> sink() end,
              fun() -> sweep(Ctx) end,
@@ -214,7 +255,7 @@ setup(#{lttng := L, session := Session, dir := Dir, buffer := Buffer,
         ok ->
             Triggers = [trigger_state(Ctx, I, Spec) || {I, Spec} <- lists:zip(lists:seq(1, length(Specs)), Specs)],
             Stamp = integer_to_list(erlang:system_time(millisecond)),
-            case dtrace_recorder_lttng:create(L, Session, {Dir, "t" ++ Stamp}, Buffer,
+            case dtrace_recorder_lttng:create(L, Session, {Output, "t" ++ Stamp}, Buffer,
                                               rules(Ctx, Triggers)) of
                 ok ->
                     %% The session records in this node before any trigger
@@ -226,7 +267,8 @@ setup(#{lttng := L, session := Session, dir := Dir, buffer := Buffer,
                         ok ->
                             case arm(Ctx, Triggers) of
                                 {ok, Armed} ->
-                                    {ok, #{triggers => Armed, found => found(Dir), stamp => Stamp}};
+                                    {ok, #{triggers => Armed, found => found(Ctx), stamp => Stamp,
+                                           relay => relay_state(Ctx)}};
                                 {error, Why, _Armed} ->
                                     _ = cleanup(Ctx),
                                     badopt_filter({error, Why}, Specs)
@@ -240,6 +282,14 @@ setup(#{lttng := L, session := Session, dir := Dir, buffer := Buffer,
             end;
         Error ->
             Error
+    end.
+
+relay_state(#{relay := none}) ->
+    none;
+relay_state(#{relay := #{url := Url} = Relay, lttng := #{timeout := T}}) ->
+    case dtrace_recorder_lttng:relay_probe(Relay, min(T, 5000)) of
+        ok -> up;
+        {error, Why} -> {relay_down, {unreachable, list_to_binary(Url), Why}}
     end.
 
 %% A filter LTTng refused is a bad option: the trigger whose filter it is.
@@ -417,45 +467,66 @@ wait_recording(Deadline) ->
 
 %%% Snapshots
 
-%% Snapshots of an earlier incarnation, with their sidecars. One the
+%% Snapshots of an earlier incarnation, with their sidecars, where this
+%% node sees them (its directory, and the relay's copy of it). One the
 %% recorder asked for without a sidecar was never finished: deleted. A
 %% trigger's without one is left to the poll, which adopts it.
-found(Dir) ->
+found(Ctx) ->
     lists:append([case {dtrace_recorder_store:read_sidecar(P), K} of
                       {{ok, M}, _} -> [found_snapshot(P, M)];
                       {error, manual} -> _ = dtrace_recorder_store:delete(P), [];
                       {error, trigger} -> []
-                  end || #{path := P, kind := K} <- dtrace_recorder_store:scan(Dir)]).
+                  end || D <- seen_dirs(Ctx), #{path := P, kind := K} <- dtrace_recorder_store:scan(D)]).
+
+seen_dirs(#{dir := Dir, seen := Dir}) -> [Dir];
+seen_dirs(#{dir := Dir, seen := none}) -> [Dir];
+seen_dirs(#{dir := Dir, seen := Seen}) -> [Seen, Dir].
 
 found_snapshot(Path, M) ->
-    #{path => unicode:characters_to_binary(Path),
-      time => maps:get(<<"time_ms">>, M, 0),
-      reason => maps:get(<<"reason">>, M, <<>>),
-      source => binary_to_atom(maps:get(<<"source">>, M, <<"trigger">>)),
-      node => binary_to_atom(maps:get(<<"node">>, M, atom_to_binary(node()))),
-      bytes => element(1, dtrace_recorder_store:dir_info(Path))}.
+    S = #{path => unicode:characters_to_binary(Path),
+          time => maps:get(<<"time_ms">>, M, 0),
+          reason => maps:get(<<"reason">>, M, <<>>),
+          source => binary_to_atom(maps:get(<<"source">>, M, <<"trigger">>)),
+          node => binary_to_atom(maps:get(<<"node">>, M, atom_to_binary(node()))),
+          bytes => element(1, dtrace_recorder_store:dir_info(Path))},
+    case M of
+        #{<<"relay">> := R} when R =:= <<"sent">>; R =:= <<"relay_down">> -> S#{relay => binary_to_atom(R)};
+        _ -> S
+    end.
 
 snapshot(Path, Meta) ->
-    #{path => unicode:characters_to_binary(Path),
-      time => maps:get(time_ms, Meta),
-      reason => maps:get(reason, Meta),
-      source => maps:get(source, Meta),
-      node => maps:get(node, Meta),
-      bytes => element(1, dtrace_recorder_store:dir_info(Path))}.
+    S = #{path => unicode:characters_to_binary(Path),
+          time => maps:get(time_ms, Meta),
+          reason => maps:get(reason, Meta),
+          source => maps:get(source, Meta),
+          node => maps:get(node, Meta),
+          bytes => element(1, dtrace_recorder_store:dir_info(Path))},
+    case Meta of
+        #{relay := R} -> S#{relay => R};
+        _ -> S
+    end.
 
 %% @doc Takes a snapshot now, named `mSTAMPnID' (`Stamp': the session's,
 %% from {@link setup/1}), for request `Info' (from dtrace_recorder: its
 %% source and reason; the marker event, fired here with the asker's tag
 %% when the asker is on another node), and writes sidecar `Meta' next to
-%% it. Returns `{ok, Snapshot}', or `{error, Reason}' with no partial
-%% snapshot left.
+%% it. To the session's output; with a relay that does not take it, again
+%% into the local directory. Returns `{ok, Snapshot}', `{ok, Snapshot,
+%% {relay_down, Why}}' (taken locally; `Snapshot' says `relay =>
+%% relay_down'), or `{error, Reason}' with no partial snapshot left where
+%% this node can see it.
 -spec take_snapshot(Ctx :: ctx(), Stamp :: string(), Info :: map(), Meta :: map()) ->
-          {ok, dtrace_recorder:snapshot()} | {error, term()}.
-take_snapshot(#{lttng := L, session := Session, dir := Dir}, Stamp, Info, Meta0) ->
+          {ok, dtrace_recorder:snapshot()} | {ok, dtrace_recorder:snapshot(), {relay_down, term()}}
+          | {error, term()}.
+take_snapshot(#{lttng := L, session := Session} = Ctx, Stamp, Info, Meta0) ->
     Id = erlang:unique_integer([positive]),
     Meta = case Info of
                #{mark_node := N, mark_id := MarkId} when N =:= node() ->
                    Meta0#{mark_id => MarkId};
+               #{source := trigger} ->
+                   %% A trigger's snapshot taken again (its own failed): the
+                   %% triggering event is in it, no marker.
+                   Meta0;
                _ ->
                    %% Asked from another node: the marker is fired here, with
                    %% the asker's tag.
@@ -466,50 +537,135 @@ take_snapshot(#{lttng := L, session := Session, dir := Dir}, Stamp, Info, Meta0)
            end,
     Prefix = "m" ++ Stamp ++ "n" ++ integer_to_list(Id),
     case dtrace_recorder_lttng:snapshot(L, Session, Prefix) of
+        ok -> sent(Ctx, Prefix, Meta);
+        {error, Why} -> not_sent(Ctx, Prefix, Meta, Why)
+    end.
+
+sent(#{relay := none, dir := Dir}, Prefix, Meta) ->
+    written(Dir, Prefix, Meta);
+sent(#{seen := none} = Ctx, Prefix, Meta) ->
+    %% Sent; the relay's copy is out of this node's sight.
+    {ok, relayed(Ctx, Prefix, Meta)};
+sent(#{seen := Seen} = Ctx, Prefix, Meta) ->
+    case settled(Seen, Prefix, deadline(Ctx)) of
         ok ->
-            case dtrace_recorder_store:find_manual(Dir, Prefix) of
-                {ok, Name} ->
-                    Path = filename:join(Dir, Name),
-                    case dtrace_recorder_store:write_sidecar(Path, Meta) of
-                        ok ->
-                            {ok, snapshot(Path, Meta)};
-                        {error, Why} ->
-                            _ = dtrace_recorder_store:delete(Path),
-                            {error, {sidecar, Why}}
-                    end;
-                error ->
-                    {error, {snapshot_not_found, unicode:characters_to_binary(Dir)}}
+            written(Seen, Prefix, Meta#{relay => sent});
+        error ->
+            remove_partial(Seen, Prefix),
+            locally(Ctx, Prefix, Meta, {relay_incomplete, unicode:characters_to_binary(Seen)})
+    end.
+
+not_sent(#{relay := none, dir := Dir}, Prefix, _Meta, Why) ->
+    remove_partial(Dir, Prefix),
+    {error, Why};
+not_sent(_Ctx, _Prefix, _Meta, {Fatal, _} = Why) when Fatal =:= no_session_daemon; Fatal =:= lttng_missing ->
+    {error, Why};
+not_sent(#{seen := Seen} = Ctx, Prefix, Meta, Why) ->
+    _ = Seen =:= none orelse remove_partial(Seen, Prefix),
+    locally(Ctx, Prefix, Meta, Why).
+
+%% The relay did not take the snapshot: the same, into the local
+%% directory (LTTng copies the ring buffers; they still hold it).
+locally(#{lttng := L, session := Session, dir := Dir}, Prefix, Meta, RelayWhy) ->
+    case dtrace_recorder_lttng:snapshot(L, Session, Prefix, {file, Dir}) of
+        ok ->
+            case written(Dir, Prefix, Meta#{relay => relay_down}) of
+                {ok, Snap} -> {ok, Snap, {relay_down, RelayWhy}};
+                Error -> Error
             end;
         {error, Why} ->
-            _ = case dtrace_recorder_store:find_manual(Dir, Prefix) of
-                    {ok, Name} -> dtrace_recorder_store:delete(filename:join(Dir, Name));
-                    error -> ok
-                end,
+            remove_partial(Dir, Prefix),
             {error, Why}
     end.
 
-%% @doc The triggers' snapshots in the recorder's directory, `[{Name,
-%% {Size, HasMetadata}}]'.
+%% A snapshot LTTng wrote into Dir: found, its sidecar written.
+written(Dir, Prefix, Meta) ->
+    case dtrace_recorder_store:find_manual(Dir, Prefix) of
+        {ok, Name} ->
+            Path = filename:join(Dir, Name),
+            case dtrace_recorder_store:write_sidecar(Path, Meta) of
+                ok ->
+                    {ok, snapshot(Path, Meta)};
+                {error, Why} ->
+                    _ = dtrace_recorder_store:delete(Path),
+                    {error, {sidecar, Why}}
+            end;
+        error ->
+            {error, {snapshot_not_found, unicode:characters_to_binary(Dir)}}
+    end.
+
+%% A snapshot sent to a relay this node cannot see: its place there,
+%% relative to the relay's output directory.
+relayed(#{recorder := Recorder}, Prefix, Meta) ->
+    {ok, Host} = inet:gethostname(),
+    #{path => unicode:characters_to_binary(filename:join([Host, name({dir, Recorder}), Prefix ++ "-*"])),
+      time => maps:get(time_ms, Meta), reason => maps:get(reason, Meta), source => maps:get(source, Meta),
+      node => maps:get(node, Meta), bytes => 0, relay => sent}.
+
+remove_partial(Dir, Prefix) ->
+    _ = case dtrace_recorder_store:find_manual(Dir, Prefix) of
+            {ok, Name} -> dtrace_recorder_store:delete(filename:join(Dir, Name));
+            error -> ok
+        end,
+    ok.
+
+deadline(#{lttng := #{timeout := T}}) ->
+    erlang:monotonic_time(millisecond) + T.
+
+%% A relay writes what it receives after `lttng snapshot record' returned:
+%% the snapshot is there once LTTng's metadata is and its size stays the
+%% same across two looks ?SETTLE_MS apart.
+settled(Dir, Prefix, Deadline) ->
+    settled(Dir, Prefix, Deadline, undefined).
+
+settled(Dir, Prefix, Deadline, Last) ->
+    Now = case dtrace_recorder_store:find_manual(Dir, Prefix) of
+              {ok, Name} -> dtrace_recorder_store:dir_info(filename:join(Dir, Name));
+              error -> {0, false}
+          end,
+    case Now of
+        {Size, true} when Size > 0, Now =:= Last ->
+            ok;
+        _ ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true ->
+                    error;
+                false ->
+                    timer:sleep(?SETTLE_MS),
+                    settled(Dir, Prefix, Deadline, Now)
+            end
+    end.
+
+%% @doc The triggers' snapshots where this node sees them, `[{Name, {Size,
+%% HasMetadata}}]' (none when it cannot see them).
 -spec poll(Ctx :: ctx()) -> [{string(), {non_neg_integer(), boolean()}}].
-poll(#{dir := Dir}) ->
+poll(#{seen := none}) ->
+    [];
+poll(#{seen := Seen}) ->
     [{N, dtrace_recorder_store:dir_info(P)} || #{name := N, kind := trigger, path := P}
-                                                  <- dtrace_recorder_store:scan(Dir)].
+                                                   <- dtrace_recorder_store:scan(Seen)].
 
 %% @doc Adopts trigger snapshot `Name' (found by {@link poll/1}): writes
 %% its sidecar `Meta'. `{ok, Snapshot}', or `{error, {sidecar, Posix}}'
 %% with the snapshot deleted.
 -spec adopt(Ctx :: ctx(), Name :: string(), Meta :: map()) -> {ok, dtrace_recorder:snapshot()} | {error, term()}.
-adopt(#{dir := Dir}, Name, Meta) ->
-    Path = filename:join(Dir, Name),
+adopt(#{seen := Seen} = Ctx, Name, Meta0) ->
+    Path = filename:join(Seen, Name),
+    Meta = case Ctx of
+               #{relay := none} -> Meta0;
+               _ -> Meta0#{relay => sent}
+           end,
     case dtrace_recorder_store:write_sidecar(Path, Meta) of
         ok -> {ok, snapshot(Path, Meta)};
         {error, Why} -> _ = dtrace_recorder_store:delete(Path), {error, {sidecar, Why}}
     end.
 
-%% @doc Deletes the snapshots at `Paths'.
+%% @doc Deletes the snapshots at `Paths' (absolute paths: a snapshot on
+%% a relay this node cannot see, listed by its place there, a relative
+%% path, stays there).
 -spec delete(Ctx :: ctx(), Paths :: [file:filename()]) -> [ok | {error, term()}].
 delete(_Ctx, Paths) ->
-    [dtrace_recorder_store:delete(P) || P <- Paths].
+    [dtrace_recorder_store:delete(P) || P <- Paths, filename:pathtype(P) =:= absolute].
 
 %%% Health and cleanup
 
