@@ -549,7 +549,16 @@ sent(#{seen := none} = Ctx, Prefix, Meta) ->
 sent(#{seen := Seen} = Ctx, Prefix, Meta) ->
     case settled(Seen, Prefix, deadline(Ctx)) of
         ok ->
-            written(Seen, Prefix, Meta#{relay => sent});
+            case written(Seen, Prefix, Meta#{relay => sent}) of
+                {ok, _} = Sent ->
+                    Sent;
+                {error, Why} ->
+                    %% No room for the sidecar (the relay's disk filled up
+                    %% with this very snapshot, which may then be cut
+                    %% short): its copy deleted, taken locally.
+                    remove_partial(Seen, Prefix),
+                    locally(Ctx, Prefix, Meta, Why)
+            end;
         error ->
             remove_partial(Seen, Prefix),
             locally(Ctx, Prefix, Meta, {relay_incomplete, unicode:characters_to_binary(Seen)})
