@@ -6,11 +6,12 @@
 set -eu
 
 # command -> Debian package
+# lttng-relayd (lttng-tools too): the flight recorder's relay tests.
 # mmdebstrap .. curl: scripts/dtrace-sid.sh (Oracle's DTrace from sid) and
 # scripts/otp-source.sh; qemu-system-x86_64 .. cpio: scripts/guest.sh, the
 # QEMU guests the DTrace tests run in (it checks that busybox is the static
 # one itself).
-need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc lttng:lttng-tools babeltrace2:babeltrace2
+need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc lttng:lttng-tools lttng-relayd:lttng-tools babeltrace2:babeltrace2
   mmdebstrap:mmdebstrap xz:xz-utils curl:curl
   qemu-system-x86_64:qemu-system-x86 busybox:busybox-static cpio:cpio"
 # Erlang applications (no command to look for) -> Debian package

@@ -19,7 +19,7 @@
 %%% == One recorder per node ==
 %%% Each recorder is a process of the `dtrace' application, supervised
 %%% (see {@link dtrace_recorder_sup}), with an LTTng session of its own
-%%% named after the node (see {@link dtrace_recorder_opts}). The session's
+%%% named after the node (see {@link dtrace_recorder_session}). The session's
 %%% event rules and triggers are filtered on `$ctx.vpid == OSPID', so
 %%% several nodes on one host each record, and trigger on, their own
 %%% events only, in per-user buffers shared by none of them.
@@ -53,6 +53,16 @@
 %%% `check_ms' (default 10000), reports it in {@link status/1}, and sets
 %%% its session up again as soon as it can. The probes are never touched:
 %%% they keep their cost whatever happens to the recorder.
+%%%
+%%% == The code ==
+%%% This module is the recorder's process: the API, the state, the rate
+%%% limit, and the jobs, one at a time, each in a process of its own, all
+%%% dispatched by one function (`job/2': what each kind of job runs, its
+%%% deadline, what its result does). The jobs' work is {@link
+%%% dtrace_recorder_session}'s, on the session's context; LTTng's commands
+%%% and catalogue are {@link dtrace_recorder_lttng}'s, the snapshots' files
+%%% {@link dtrace_recorder_store}'s, the options' checks {@link
+%%% dtrace_recorder_opts}'.
 %%% @end
 -module(dtrace_recorder).
 -behaviour(gen_server).
@@ -69,10 +79,15 @@
 %% `dtrace_recorder'), which stays valid across restarts, or its pid.
 -type snapshot() :: #{path := binary(), time := integer(), reason := binary(),
                       source := trigger | manual | cluster, node := node(),
-                      bytes := non_neg_integer()}.
+                      bytes := non_neg_integer(), relay => sent | relay_down}.
 %% `time': milliseconds since the epoch when the recorder took the
 %% snapshot (or, for a trigger's, saw it complete on disk, at most about
-%% half a second later).
+%% half a second later). `relay' (with the `relay' option only): `sent'
+%% (the relay daemon has it; `path' is where `relay_dir' shows it, or,
+%% without `relay_dir', its place relative to the relay's output
+%% directory, `HOSTNAME/dtrace-rec-NODE-RECORDER/NAME-*', and `bytes' is
+%% 0), or `relay_down' (the relay did not take it: it is in the local
+%% directory).
 -type opts() :: #{events => default | detail | [binary() | string()],
                   buffer => {pos_integer(), pos_integer()},
                   triggers => [{pn, 0..950, iodata()} | {event, binary(), iodata()}],
@@ -82,7 +97,9 @@
                   name => atom(),
                   timeout_ms => pos_integer(),
                   check_ms => pos_integer(),
-                  lttng => file:filename()}.
+                  lttng => file:filename(),
+                  relay => none | string() | binary(),
+                  relay_dir => none | file:filename()}.
 
 %% report/1,2 pass their arguments on to dtrace_recorder_report, whose
 %% errors are the contract; their specs say {error, term()}.
@@ -96,26 +113,23 @@
 -define(TRIGGER_GRACE_MS, 300).
 
 -record(st, {conf :: dtrace_recorder_opts:conf(),
-             session :: string(),
-             dir :: string(),
-             ctx :: dtrace_recorder_lttng:ctx(),
+             ctx :: dtrace_recorder_session:ctx(),
              phase = setup :: setup | running | degraded,
              error = none :: term(),
-             job = none :: none | {pid(), reference(), term(), reference()},
+             job = none :: none | {pid(), reference(), term(), reference(), fun((term(), #st{}) -> #st{})},
              queue = queue:new() :: queue:queue(term()),
              waiters = [] :: [gen_server:from()],
              snaps = [] :: [snapshot()],
              seen = #{} :: #{string() => {non_neg_integer(), non_neg_integer()}},
              ignored = [] :: [string()],
              last_snap = undefined :: undefined | integer(),
-             triggers = [] :: [map()],
+             triggers = [] :: [dtrace_recorder_session:trigger()],
              rearm = undefined :: undefined | reference(),
              poll = undefined :: undefined | reference(),
              armed = true :: boolean(),
              stamp = "0" :: string(),
-             suppressed = 0 :: non_neg_integer(),
-             polls = 0 :: non_neg_integer(),
-             failed = 0 :: non_neg_integer()}).
+             counts = #{suppressed => 0, polls => 0, failed => 0} :: #{suppressed | polls | failed => non_neg_integer()},
+             relay = #{state => unknown, error => none, fallbacks => 0} :: map()}).
 
 %%% API
 
@@ -140,7 +154,7 @@ start() ->
 %%   let {@link report/1} say why each request was slow, at several times
 %%   the cost: for a recorder started while an incident is on
 %%   (BENCHMARKS.md, "The flight recorder always on";
-%%   {@link dtrace_recorder_opts:event_set/1}). The VM's events
+%%   {@link dtrace_recorder_session:event_set/1}). The VM's events
 %%   (`<<"org_erlang_dyntrace:message_send">>', ...) are allowed; while
 %%   they are recorded, the `dtrace' application sets the trace flags that
 %%   feed them (about 1 us per message for `message_send'; see
@@ -173,6 +187,23 @@ start() ->
 %%   `check_ms': how often the session's health is checked (default
 %%   10000, one `lttng' call); `lttng': the `lttng' executable (default:
 %%   from `PATH').</li>
+%% <li>`relay': a relay daemon (`lttng-relayd') to send the snapshots to
+%%   instead of `dir', in LTTng's URL syntax: `"net://HOST"' (ports 5342
+%%   and 5343), `"net://HOST:CTRL"', `"net://HOST:CTRL:DATA"', or
+%%   `"net6://[ADDR]..."' likewise; no path: the relay writes them under
+%%   `HOSTNAME/dtrace-rec-NODE-RECORDER/' of its output directory, so that
+%%   every node's snapshots are in one place and the nodes of one host stay
+%%   apart. A snapshot the relay does not take (down, not answering, its
+%%   disk full) is taken into `dir' instead, and says so (`relay =>
+%%   relay_down', in {@link status/1} and the log). Default `none'.</li>
+%% <li>`relay_dir': the relay daemon's output directory as this node sees
+%%   it (the relay runs on this host, or its output is mounted here); the
+%%   recorder then lists, completes (sidecars), adopts and deletes the
+%%   relay's copies of its snapshots as it does local ones. Without it
+%%   the recorder cannot see them: it lists only the snapshots asked for
+%%   (by their place on the relay), and re-arms its triggers every
+%%   `min_interval_ms' (at least `check_ms'). Default `none'; only with
+%%   `relay'.</li>
 %% </ul>
 %% Returns `{ok, Recorder}' (its name), or `{error, Reason}':
 %% `{badopt, Key, Value}' (an unknown key, a bad value; nothing is
@@ -305,7 +336,12 @@ snapshots(Recorder) ->
 %% `triggers' (LTTng names), `snapshots' (count), `suppressed' (trigger
 %% snapshots deleted for coming within `min_interval_ms'), `failed'
 %% (snapshots LTTng could not write), `polls' (looks for trigger snapshots
-%% on disk so far, every 250 ms while triggers are armed). `{error,
+%% on disk so far, every 250 ms while triggers are armed); with the
+%% `relay' option, `relay': `#{url, dir, state, error, fallbacks}', where
+%% `dir' is the relay's copy of the recorder's directory (`none' without
+%% `relay_dir'), `state' `unknown' (before the first look), `up' or
+%% `relay_down', `error' why it was last found down (or `none'), and
+%% `fallbacks' the snapshots taken into `dir' because of it. `{error,
 %% not_found}' when there is no such recorder.
 -spec status(Recorder :: recorder()) -> map() | {error, not_found}.
 status(Recorder) ->
@@ -354,7 +390,7 @@ where(Pid) when is_pid(Pid) ->
 mark(Source, Reason) ->
     R = reason(Reason),
     Id = erlang:unique_integer([positive]),
-    _ = dtrace:pn(dtrace_recorder_opts:mark_label(), Id, <<"dtrace_recorder">>, R, atom_to_binary(node())),
+    _ = dtrace:pn(dtrace_recorder_session:mark_label(), Id, <<"dtrace_recorder">>, R, atom_to_binary(node())),
     #{source => Source, reason => R, origin => node(), mark_node => node(), mark_id => Id,
       tag => dtrace:get_tag_data()}.
 
@@ -382,12 +418,10 @@ cut(B) ->
 
 %% @private
 -spec init(Conf :: dtrace_recorder_opts:conf()) -> {ok, #st{}}.
-init(#{name := Name, dir := Base, lttng := Lttng, timeout_ms := Timeout} = Conf) ->
+init(Conf) ->
     process_flag(trap_exit, true),
-    Session = dtrace_recorder_opts:session_name(Name),
     ok = pg:join(?SCOPE, ?GROUP, self()),
-    St = #st{conf = Conf, session = Session, dir = filename:join(Base, dtrace_recorder_opts:dir_name(Name)),
-             ctx = #{lttng => Lttng, timeout => Timeout}},
+    St = #st{conf = Conf, ctx = dtrace_recorder_session:context(Conf)},
     _ = erlang:send_after(maps:get(check_ms, Conf), self(), check),
     {ok, enqueue(setup, St)}.
 
@@ -415,18 +449,18 @@ handle_cast({trigger, Info}, St) ->
 
 %% @private
 -spec handle_info(Msg :: term(), St :: #st{}) -> {noreply, #st{}}.
-handle_info({job_done, Pid, Result}, #st{job = {Pid, Ref, Op, TRef}} = St) ->
+handle_info({job_done, Pid, Result}, #st{job = {Pid, Ref, _Op, TRef, Done}} = St) ->
     erlang:demonitor(Ref, [flush]),
     _ = erlang:cancel_timer(TRef),
-    {noreply, maybe_run(job_done(Op, Result, St#st{job = none}))};
-handle_info({'DOWN', Ref, process, Pid, Reason}, #st{job = {Pid, Ref, Op, TRef}} = St) ->
+    {noreply, maybe_run(Done(Result, St#st{job = none}))};
+handle_info({'DOWN', Ref, process, Pid, Reason}, #st{job = {Pid, Ref, _Op, TRef, Done}} = St) ->
     _ = erlang:cancel_timer(TRef),
     Result = case Reason of
                  killed -> {error, job_timeout};
                  Other -> {error, {job_crashed, Other}}
              end,
-    {noreply, maybe_run(job_done(Op, Result, St#st{job = none}))};
-handle_info({timeout, TRef, job_deadline}, #st{job = {Pid, _, _, TRef}} = St) ->
+    {noreply, maybe_run(Done(Result, St#st{job = none}))};
+handle_info({timeout, TRef, job_deadline}, #st{job = {Pid, _, _, TRef, _}} = St) ->
     exit(Pid, kill),
     {noreply, St};
 handle_info({poll, Ref}, #st{poll = Ref, phase = running, job = none} = St) ->
@@ -463,14 +497,14 @@ handle_info(_Msg, St) ->
 %% Crash or stop: the session and triggers go. When lttng does not
 %% answer, what is left is removed by name by the next incarnation.
 -spec terminate(Reason :: term(), St :: #st{}) -> ok.
-terminate(_Reason, #st{job = Job, ctx = Ctx, session = Session} = St) ->
+terminate(_Reason, #st{job = Job, ctx = Ctx}) ->
     case Job of
-        {Pid, _, _, _} -> exit(Pid, kill);
+        {Pid, _, _, _, _} -> exit(Pid, kill);
         none -> ok
     end,
-    _ = cleanup(Ctx, Session),
+    _ = dtrace_recorder_session:cleanup(Ctx),
     %% Snapshots stay; an empty directory goes.
-    _ = file:del_dir(St#st.dir),
+    _ = file:del_dir(maps:get(dir, Ctx)),
     ok.
 
 %%% Snapshots asked for
@@ -490,25 +524,6 @@ request_snapshot(_Info, From, #st{error = Error} = St) ->
     reply(From, {error, {not_recording, Error}}),
     St.
 
-%% The request's turn: at most one snapshot per min_interval_ms, counting
-%% a trigger's snapshot still being written.
-decide({snapshot_request, #{force := true} = Info, From}, St) ->
-    {{snapshot, Info, From, St#st.last_snap}, St#st{last_snap = erlang:monotonic_time(millisecond)}};
-decide({snapshot_request, Info, From}, #st{conf = #{min_interval_ms := Min}, seen = Seen} = St) ->
-    Now = erlang:monotonic_time(millisecond),
-    case St#st.last_snap of
-        Last when is_integer(Last), Now - Last < Min ->
-            reply(From, {error, {rate_limited, Last + Min - Now}}),
-            skip;
-        _ when Min > 0, map_size(Seen) > 0 ->
-            reply(From, {error, {rate_limited, Min}}),
-            skip;
-        Prev ->
-            {{snapshot, Info, From, Prev}, St#st{last_snap = Now}}
-    end;
-decide(Op, St) ->
-    {Op, St}.
-
 reply(none, _) -> ok;
 reply(From, Msg) -> gen_server:reply(From, Msg).
 
@@ -522,10 +537,11 @@ queued(Op, #st{queue = Q, job = Job}) ->
 
 maybe_run(#st{job = none, queue = Q} = St0) ->
     case queue:out(Q) of
-        {{value, Op0}, Q1} ->
-            case decide(Op0, St0#st{queue = Q1}) of
-                skip -> maybe_run(St0#st{queue = Q1});
-                {Op, St} -> run(Op, St)
+        {{value, Op}, Q1} ->
+            St1 = St0#st{queue = Q1},
+            case job(Op, St1) of
+                skip -> maybe_run(St1);
+                {Work, Deadline, Done, St} -> run(Op, Work, Deadline, Done, St)
             end;
         {empty, _} ->
             St0
@@ -533,59 +549,87 @@ maybe_run(#st{job = none, queue = Q} = St0) ->
 maybe_run(St) ->
     St.
 
-run(Op, St) ->
-    Fun = job(Op, St),
+run(Op, Work, Deadline, Done, St) ->
     %% Linked: a recorder killed takes its job along (and the job's lttng
     %% call, see dtrace_recorder_cli).
     Self = self(),
-    {Pid, Ref} = spawn_opt(fun() -> Self ! {job_done, self(), Fun()} end, [link, monitor]),
-    TRef = erlang:start_timer(deadline(Op, St), self(), job_deadline),
-    St#st{job = {Pid, Ref, Op, TRef}}.
+    {Pid, Ref} = spawn_opt(fun() -> Self ! {job_done, self(), Work()} end, [link, monitor]),
+    TRef = erlang:start_timer(Deadline, self(), job_deadline),
+    St#st{job = {Pid, Ref, Op, TRef, Done}}.
 
-%% A safety net only: each lttng call has its own timeout.
-deadline(setup, #st{ctx = #{timeout := T}, triggers = Ts}) -> (12 + 2 * length(Ts)) * T + ?READY_MS;
-deadline(_, #st{ctx = #{timeout := T}}) -> 8 * T + 5000.
-
-job(setup, #st{conf = Conf, ctx = Ctx, session = Session, dir = Dir}) ->
-    fun() -> setup(Conf, Ctx, Session, Dir) end;
-job({snapshot, Info, _From, _Prev}, #st{ctx = Ctx, session = Session, dir = Dir, stamp = Stamp} = St) ->
-    Meta = meta(Info, St),
-    fun() -> take_snapshot(Ctx, Session, {Dir, Stamp}, Info, Meta) end;
-job(poll, #st{dir = Dir}) ->
-    fun() -> [{N, dtrace_recorder_store:dir_info(P)} || #{name := N, kind := trigger, path := P}
-                                                            <- dtrace_recorder_store:scan(Dir)] end;
-job({adopt, Name, Meta}, #st{dir = Dir}) ->
-    Path = filename:join(Dir, Name),
-    fun() ->
-            case dtrace_recorder_store:write_sidecar(Path, Meta) of
-                ok -> {ok, snapshot(Path, Meta)};
-                {error, Why} -> _ = dtrace_recorder_store:delete(Path), {error, {sidecar, Why}}
-            end
+%% Every kind of job, in this one place: `{Work, Deadline, Done, St}',
+%% the work (dtrace_recorder_session's, on the session's context, run in
+%% the job's process), its deadline (a safety net only: each lttng call
+%% has its own timeout), and what its result (or `{error, job_timeout |
+%% {job_crashed, Why}}') does to the state; `skip' for a snapshot the rate
+%% limit refuses (the asker is told): at most one snapshot per
+%% min_interval_ms, counting a trigger's snapshot still being written.
+job(setup, #st{ctx = Ctx, triggers = Ts} = St) ->
+    {fun() -> dtrace_recorder_session:setup(Ctx) end, (12 + 2 * length(Ts)) * timeout(St) + ?READY_MS,
+     fun setup_done/2, St};
+job({snapshot_request, #{force := true} = Info, From}, St) ->
+    snapshot_job(Info, From, St#st.last_snap, St#st{last_snap = erlang:monotonic_time(millisecond)});
+job({snapshot_request, Info, From}, #st{conf = #{min_interval_ms := Min}, seen = Seen} = St) ->
+    Now = erlang:monotonic_time(millisecond),
+    case St#st.last_snap of
+        Last when is_integer(Last), Now - Last < Min ->
+            reply(From, {error, {rate_limited, Last + Min - Now}}),
+            skip;
+        _ when Min > 0, map_size(Seen) > 0 ->
+            reply(From, {error, {rate_limited, Min}}),
+            skip;
+        Prev ->
+            snapshot_job(Info, From, Prev, St#st{last_snap = Now})
     end;
-job({delete, Paths}, _St) ->
-    fun() -> [dtrace_recorder_store:delete(P) || P <- Paths] end;
-job(check, #st{ctx = Ctx, session = Session, triggers = Triggers}) ->
-    fun() -> check(Ctx, Session, Triggers) end;
-job(rearm, #st{ctx = Ctx, session = Session, triggers = Triggers, armed = Armed}) ->
-    fun() -> rearm(Ctx, Session, Triggers, Armed) end;
-job(disarm, #st{ctx = Ctx, triggers = Triggers}) ->
-    fun() -> remove_all(Ctx, [N || #{name := N} <- Triggers]) end.
+job(poll, #st{ctx = Ctx} = St) ->
+    {fun() -> dtrace_recorder_session:poll(Ctx) end, deadline(St), fun poll_done/2, St};
+job({adopt, Name, Meta}, #st{ctx = Ctx} = St) ->
+    {fun() -> dtrace_recorder_session:adopt(Ctx, Name, Meta) end, deadline(St),
+     fun(Result, S) -> adopt_done(Name, Result, S) end, St};
+job({delete, Paths}, #st{ctx = Ctx} = St) ->
+    {fun() -> dtrace_recorder_session:delete(Ctx, Paths) end, deadline(St), fun(_, S) -> S end, St};
+job(check, #st{ctx = Ctx, triggers = Triggers} = St) ->
+    {fun() -> dtrace_recorder_session:check(Ctx, Triggers) end, deadline(St), fun check_done/2, St};
+job(rearm, #st{ctx = Ctx, triggers = Triggers, armed = Armed} = St) ->
+    {fun() -> dtrace_recorder_session:rearm(Ctx, Triggers, Armed) end, deadline(St), fun rearm_done/2, St};
+job(disarm, #st{ctx = Ctx, triggers = Triggers} = St) ->
+    {fun() -> dtrace_recorder_session:disarm(Ctx, Triggers) end, deadline(St), fun disarm_done/2, St}.
 
-job_done(setup, {ok, #{triggers := Triggers, found := Found, stamp := Stamp}}, St) ->
+snapshot_job(Info, From, Prev, #st{ctx = Ctx, stamp = Stamp} = St) ->
+    Meta = meta(Info, St),
+    {fun() -> dtrace_recorder_session:take_snapshot(Ctx, Stamp, Info, Meta) end, deadline(St),
+     fun(Result, S) -> snapshot_done(From, Prev, Result, S) end, St}.
+
+timeout(#st{conf = #{timeout_ms := T}}) -> T.
+
+deadline(St) -> 8 * timeout(St) + 5000.
+
+%%% What the jobs' results do
+
+setup_done({ok, #{triggers := Triggers, found := Found, stamp := Stamp, relay := Relay}}, St) ->
     [gen_server:reply(W, ok) || W <- St#st.waiters],
     St1 = St#st{phase = running, error = none, waiters = [], triggers = Triggers, seen = #{}, armed = true,
                 stamp = Stamp},
     Known = [P || #{path := P} <- St#st.snaps],
-    keep([S || #{path := P} = S <- Found, not lists:member(P, Known)], schedule_poll(St1));
-job_done(setup, {error, Why}, St) ->
+    St2 = keep([S || #{path := P} = S <- Found, not lists:member(P, Known)], schedule_poll(relayed(Relay, St1))),
+    unseen_rearm(St2);
+setup_done({error, Why}, St) ->
     %% The recorder's directory, if it made it and nothing is in it.
-    _ = St#st.snaps =:= [] andalso file:del_dir(St#st.dir),
+    _ = St#st.snaps =:= [] andalso file:del_dir(maps:get(dir, St#st.ctx)),
     [gen_server:reply(W, {error, Why}) || W <- St#st.waiters],
     St#st.waiters =:= [] andalso
         logger:warning("dtrace_recorder ~p: not recording: ~p; trying again in ~b ms",
                        [maps:get(name, St#st.conf), Why, maps:get(check_ms, St#st.conf)]),
-    St#st{phase = degraded, error = Why, waiters = []};
-job_done({snapshot, _Info, From, _Prev}, {ok, Snap}, #st{triggers = Ts, conf = #{min_interval_ms := Min}} = St) ->
+    St#st{phase = degraded, error = Why, waiters = []}.
+
+snapshot_done(From, Prev, {ok, Snap, {relay_down, _} = Down}, St) ->
+    #{path := Path} = Snap,
+    St1 = relayed(Down, St),
+    logger:warning("dtrace_recorder ~p: snapshot written to ~ts instead of the relay",
+                   [maps:get(name, St#st.conf), Path]),
+    snapshot_done(From, Prev, {ok, Snap}, St1#st{relay = maps:update_with(fallbacks, fun(N) -> N + 1 end,
+                                                                           St1#st.relay)});
+snapshot_done(From, _Prev, {ok, Snap}, #st{triggers = Ts, conf = #{min_interval_ms := Min}} = St) ->
     reply(From, {ok, Snap}),
     %% The triggers rest until the interval is over: one firing now would
     %% write a snapshot only to have it deleted.
@@ -593,38 +637,90 @@ job_done({snapshot, _Info, From, _Prev}, {ok, Snap}, #st{triggers = Ts, conf = #
               true -> schedule_rearm(erlang:monotonic_time(millisecond) + Min, enqueue(disarm, St));
               false -> St
           end,
-    keep([Snap], St1);
-job_done({snapshot, _Info, From, Prev}, {error, Why}, St) ->
+    keep([Snap], relayed(relay_of(Snap), St1));
+snapshot_done(From, Prev, {error, Why}, St) ->
     reply(From, {error, Why}),
     logger:warning("dtrace_recorder ~p: snapshot failed: ~p", [maps:get(name, St#st.conf), Why]),
-    lost_daemon(Why, St#st{last_snap = Prev, failed = St#st.failed + 1});
-job_done(poll, Found, St) when is_list(Found) ->
-    polled(Found, schedule_poll(St#st{polls = St#st.polls + 1}));
-job_done({adopt, _, _}, {ok, Snap}, St) ->
-    keep([Snap], St);
-job_done({adopt, Name, _}, {error, Why}, St) ->
+    lost_daemon(Why, count(failed, 1, St#st{last_snap = Prev})).
+
+poll_done(Found, St) when is_list(Found) ->
+    polled(Found, schedule_poll(count(polls, 1, St)));
+poll_done(_Result, St) ->
+    St.
+
+adopt_done(_Name, {ok, Snap}, St) ->
+    keep([Snap], relayed(relay_of(Snap), St));
+adopt_done(Name, {error, Why}, St) ->
     logger:warning("dtrace_recorder ~p: trigger snapshot ~ts not kept: ~p",
                    [maps:get(name, St#st.conf), Name, Why]),
-    St#st{failed = St#st.failed + 1};
-job_done(check, {ok, Check}, St) ->
+    count(failed, 1, St).
+
+check_done({ok, Check}, St) ->
     checked(Check, St);
-job_done(rearm, {ok, Triggers}, St) ->
-    St#st{triggers = Triggers, armed = true};
-job_done(disarm, ok, St) ->
+check_done(Result, St) ->
+    failed(check, Result, St).
+
+rearm_done({ok, Triggers}, St) ->
+    unseen_rearm(St#st{triggers = Triggers, armed = true});
+rearm_done(Result, St) ->
+    failed(rearm, Result, St).
+
+disarm_done(ok, St) ->
     St#st{armed = false};
-job_done(disarm, {error, _} = Error, St) ->
+disarm_done(Result, St) ->
     %% Those still there fire once at most, as before.
-    job_done(rearm, Error, St);
-job_done(Op, {error, Why}, St) when Op =:= check; Op =:= rearm ->
+    rearm_done(Result, St).
+
+failed(Op, {error, Why}, St) ->
     logger:warning("dtrace_recorder ~p: ~p failed: ~p", [maps:get(name, St#st.conf), Op, Why]),
     St#st{phase = degraded, error = Why};
-job_done(_Op, _Result, St) ->
+failed(_Op, _Result, St) ->
     St.
+
+count(Key, N, #st{counts = C} = St) ->
+    St#st{counts = maps:update_with(Key, fun(V) -> V + N end, C)}.
 
 %% The session is gone with its daemon: set up again at the next check.
 lost_daemon({no_session_daemon, _} = Why, St) -> St#st{phase = degraded, error = Why};
 lost_daemon({lttng_timeout, _} = Why, St) -> St#st{phase = degraded, error = Why};
 lost_daemon(_Why, St) -> St.
+
+%%% The relay
+
+relay_of(#{relay := sent}) -> up;
+relay_of(_) -> none.
+
+%% What a job says of the relay: none (no relay, or nothing learnt), up,
+%% or {relay_down, Why} (logged when it was not down already).
+relayed(none, St) ->
+    St;
+relayed(up, #st{relay = R} = St) ->
+    St#st{relay = R#{state => up, error => none}};
+relayed({relay_down, Why}, #st{relay = R, ctx = #{relay := #{url := Url}, dir := Dir}} = St) ->
+    _ = maps:get(state, R) =:= relay_down orelse
+        logger:warning("dtrace_recorder ~p: relay ~s down: ~p; snapshots go to ~ts until it answers",
+                       [maps:get(name, St#st.conf), Url, Why, Dir]),
+    St#st{relay = R#{state => relay_down, error => Why}}.
+
+%% Where the recorder cannot see the relay's copies, it cannot see a
+%% trigger fire either: its triggers are re-armed every min_interval_ms
+%% (at least check_ms) instead.
+unseen_rearm(#st{ctx = #{relay := #{}, seen := none}, triggers = [_ | _],
+                 conf = #{min_interval_ms := Min, check_ms := Check}} = St) ->
+    schedule_rearm(erlang:monotonic_time(millisecond) + max(Min, Check), St);
+unseen_rearm(St) ->
+    St.
+
+%% A trigger's snapshot the relay did not take: taken again, locally if
+%% the relay still does not answer (the ring buffers still hold it,
+%% unless check_ms was longer than they last).
+relay_retry(_Failed, #st{ctx = #{relay := none}} = St) ->
+    St;
+relay_retry(Failed, St) ->
+    Info = #{source => trigger, reason => trigger_reason(St), origin => node(), tag => undefined},
+    enqueue({snapshot_request, Info, none}, relayed({relay_down, {trigger_snapshot_failed, Failed}}, St)).
+
+%%% The snapshots on disk
 
 %% New snapshots on disk: kept, newest last, the oldest beyond
 %% max_snapshots deleted.
@@ -662,7 +758,7 @@ schedule_poll(#st{poll = Old, phase = running, triggers = [_ | _]} = St) ->
 schedule_poll(St) ->
     St#st{poll = undefined}.
 
-complete(Name, #st{conf = #{min_interval_ms := Min}, last_snap = Last, dir = Dir} = St) ->
+complete(Name, #st{conf = #{min_interval_ms := Min}, last_snap = Last, ctx = #{seen := Dir}} = St) ->
     Now = erlang:monotonic_time(millisecond),
     St1 = St#st{seen = maps:remove(Name, St#st.seen), ignored = [Name | St#st.ignored]},
     %% The trigger that fired is spent (once-after:1): every trigger is
@@ -670,7 +766,7 @@ complete(Name, #st{conf = #{min_interval_ms := Min}, last_snap = Last, dir = Dir
     St2 = schedule_rearm(Now + Min, St1),
     case Last of
         L when is_integer(L), Now - L < Min ->
-            enqueue({delete, [filename:join(Dir, Name)]}, St2#st{suppressed = St2#st.suppressed + 1});
+            enqueue({delete, [filename:join(Dir, Name)]}, count(suppressed, 1, St2));
         _ ->
             Info = #{source => trigger, reason => trigger_reason(St), origin => node(), tag => undefined},
             enqueue({adopt, Name, meta(Info, St)}, St2#st{last_snap = Now})
@@ -701,12 +797,13 @@ checked(#{session := active, triggers := Triggers}, #st{triggers = Ours} = St) -
                                     end} || #{name := N, failures := F0} = T <- Ours],
             #st{conf = #{min_interval_ms := Min}} = St,
             Now = erlang:monotonic_time(millisecond),
-            schedule_rearm(Now + Min, St#st{triggers = Ours1, failed = St#st.failed + length(Failed)})
+            relay_retry(Failed, schedule_rearm(Now + Min, count(failed, length(Failed),
+                                                                 St#st{triggers = Ours1})))
     end;
 checked(#{session := State}, St) ->
     enqueue(setup, St#st{phase = degraded, error = {session_lost, State}}).
 
-meta(Info, #st{conf = Conf, session = Session, triggers = Triggers}) ->
+meta(Info, #st{conf = Conf, ctx = #{session := Session}, triggers = Triggers}) ->
     #{version => 1,
       node => node(),
       os_pid => list_to_binary(os:getpid()),
@@ -717,7 +814,7 @@ meta(Info, #st{conf = Conf, session = Session, triggers = Triggers}) ->
       origin => maps:get(origin, Info),
       tag => case maps:get(tag, Info) of undefined -> null; T -> T end,
       time_ms => os:system_time(millisecond),
-      mark_label => dtrace_recorder_opts:mark_label(),
+      mark_label => dtrace_recorder_session:mark_label(),
       mark_id => case Info of
                      #{mark_node := N, mark_id := Id} when N =:= node() -> Id;
                      _ -> null
@@ -733,291 +830,20 @@ describe({pn, Label, F}) -> io_lib:format("pn(~b) when ~ts", [Label, F]);
 describe({event, E, <<>>}) -> E;
 describe({event, E, F}) -> [E, " when ", F].
 
-snapshot(Path, Meta) ->
-    #{path => unicode:characters_to_binary(Path),
-      time => maps:get(time_ms, Meta),
-      reason => maps:get(reason, Meta),
-      source => maps:get(source, Meta),
-      node => maps:get(node, Meta),
-      bytes => element(1, dtrace_recorder_store:dir_info(Path))}.
-
-status_map(#st{} = St) ->
-    #{phase => St#st.phase, error => St#st.error, session => list_to_binary(St#st.session),
-      dir => unicode:characters_to_binary(St#st.dir),
-      triggers => [list_to_binary(N) || #{name := N} <- St#st.triggers],
-      snapshots => length(St#st.snaps), suppressed => St#st.suppressed, failed => St#st.failed,
-      polls => St#st.polls}.
-
-%%% The jobs' work (in the job's process)
-
-setup(#{buffer := Buffer, events := Events, triggers := Specs, name := Name}, Ctx, Session, Dir) ->
-    Steps = [fun() -> sink() end,
-             fun() -> sweep(Ctx, Name) end,
-             fun() -> case dtrace_recorder_store:check_writable(Dir) of
-                          ok -> ok;
-                          {error, Posix} -> {error, {dir, unicode:characters_to_binary(Dir), Posix}}
-                      end
-             end],
-    case run_steps(Steps) of
-        ok ->
-            Pid = os:getpid(),
-            Triggers = [trigger_state(Session, I, 1, Spec, Pid)
-                        || {I, Spec} <- lists:zip(lists:seq(1, length(Specs)), Specs)],
-            Stamp = integer_to_list(erlang:system_time(millisecond)),
-            case dtrace_recorder_lttng:create(Ctx, Session, {Dir, "t" ++ Stamp}, Buffer,
-                                              rules(Events, Triggers, Pid)) of
-                ok ->
-                    %% The session records in this node before any trigger
-                    %% is armed: a trigger's event notifier enables the same
-                    %% tracepoints, so the mark would say "enabled" while
-                    %% the session's buffers are not yet there (seen on a
-                    %% fresh machine: a trigger's snapshot with no events).
-                    case wait_recording() of
-                        ok ->
-                            case arm(Ctx, Session, Triggers, []) of
-                                {ok, Armed} ->
-                                    {ok, #{triggers => Armed, found => found(Dir), stamp => Stamp}};
-                                {error, Why, _Armed} ->
-                                    _ = cleanup(Ctx, Session),
-                                    badopt_filter({error, Why}, Specs)
-                            end;
-                        Error ->
-                            _ = cleanup(Ctx, Session),
-                            Error
-                    end;
-                Error ->
-                    badopt_filter(Error, Specs)
-            end;
-        Error ->
-            Error
-    end.
-
-%% A filter LTTng refused is a bad option: the trigger whose filter it is.
-badopt_filter({error, {bad_filter, Command, _}} = Error, Specs) ->
-    case [S || {_, _, F} = S <- Specs, F =/= <<>>, binary:match(Command, F) =/= nomatch] of
-        [Spec | _] -> {error, {badopt, triggers, Spec}};
-        [] -> Error
-    end;
-badopt_filter(Error, _Specs) ->
-    Error.
-
-run_steps([]) -> ok;
-run_steps([F | Rest]) ->
-    case F() of
-        ok -> run_steps(Rest);
-        Error -> Error
-    end.
-
-sink() ->
-    case dtrace:sinks() of
-        #{lttng := true} -> ok;
-        #{lttng := {false, Why}} -> {error, {lttng_sink, Why}}
-    end.
-
-%% What an earlier incarnation of this recorder left, and what recorders
-%% of dead nodes of this host left, is removed, by name (see
-%% dtrace_recorder_opts).
-sweep(Ctx, Recorder) ->
-    case dtrace_recorder_lttng:sessions(Ctx) of
-        {ok, Sessions} ->
-            Old = [S || S <- Sessions, dtrace_recorder_opts:leftover(S, Recorder)],
-            case destroy_all(Ctx, Old) of
-                ok ->
-                    case dtrace_recorder_lttng:triggers(Ctx) of
-                        {ok, Ts} ->
-                            remove_all(Ctx, [N || {N, _} <- Ts, dtrace_recorder_opts:leftover(N, Recorder)]);
-                        Error ->
-                            Error
-                    end;
-                Error ->
-                    Error
-            end;
-        Error ->
-            Error
-    end.
-
-destroy_all(_Ctx, []) -> ok;
-destroy_all(Ctx, [S | Rest]) ->
-    case dtrace_recorder_lttng:destroy(Ctx, S) of
-        ok -> destroy_all(Ctx, Rest);
-        Error -> Error
-    end.
-
-remove_all(_Ctx, []) -> ok;
-remove_all(Ctx, [N | Rest]) ->
-    case dtrace_recorder_lttng:remove_trigger(Ctx, N) of
-        ok -> remove_all(Ctx, Rest);
-        Error -> Error
-    end.
-
-trigger_state(Session, I, Gen, Spec, Pid) ->
-    {Event, Filter} = case Spec of
-                          {pn, Label, F} ->
-                              {<<"org_erlang_dtrace:user_trace_n">>,
-                               iolist_to_binary(["label == ", integer_to_list(Label), paren(F)])};
-                          {event, E, <<>>} ->
-                              {E, <<>>};
-                          {event, E, F} ->
-                              {E, iolist_to_binary(["(", F, ")"])}
-                      end,
-    Full = case Filter of
-               <<>> -> iolist_to_binary(["$ctx.vpid == ", Pid]);
-               _ -> iolist_to_binary([Filter, " && $ctx.vpid == ", Pid])
-           end,
-    #{index => I, gen => Gen, spec => Spec, name => dtrace_recorder_opts:trigger_name(Session, I, Gen),
-      event => Event, filter => Filter, lttng_filter => Full, failures => 0, armed_at_ns => 0}.
-
-paren(<<>>) -> [];
-paren(F) -> [" && (", F, ")"].
-
-%% The session's event rules: the events asked for, filtered on this OS
-%% process; plus, for an event they do not cover, a rule that records
-%% the recorder's marker events and the events the triggers fire on.
-rules(Events, Triggers, Pid) ->
-    Vpid = iolist_to_binary(["$ctx.vpid == ", Pid]),
-    Covered = lists:usort(lists:append([dtrace_recorder_lttng:match_events(E) || E <- Events])),
-    Mark = {<<"org_erlang_dtrace:user_trace_n">>,
-            iolist_to_binary(["label == ", integer_to_list(dtrace_recorder_opts:mark_label())])},
-    Extra = [{E, F} || {E, F} <- [Mark | [{E, F} || #{event := E, filter := F} <- Triggers]],
-                       not lists:member(E, Covered)],
-    ByEvent = maps:groups_from_list(fun({E, _}) -> E end, fun({_, F}) -> F end, Extra),
-    [{Events, Vpid}
-     | [{[E], iolist_to_binary([Vpid, " && (", lists:join(" || ", [any(F) || F <- Fs]), ")"])}
-        || {E, Fs} <- lists:sort(maps:to_list(ByEvent))]].
-
-any(<<>>) -> <<"1">>;
-any(F) -> ["(", F, ")"].
-
-%% Adds each trigger; {error, Why, AddedSoFar} at the first failure.
-arm(_Ctx, _Session, [], Acc) ->
-    {ok, lists:reverse(Acc)};
-arm(Ctx, Session, [#{name := Name, event := Event, lttng_filter := F} = T | Rest], Acc) ->
-    At = os:system_time(nanosecond),
-    case dtrace_recorder_lttng:add_trigger(Ctx, Name, Session, Event, F) of
-        ok -> arm(Ctx, Session, Rest, [T#{armed_at_ns => At, failures => 0} | Acc]);
-        {error, Why} -> {error, Why, Acc}
-    end.
-
-%% Each trigger again, as a new generation, added before the old one is
-%% removed (unless disarmed): no moment without it.
-rearm(Ctx, Session, Triggers, WereArmed) ->
-    Pid = os:getpid(),
-    New = [trigger_state(Session, I, G + 1, Spec, Pid) || #{index := I, gen := G, spec := Spec} <- Triggers],
-    case arm(Ctx, Session, New, []) of
-        {ok, Armed} ->
-            _ = WereArmed andalso remove_all(Ctx, [N || #{name := N} <- Triggers]),
-            {ok, Armed};
-        {error, Why, Armed} ->
-            _ = remove_all(Ctx, [N || #{name := N} <- Armed]),
-            {error, Why}
-    end.
-
-%% The session daemon enables the session's events in this process
-%% asynchronously: wait until the marker's event is enabled here.
-wait_recording() ->
-    wait_recording(erlang:monotonic_time(millisecond) + ?READY_MS).
-
-wait_recording(Deadline) ->
-    case dtrace:pn(dtrace_recorder_opts:mark_label(), 0, <<"dtrace_recorder">>, <<"recording">>,
-                   atom_to_binary(node())) of
-        true ->
-            ok;
-        _ ->
-            case erlang:monotonic_time(millisecond) > Deadline of
-                true ->
-                    {error, {not_recording,
-                             iolist_to_binary([<<"the session daemon did not enable the session's events in "
-                                                 "this node within 5 s: run lttng-sessiond as this node's "
-                                                 "user (or root)">>])}};
-                false ->
-                    timer:sleep(10),
-                    wait_recording(Deadline)
-            end
-    end.
-
-%% Snapshots of an earlier incarnation, with their sidecars. One the
-%% recorder asked for without a sidecar was never finished: deleted. A
-%% trigger's without one is left to the poll, which adopts it.
-found(Dir) ->
-    lists:append([case {dtrace_recorder_store:read_sidecar(P), K} of
-                      {{ok, M}, _} -> [found_snapshot(P, M)];
-                      {error, manual} -> _ = dtrace_recorder_store:delete(P), [];
-                      {error, trigger} -> []
-                  end || #{path := P, kind := K} <- dtrace_recorder_store:scan(Dir)]).
-
-found_snapshot(Path, M) ->
-    #{path => unicode:characters_to_binary(Path),
-      time => maps:get(<<"time_ms">>, M, 0),
-      reason => maps:get(<<"reason">>, M, <<>>),
-      source => binary_to_atom(maps:get(<<"source">>, M, <<"trigger">>)),
-      node => binary_to_atom(maps:get(<<"node">>, M, atom_to_binary(node()))),
-      bytes => element(1, dtrace_recorder_store:dir_info(Path))}.
-
-take_snapshot(Ctx, Session, {Dir, Stamp}, Info, Meta0) ->
-    Id = erlang:unique_integer([positive]),
-    Meta = case Info of
-               #{mark_node := N, mark_id := MarkId} when N =:= node() ->
-                   Meta0#{mark_id => MarkId};
-               _ ->
-                   %% Asked from another node: the marker is fired here, with
-                   %% the asker's tag.
-                   _ = dtrace:put_tag(maps:get(tag, Info)),
-                   _ = dtrace:pn(dtrace_recorder_opts:mark_label(), Id, <<"dtrace_recorder">>,
-                                 maps:get(reason, Info), atom_to_binary(maps:get(origin, Info))),
-                   Meta0#{mark_id => Id}
-           end,
-    Prefix = "m" ++ Stamp ++ "n" ++ integer_to_list(Id),
-    case dtrace_recorder_lttng:snapshot(Ctx, Session, Prefix) of
-        ok ->
-            case dtrace_recorder_store:find_manual(Dir, Prefix) of
-                {ok, Name} ->
-                    Path = filename:join(Dir, Name),
-                    case dtrace_recorder_store:write_sidecar(Path, Meta) of
-                        ok ->
-                            {ok, snapshot(Path, Meta)};
-                        {error, Why} ->
-                            _ = dtrace_recorder_store:delete(Path),
-                            {error, {sidecar, Why}}
-                    end;
-                error ->
-                    {error, {snapshot_not_found, unicode:characters_to_binary(Dir)}}
-            end;
-        {error, Why} ->
-            _ = case dtrace_recorder_store:find_manual(Dir, Prefix) of
-                    {ok, Name} -> dtrace_recorder_store:delete(filename:join(Dir, Name));
-                    error -> ok
-                end,
-            {error, Why}
-    end.
-
-check(Ctx, Session, Triggers) ->
-    case dtrace_recorder_lttng:session_state(Ctx, Session) of
-        {ok, State} when State =/= active; Triggers =:= [] ->
-            {ok, #{session => State, triggers => []}};
-        {ok, active} ->
-            case dtrace_recorder_lttng:triggers(Ctx) of
-                {ok, Ts} -> {ok, #{session => active, triggers => Ts}};
-                Error -> Error
-            end;
-        Error ->
-            Error
-    end.
-
-%% Destroys the session and removes its triggers, found by name (a
-%% re-arming job killed half-way may have added one the state does not
-%% know); stops at the first timeout (lttng hangs: the next incarnation
-%% removes the rest by name).
-cleanup(Ctx, Session) ->
-    case dtrace_recorder_lttng:destroy(Ctx, Session) of
-        {error, {lttng_timeout, _}} = Error ->
-            Error;
-        _ ->
-            case dtrace_recorder_lttng:triggers(Ctx) of
-                {ok, Ts} ->
-                    lists:foldl(fun(_, {error, {lttng_timeout, _}} = Error) -> Error;
-                                   (N, _) -> dtrace_recorder_lttng:remove_trigger(Ctx, N)
-                                end, ok, [N || {N, _} <- Ts, lists:prefix(Session ++ "-t", binary_to_list(N))]);
-                Error ->
-                    Error
-            end
+status_map(#st{ctx = Ctx, counts = Counts} = St) ->
+    Status = #{phase => St#st.phase, error => St#st.error,
+               session => list_to_binary(maps:get(session, Ctx)),
+               dir => unicode:characters_to_binary(maps:get(dir, Ctx)),
+               triggers => [list_to_binary(N) || #{name := N} <- St#st.triggers],
+               snapshots => length(St#st.snaps), suppressed => maps:get(suppressed, Counts),
+               failed => maps:get(failed, Counts), polls => maps:get(polls, Counts)},
+    case Ctx of
+        #{relay := none} ->
+            Status;
+        #{relay := #{url := Url}, seen := Seen} ->
+            Status#{relay => (St#st.relay)#{url => list_to_binary(Url),
+                                            dir => case Seen of
+                                                       none -> none;
+                                                       _ -> unicode:characters_to_binary(Seen)
+                                                   end}}
     end.

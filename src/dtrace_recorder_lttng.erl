@@ -15,18 +15,23 @@
 %%%   or stopped session daemon); it was killed;</li>
 %%% <li>`{bad_filter, Command, Output}': LTTng refused a filter
 %%%   expression;</li>
+%%% <li>`{relay_down, Command, Output}': the session daemon could not
+%%%   reach the relay daemon (`lttng-relayd') a snapshot was to go to: none
+%%%   listens there, or it did not answer within the session daemon's
+%%%   `LTTNG_NETWORK_SOCKET_TIMEOUT';</li>
 %%% <li>`{lttng_failed, Command, Output}': anything else (exit status not
 %%%   0).</li>
 %%% </ul>
 %%% @end
 -module(dtrace_recorder_lttng).
 
--export([events/0, event_fields/1, match_events/1, filter_fields/1]).
+-export([events/0, event_fields/1, numbered_event/0, match_events/1, filter_fields/1]).
+-export([relay_url/1, relay_probe/2]).
 -export([cmd/2, sessions/1, session_state/2, triggers/1,
-         create/5, add_trigger/5, remove_trigger/2, destroy/2, snapshot/3,
+         create/5, add_trigger/5, remove_trigger/2, destroy/2, snapshot/3, snapshot/4,
          registered_events/2]).
 
--export_type([ctx/0, error_reason/0]).
+-export_type([ctx/0, error_reason/0, output/0, relay/0]).
 
 -type ctx() :: #{lttng := string(), timeout := pos_integer()}.
 %% The `lttng' executable and the timeout of each call, in milliseconds.
@@ -34,7 +39,15 @@
                       | {no_session_daemon, binary()}
                       | {lttng_timeout, binary()}
                       | {bad_filter, binary(), binary()}
+                      | {relay_down, binary(), binary()}
                       | {lttng_failed, binary(), binary()}.
+-type output() :: {file, Dir :: file:filename()} | {relay, Url :: string()}.
+%% Where a snapshot goes: a local directory, or a relay daemon (an LTTng
+%% network URL, `net://HOST:CTRL:DATA/TRACEDIR'; see {@link relay_url/1}).
+-type relay() :: #{url := string(), host := string(), ctrl := inet:port_number(),
+                   data := inet:port_number(), family := inet | inet6}.
+%% A relay daemon's address, from {@link relay_url/1}: `url' is the URL
+%% with both ports, `net://HOST:CTRL:DATA' (`net6://[ADDR]:CTRL:DATA').
 
 %% (Built at run time: their type is binary(), not a literal's size.)
 -define(MISSING_HINT, iolist_to_binary([<<"lttng not found (PATH, or the lttng option): install lttng-tools "
@@ -79,6 +92,17 @@ event_fields(Name) ->
     case lists:keyfind(Name, 1, events()) of
         {_, Fields} -> {ok, Fields};
         false -> error
+    end.
+
+%% @doc The LTTng event of the numbered user probes (`dtrace:pn/N'): the
+%% catalogue's event with a `label' field, which `probes.d' makes of a
+%% numbered family (`#pragma dtrace_nif numbered'). `error' when the
+%% catalogue has none (a broken install).
+-spec numbered_event() -> {ok, binary()} | error.
+numbered_event() ->
+    case [N || {N, [<<"label">> | _]} <- events()] of
+        [Name | _] -> {ok, Name};
+        [] -> error
     end.
 
 %% @doc The catalogue's events that LTTng event-name pattern `Pattern'
@@ -155,6 +179,97 @@ ident(C) ->
     C =:= $_ orelse (C >= $a andalso C =< $z) orelse (C >= $A andalso C =< $Z)
         orelse (C >= $0 andalso C =< $9).
 
+%%% Relay daemons
+
+%% @doc The relay daemon (`lttng-relayd') of URL `Url' (a string or a
+%% binary), in LTTng's network URL syntax without its trace directory:
+%% `net://HOST', `net://HOST:CTRL' or `net://HOST:CTRL:DATA', and
+%% `net6://[ADDR]' likewise; HOST a host name or IPv4 address, the ports
+%% 1..65535, by default LTTng's 5342 (control) and 5343 (data). `error' for
+%% anything else: another scheme, a path (the recorder adds its own trace
+%% directory), equal ports.
+-spec relay_url(Url :: string() | binary()) -> {ok, relay()} | error.
+relay_url(Url) when is_binary(Url) ->
+    case unicode:characters_to_list(Url) of
+        L when is_list(L) -> relay_url(L);
+        _ -> error
+    end;
+relay_url("net://" ++ Rest) ->
+    {Host, Ports} = lists:splitwith(fun(C) -> C =/= $: end, Rest),
+    case host_name(Host) of
+        true -> relay(inet, Host, Host, Ports);
+        false -> error
+    end;
+relay_url("net6://[" ++ Rest) ->
+    case lists:splitwith(fun(C) -> C =/= $] end, Rest) of
+        {Addr, "]" ++ Ports} ->
+            case inet:parse_ipv6strict_address(Addr) of
+                {ok, _} -> relay(inet6, Addr, "[" ++ Addr ++ "]", Ports);
+                {error, _} -> error
+            end;
+        _ ->
+            error
+    end;
+relay_url(_) ->
+    error.
+
+relay(Family, Host, UrlHost, Ports) ->
+    Scheme = case Family of inet -> "net://"; inet6 -> "net6://" end,
+    case ports(Ports) of
+        {ok, Ctrl, Data} when Ctrl =/= Data ->
+            {ok, #{url => Scheme ++ UrlHost ++ ":" ++ integer_to_list(Ctrl) ++ ":" ++ integer_to_list(Data),
+                   host => Host, ctrl => Ctrl, data => Data, family => Family}};
+        _ ->
+            error
+    end.
+
+ports("") -> {ok, 5342, 5343};
+ports(":" ++ Rest) ->
+    case string:split(Rest, ":") of
+        [C] -> port_pair(C, "5343");
+        [C, D] -> port_pair(C, D)
+    end;
+ports(_) -> error.
+
+port_pair(C, D) ->
+    case {port(C), port(D)} of
+        {{ok, Ctrl}, {ok, Data}} -> {ok, Ctrl, Data};
+        _ -> error
+    end.
+
+port([_ | _] = S) ->
+    case lists:all(fun(C) -> C >= $0 andalso C =< $9 end, S) andalso length(S) =< 5
+        andalso list_to_integer(S) of
+        P when is_integer(P), P >= 1, P =< 65535 -> {ok, P};
+        _ -> error
+    end;
+port(_) ->
+    error.
+
+host_name([_ | _] = H) when length(H) =< 253 ->
+    lists:all(fun(C) -> (C >= $a andalso C =< $z) orelse (C >= $A andalso C =< $Z)
+                            orelse (C >= $0 andalso C =< $9) orelse C =:= $. orelse C =:= $-
+              end, H)
+        andalso hd(H) =/= $- andalso hd(H) =/= $.;
+host_name(_) ->
+    false.
+
+%% @doc Whether relay daemon `Relay' accepts a connection on its control
+%% port within `Timeout' milliseconds (the connection is closed at once,
+%% nothing is sent). LTTng itself connects to the relay only when a
+%% snapshot is recorded; this lets a recorder say at its start that its
+%% snapshots will not get there. `ok' or `{error, Posix}'.
+-spec relay_probe(Relay :: relay(), Timeout :: pos_integer()) -> ok | {error, term()}.
+relay_probe(#{host := Host, ctrl := Ctrl, family := Family}, Timeout) ->
+    case gen_tcp:connect(Host, Ctrl, [Family, binary, {active, false}], Timeout) of
+        {ok, Sock} -> gen_tcp:close(Sock);
+        {error, _} = Error -> Error
+    end.
+
+%% The URL of output Output, as lttng takes it.
+output_url({file, Dir}) -> "file://" ++ Dir;
+output_url({relay, Url}) -> Url.
+
 %%% Commands
 
 %% @doc Runs `lttng Args' with the context's executable and timeout, in
@@ -182,9 +297,11 @@ classify(Command, Out) ->
     Has = fun(S) -> binary:match(Out, S) =/= nomatch end,
     case {Has(<<"No session daemon is available">>),
           Has(<<"Invalid filter bytecode">>) orelse Has(<<"Parse error">>)
-          orelse Has(<<"syntax error">>)} of
-        {true, _} -> {no_session_daemon, ?DAEMON_HINT};
-        {_, true} -> {bad_filter, Command, trim(Out)};
+          orelse Has(<<"syntax error">>),
+          Has(<<"Unable to connect to lttng-relayd">>)} of
+        {true, _, _} -> {no_session_daemon, ?DAEMON_HINT};
+        {_, true, _} -> {bad_filter, Command, trim(Out)};
+        {_, _, true} -> {relay_down, Command, trim(Out)};
         _ -> {lttng_failed, Command, trim(Out)}
     end.
 
@@ -267,24 +384,27 @@ unescape(B) ->
                 [{<<"&lt;">>, <<"<">>}, {<<"&gt;">>, <<">">>}, {<<"&quot;">>, <<"\"">>},
                  {<<"&apos;">>, <<"'">>}, {<<"&amp;">>, <<"&">>}]).
 
-%% @doc Creates snapshot-mode session `Name' writing its snapshots under
-%% `Dir' as `OutName-DATE-TIME-N' (the snapshot output's name), with one
+%% @doc Creates snapshot-mode session `Name' writing its snapshots to
+%% `Output' (under a local directory, or to a relay daemon, which puts them
+%% under `HOSTNAME/TRACEDIR' of its output directory) as
+%% `OutName-DATE-TIME-N' (the snapshot output's name), with one
 %% user-space channel of `{SubBuffers, Bytes}' per CPU (per-user buffers,
 %% overwrite mode), the `vpid' context, this node's process as the only
 %% one tracked, and one event rule per `{Patterns, Filter}' of `Rules'
 %% (patterns joined with commas); then starts it. On any failure the
 %% session is destroyed again.
--spec create(Ctx, Name, {Dir, OutName}, Buffer, Rules) -> ok | {error, error_reason()} when
+-spec create(Ctx, Name, {Output, OutName}, Buffer, Rules) -> ok | {error, error_reason()} when
       Ctx :: ctx(),
       Name :: string(),
-      Dir :: file:filename(),
+      Output :: output(),
       OutName :: string(),
       Buffer :: {pos_integer(), pos_integer()},
       Rules :: [{[binary()], binary()}].
-create(Ctx, Name, {Dir, OutName}, {N, Size}, Rules) ->
+create(Ctx, Name, {Output, OutName}, {N, Size}, Rules) ->
     case cmd(Ctx, ["create", Name, "--snapshot", "--no-output"]) of
         {ok, _} ->
-            Steps = [["snapshot", "add-output", "-s", Name, "--name=" ++ OutName, "file://" ++ Dir],["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ integer_to_list(Size),
+            Steps = [["snapshot", "add-output", "-s", Name, "--name=" ++ OutName, output_url(Output)],
+                     ["enable-channel", "-u", "-s", Name, "--subbuf-size=" ++ integer_to_list(Size),
                       "--num-subbuf=" ++ integer_to_list(N), "--overwrite", "--buffers-uid", ?CHANNEL],
                      ["add-context", "-u", "-s", Name, "-c", ?CHANNEL, "-t", "vpid"],
                      %% Track this node's process only: the session's events
@@ -349,11 +469,22 @@ destroy(Ctx, Name) ->
         Error -> Error
     end.
 
-%% @doc Takes a snapshot of session `Session' into its output directory,
-%% named `SnapName'-DATE-TIME-N. Returns when it is written.
+%% @doc Takes a snapshot of session `Session' to its output, named
+%% `SnapName'-DATE-TIME-N. Returns when it is written (sent, to a relay
+%% daemon).
 -spec snapshot(Ctx :: ctx(), Session :: string(), SnapName :: string()) -> ok | {error, error_reason()}.
 snapshot(Ctx, Session, SnapName) ->
     case cmd(Ctx, ["snapshot", "record", "-s", Session, "--name=" ++ SnapName]) of
+        {ok, _} -> ok;
+        Error -> Error
+    end.
+
+%% @doc As {@link snapshot/3}, to `Output' instead of the session's own
+%% output, for this snapshot only (`lttng snapshot record URL').
+-spec snapshot(Ctx :: ctx(), Session :: string(), SnapName :: string(), Output :: output()) ->
+          ok | {error, error_reason()}.
+snapshot(Ctx, Session, SnapName, Output) ->
+    case cmd(Ctx, ["snapshot", "record", "-s", Session, "--name=" ++ SnapName, output_url(Output)]) of
         {ok, _} -> ok;
         Error -> Error
     end.

@@ -1,7 +1,7 @@
 %%% @doc The flight recorder's snapshots on disk.
 %%%
 %%% A recorder writes into a directory of its own, `DIR/SESSION' (see
-%%% {@link dtrace_recorder_opts}). LTTng writes each snapshot there as a
+%%% {@link dtrace_recorder_session}). LTTng writes each snapshot there as a
 %%% directory: `mSTAMPnID-DATE-TIME-N' for one the recorder asked for
 %%% (`lttng snapshot record --name=mSTAMPnID'), `tSTAMP-DATE-TIME-N' for one
 %%% a trigger took (the session's snapshot output, named when the session

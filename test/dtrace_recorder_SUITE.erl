@@ -24,7 +24,8 @@
          three_nodes_cluster_trigger/1, report_without_spans/1, bad_input/1, lttng_missing/1,
          lttng_hangs/1, recorder_killed_mid_run/1, unwritable_dir_and_full_disk/1,
          records_without_root/1, sessiond_stopped_mid_run/1, sessiond_hangs/1,
-         unwritable_dir_as_user/1]).
+         unwritable_dir_as_user/1, relay_three_nodes_cluster_trigger/1, relay_out_of_sight/1,
+         relay_disk_full/1, relay_stalled_as_user/1]).
 
 -define(T, dtrace_recorder_test_lib).
 -define(USER, "dtrace-rec-test").
@@ -44,9 +45,10 @@ groups() ->
                  default_events_keep_slow_spans_only, storm_is_rate_limited,
                  own_trigger_then_cluster_request, leftovers_of_dead_nodes, recorder_from_app_env,
                  three_nodes_cluster_trigger, report_without_spans, bad_input, lttng_missing,
-                 lttng_hangs, recorder_killed_mid_run, unwritable_dir_and_full_disk]},
+                 lttng_hangs, recorder_killed_mid_run, unwritable_dir_and_full_disk,
+                 relay_three_nodes_cluster_trigger, relay_out_of_sight, relay_disk_full]},
      {user, [], [records_without_root, sessiond_stopped_mid_run, sessiond_hangs,
-                 unwritable_dir_as_user]}].
+                 unwritable_dir_as_user, relay_stalled_as_user]}].
 
 init_per_suite(Config) ->
     case ?T:require(root_lttng) of
@@ -113,7 +115,28 @@ end_per_group(_, _Config) ->
     ok.
 
 init_per_testcase(unwritable_dir_and_full_disk, Config) ->
-    Mnt = filename:join(?config(priv_dir, Config), "mnt"),
+    mount_tmpfs(filename:join(?config(priv_dir, Config), "mnt"), Config);
+init_per_testcase(relay_disk_full, Config) ->
+    %% The relay daemon writes to a small tmpfs.
+    Home = filename:join(?config(priv_dir, Config), "relay_disk_full"),
+    case mount_tmpfs(filename:join(Home, "out"), Config) of
+        {skip, _} = Skip -> Skip;
+        Config1 -> start_relay(Home, [], Config1)
+    end;
+init_per_testcase(relay_stalled_as_user, Config) ->
+    %% The relay daemon runs as the user, writing in the user's home.
+    Home = filename:join(?config(home, Config), "relay"),
+    ok = filelib:ensure_path(filename:join(Home, "out")),
+    {0, _} = ?T:run("chown", ["-R", ?USER ++ ":", Home]),
+    start_relay(Home, ?config(as_user, Config), Config);
+init_per_testcase(TC, Config) when TC =:= relay_three_nodes_cluster_trigger; TC =:= relay_out_of_sight ->
+    Home = filename:join(?config(priv_dir, Config), atom_to_list(TC)),
+    ok = filelib:ensure_path(filename:join(Home, "out")),
+    start_relay(Home, [], Config);
+init_per_testcase(_TC, Config) ->
+    Config.
+
+mount_tmpfs(Mnt, Config) ->
     ok = filelib:ensure_path(Mnt),
     case ?T:run("mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", Mnt]) of
         {0, _} ->
@@ -125,12 +148,20 @@ init_per_testcase(unwritable_dir_and_full_disk, Config) ->
                 true -> ct:fail("CI=true and ~ts", [Why]);
                 false -> {skip, Why}
             end
-    end;
-init_per_testcase(_TC, Config) ->
-    Config.
+    end.
+
+%% A relay daemon of the test case's own, on free ports of 127.0.0.1,
+%% writing to HOME/out (Prefix: setpriv arguments, or [] for root).
+start_relay(Home, Prefix, Config) ->
+    Relay = ?T:start_relayd(filename:join(Home, "out"), ?T:free_ports(3), Prefix),
+    [{relay, Relay}, {relay_home, Home}, {relay_prefix, Prefix} | Config].
 
 end_per_testcase(_TC, Config) ->
     [?T:stop_peer(P) || {peer, P} <- Config],
+    case proplists:get_value(relay_home, Config) of
+        undefined -> ok;
+        Home -> ?T:stop_relayd(Home)
+    end,
     case proplists:get_value(mnt, Config) of
         undefined -> ok;
         Mnt -> _ = ?T:run("umount", ["-l", Mnt]), ok
@@ -205,7 +236,9 @@ slow_request_triggers_one_snapshot(Config) ->
     ?assertEqual(<<"ok">>, maps:get(<<"outcome">>, End)),
     ?assertMatch([#{<<"kind">> := <<"request">>, <<"outcome">> := <<"error">>}],
                  Tagged(<<"span_end">>, <<"req-failed">>)),
-    Earlier = [T || <<"req-", N/binary>> = T <- ?T:tags_in(Events), binary_to_integer(N) < 250],
+    %% (req-failed is the request that raised, not one of the 249.)
+    Earlier = [T || <<"req-", N/binary>> = T <- ?T:tags_in(Events), N =/= <<"failed">>,
+                    binary_to_integer(N) < 250],
     ct:log("~b events, ~b earlier requests", [length(Events), length(Earlier)]),
     ?assert(length(Earlier) >= 50),
     %% Only this node's events (the vpid filter).
@@ -513,6 +546,14 @@ bad_input(Config) ->
              {#{dir => ""}, {badopt, dir, ""}},
              {#{name => "rec"}, {badopt, name, "rec"}},
              {#{timeout_ms => 0}, {badopt, timeout_ms, 0}},
+             {#{relay => "tcp://127.0.0.1:5342"}, {badopt, relay, "tcp://127.0.0.1:5342"}},
+             {#{relay => <<"net://127.0.0.1/traces">>}, {badopt, relay, <<"net://127.0.0.1/traces">>}},
+             {#{relay => "net://127.0.0.1:5342:5342"}, {badopt, relay, "net://127.0.0.1:5342:5342"}},
+             {#{relay => "net://127.0.0.1:0"}, {badopt, relay, "net://127.0.0.1:0"}},
+             {#{relay => "net6://::1"}, {badopt, relay, "net6://::1"}},
+             {#{relay => 42}, {badopt, relay, 42}},
+             {#{relay_dir => "/tmp"}, {badopt, relay_dir, "/tmp"}},
+             {#{relay => "net://127.0.0.1", relay_dir => ""}, {badopt, relay_dir, ""}},
              {[{events, []}], {badopt, options, [{events, []}]}}],
     [?assertEqual({Opts, {error, Want}}, {Opts, Start(Opts)}) || {Opts, Want} <- Cases],
     %% The filters LTTng refused went as far as lttng: nothing is left.
@@ -651,6 +692,231 @@ unwritable_dir_and_full_disk(Config) ->
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ?assertEqual({[], []}, ?T:lttng_names(OsPid)),
     ok.
+
+%%--------------------------------------------------------------------
+%% Snapshots to a relay daemon (lttng-relayd on 127.0.0.1)
+
+%% Three nodes send their snapshots to one relay daemon: the cluster's
+%% snapshot of a request crossing them lands in the relay's output, each
+%% node's in its own directory (HOSTNAME/dtrace-rec-NODE-rec), none in
+%% the nodes' own directories, and the report merges them. The relay
+%% down: each recorder keeps working, its snapshots (asked for, and a
+%% trigger's) go to its own directory and it says relay_down; the relay
+%% back on its ports, they go there again.
+relay_three_nodes_cluster_trigger(Config) ->
+    Relay = ?config(relay, Config),
+    Out = filename:join(?config(relay_home, Config), "out"),
+    {ok, Host} = inet:gethostname(),
+    Cookie = "dtrace_rec_" ++ integer_to_list(erlang:unique_integer([positive])),
+    Peers = [?T:start_peer(#{name => "dtrly" ++ X, cookie => Cookie}) || X <- ["a", "b", "c"]],
+    [{PA, A}, {PB, B}, {PC, C}] = Peers,
+    [true = peer:call(P, net_kernel, connect_node, [N]) || {P, N} <- [{PA, B}, {PA, C}, {PB, C}]],
+    Dir = filename:join(?config(priv_dir, Config), "rec_relay"),
+    Opts = #{dir => Dir, name => rec, events => detail, relay => ?T:relay_url(Relay), relay_dir => Out,
+             triggers => [{pn, 900, <<"i2 > 20000">>}], min_interval_ms => 0, check_ms => 300},
+    [{ok, rec} = peer:call(P, dtrace_recorder, start, [Opts], 60000) || {P, _} <- Peers],
+    Status = [peer:call(P, dtrace_recorder, status, [rec]) || {P, _} <- Peers],
+    ct:log("status: ~p", [Status]),
+    RelayDirs = [begin
+                     #{relay := #{state := up, fallbacks := 0, url := Url, dir := RD}} = S,
+                     ?assertEqual(list_to_binary(?T:relay_url(Relay)), Url),
+                     ?assertEqual(list_to_binary(filename:join(Out, Host)), filename:dirname(RD)),
+                     binary_to_list(RD)
+                 end || S <- Status],
+    LocalDirs = [binary_to_list(D) || #{dir := D} <- Status],
+    ?assertEqual(3, length(lists:usort(RelayDirs))),
+    [true = peer:call(P, erlang, register, [relay, peer:call(P, erlang, spawn, [?T, relay, []])])
+     || P <- [PB, PC]],
+    ?T:wait_until(fun() -> length(peer:call(PA, pg, get_members, [dtrace_recorder_pg, dtrace_recorders])) =:= 3 end,
+                  10000, "the three recorders in the pg group"),
+    Work = filename:join(?config(priv_dir, Config), "work"),
+    [undefined = peer:call(P, ?T, requests, [100, 0, Work], 60000) || {P, _} <- Peers],
+    ok = peer:call(PA, ?T, cross_request, [<<"cross-1">>, [{relay, B}, {relay, C}], <<"slow cross-node request">>]),
+    Snaps = [one_new_snapshot(P, N, []) || {P, N} <- Peers],
+    ct:log("snapshots: ~p", [Snaps]),
+    %% In the relay's output, one directory per node, each holding its
+    %% node's snapshot (and its events only); nothing in the nodes' own.
+    ?assertEqual(lists:sort([filename:basename(D) || D <- RelayDirs]), lists:sort(list_dir(filename:join(Out, Host)))),
+    [begin
+         ?assertMatch(#{node := N, source := cluster, relay := sent}, Snap),
+         ?assertEqual(RD, filename:dirname(binary_to_list(Path))),
+         Events = ?T:read_trace(binary_to_list(Path)),
+         ?assert(lists:member(<<"cross-1">>, ?T:tags_in(Events))),
+         OsPid = list_to_integer(peer:call(P, os, getpid, [])),
+         ?assertEqual([OsPid], lists:usort([V || {_, #{<<"vpid">> := V}} <- Events])),
+         ?assertEqual([], dtrace_recorder_store:scan(LD))
+     end || {{{P, N}, #{path := Path} = Snap}, RD, LD} <- lists:zip3(lists:zip(Peers, Snaps), RelayDirs, LocalDirs)],
+    Report = report([P || #{path := P} <- Snaps], #{tags => [<<"cross-1">>]}),
+    Section = section(Report, <<"Tag \"cross-1\"">>),
+    Nodes = [N || Line <- Section, binary:match(Line, <<"span ">>) =/= nomatch,
+                  N <- [atom_to_binary(X) || X <- [A, B, C]], binary:match(Line, N) =/= nomatch],
+    ?assertEqual([atom_to_binary(X) || X <- [A, B, C]], dedup(Nodes)),
+    %% The relay down: the cluster's next snapshot, on every node, in the
+    %% node's own directory, and the recorders say so.
+    ok = ?T:stop_relayd(Relay),
+    ok = peer:call(PA, dtrace_recorder, trigger_cluster, [<<"relay down">>]),
+    Down = [one_new_snapshot(P, N, [S]) || {{P, N}, S} <- lists:zip(Peers, Snaps)],
+    [begin
+         ?assertMatch(#{source := cluster, reason := <<"relay down">>, relay := relay_down}, Snap),
+         ?assertEqual(LD, filename:dirname(binary_to_list(Path))),
+         ?assert(lists:member(<<"relay down">>, [R || {_, #{<<"s2">> := R}} <- ?T:read_trace(binary_to_list(Path))])),
+         ?assertMatch(#{phase := running,
+                        relay := #{state := relay_down, fallbacks := 1, error := {relay_down, _, _}}},
+                      peer:call(P, dtrace_recorder, status, [rec]))
+     end || {{P, _}, #{path := Path} = Snap, LD} <- lists:zip3(Peers, Down, LocalDirs)],
+    %% A trigger's snapshot LTTng could not send is taken again locally.
+    true = peer:call(PB, dtrace, pn, [900, 7, 25000]),
+    #{path := TPath} = TSnap = one_new_snapshot(PB, B, [lists:nth(2, Snaps), lists:nth(2, Down)]),
+    ?assertMatch(#{source := trigger, relay := relay_down}, TSnap),
+    ?assertEqual(lists:nth(2, LocalDirs), filename:dirname(binary_to_list(TPath))),
+    ?assertMatch([_], [E || {<<"org_erlang_dtrace:user_trace_n">>, #{<<"label">> := 900, <<"i1">> := 7} = E}
+                                <- ?T:read_trace(binary_to_list(TPath))]),
+    ?assertMatch(#{failed := 1, relay := #{fallbacks := 2}}, peer:call(PB, dtrace_recorder, status, [rec])),
+    %% The relay back on its ports: snapshots go there again.
+    _ = ?T:start_relayd(Out, maps:get(ports, Relay), []),
+    {ok, #{relay := sent, path := Back}} = trigger(PC, rec, <<"relay back">>),
+    ?assertEqual(lists:nth(3, RelayDirs), filename:dirname(binary_to_list(Back))),
+    ?assertMatch(#{relay := #{state := up, error := none}}, peer:call(PC, dtrace_recorder, status, [rec])),
+    [begin
+         ok = peer:call(P, dtrace_recorder, stop, [rec]),
+         ?assertEqual({[], []}, ?T:lttng_names(peer:call(P, os, getpid, [])))
+     end || {P, _} <- Peers],
+    ok.
+
+%% A relay the node cannot see (no relay_dir): a snapshot asked for is
+%% listed by its place in the relay's output (relative to it), and is
+%% there; a trigger's snapshot lands there too, unlisted, and the trigger
+%% is re-armed after min_interval_ms all the same.
+relay_out_of_sight(Config) ->
+    Relay = ?config(relay, Config),
+    Out = filename:join(?config(relay_home, Config), "out"),
+    {ok, Host} = inet:gethostname(),
+    {Peer, _} = ?T:start_peer(#{}),
+    Dir = filename:join(?config(priv_dir, Config), "rec_unseen"),
+    {ok, R} = peer:call(Peer, dtrace_recorder, start,
+                        [#{dir => Dir, relay => ?T:relay_url(Relay), triggers => [{pn, 900, <<"i2 > 20000">>}],
+                           min_interval_ms => 1000, check_ms => 300}], 60000),
+    #{relay := #{state := up, dir := none}, triggers := [Gen1], dir := LocalDir} =
+        peer:call(Peer, dtrace_recorder, status, [R]),
+    {ok, #{relay := sent, bytes := 0, source := manual, path := Rel} = Snap} = trigger(Peer, R, <<"unseen">>),
+    ct:log("~p", [Snap]),
+    [Where] = filelib:wildcard(binary_to_list(filename:join(Out, Rel))),
+    ?assertEqual(filename:join([Out, Host, filename:basename(binary_to_list(LocalDir))]), filename:dirname(Where)),
+    ?assert(lists:member(<<"unseen">>, [S || {_, #{<<"s2">> := S}} <- ?T:read_trace(Where)])),
+    %% The triggers rest for min_interval_ms after a snapshot asked for.
+    {ok, Gen2} = ?T:wait_until(fun() ->
+                                       case peer:call(Peer, dtrace_recorder, status, [R]) of
+                                           #{triggers := [G]} when G =/= Gen1 -> {true, G};
+                                           S -> S
+                                       end
+                               end, 5000, "the trigger re-armed after the interval"),
+    true = peer:call(Peer, dtrace, pn, [900, 1, 25000]),
+    %% In the relay's output, complete (babeltrace2 reads it) with the
+    %% triggering event.
+    Fired = fun(T) -> case ?T:run("babeltrace2", [T]) of
+                          {0, Lines} -> [L || L <- Lines, binary:match(L, <<"label = 900">>) =/= nomatch];
+                          _ -> []
+                      end
+            end,
+    ?T:wait_until(fun() ->
+                          case filelib:wildcard(filename:join(filename:dirname(Where), "t*")) of
+                              [T] -> length(Fired(T)) =:= 1;
+                              L -> L
+                          end
+                  end, 5000, "the trigger's snapshot in the relay's output"),
+    %% The recorder cannot see it fire: it re-arms its triggers every
+    %% interval all the same.
+    ?T:wait_until(fun() -> #{triggers := [G]} = peer:call(Peer, dtrace_recorder, status, [R]),
+                           G =/= Gen1 andalso G =/= Gen2
+                  end, 5000, "the trigger re-armed again"),
+    ?assertEqual([Snap], snapshots(Peer, R)),
+    ?assertEqual([], dtrace_recorder_store:scan(binary_to_list(LocalDir))),
+    ok = peer:call(Peer, dtrace_recorder, stop, [R]),
+    ok.
+
+%% The relay's disk full: the snapshot is taken locally instead, nothing
+%% partial is left in the relay's output; with room again, it goes to the
+%% relay.
+relay_disk_full(Config) ->
+    Relay = ?config(relay, Config),
+    Out = ?config(mnt, Config),
+    {Peer, _} = ?T:start_peer(#{}),
+    Dir = filename:join(?config(priv_dir, Config), "rec_relay_full"),
+    {ok, R} = peer:call(Peer, dtrace_recorder, start,
+                        [#{dir => Dir, relay => ?T:relay_url(Relay), relay_dir => Out, min_interval_ms => 0,
+                           timeout_ms => 3000}], 60000),
+    #{relay := #{dir := RelayDir}, dir := LocalDir} = peer:call(Peer, dtrace_recorder, status, [R]),
+    {ok, #{relay := sent, path := First}} = trigger(Peer, R, <<"room">>),
+    ?assertEqual(RelayDir, filename:dirname(First)),
+    %% Full: a filler leaves 64 KiB, less than a snapshot of 100,000 events.
+    [Avail] = [list_to_integer(string:trim(L)) || L <- tl(string:split(os:cmd("df --output=avail -B1 " ++ Out), "\n", all)),
+                                                string:trim(L) =/= ""],
+    {ok, Fd} = file:open(filename:join(Out, "filler"), [write, raw]),
+    ok = file:write(Fd, binary:copy(<<0>>, Avail - 65536)),
+    ok = file:close(Fd),
+    ok = peer:call(Peer, erlang, apply, [fun() -> [dtrace:pn(5, I, I, "fill the buffers") || I <- lists:seq(1, 100000)], ok end, []], 60000),
+    Full = trigger(Peer, R, <<"relay full">>),
+    ct:log("with the relay's disk full: ~p~n~p", [Full, peer:call(Peer, dtrace_recorder, status, [R])]),
+    {ok, #{relay := relay_down, path := Local}} = Full,
+    ?assertEqual(LocalDir, filename:dirname(Local)),
+    ?assertEqual([filename:basename(binary_to_list(First))], list_dir(binary_to_list(RelayDir))),
+    ?assertMatch(#{relay := #{state := relay_down, fallbacks := 1}}, peer:call(Peer, dtrace_recorder, status, [R])),
+    ok = file:delete(filename:join(Out, "filler")),
+    {ok, #{relay := sent, path := Again}} = trigger(Peer, R, <<"room again">>),
+    ?assertEqual(RelayDir, filename:dirname(Again)),
+    ok = peer:call(Peer, dtrace_recorder, stop, [R]),
+    ok.
+
+%% A relay that stops answering (SIGSTOP), under a session daemon started
+%% with LTTNG_NETWORK_SOCKET_TIMEOUT (2 s): the snapshot is taken locally
+%% once the daemon gives up on the relay, the recorder answers at once
+%% meanwhile; the relay answering again, snapshots go there.
+relay_stalled_as_user(Config) ->
+    Relay = #{os_pid := RelayPid} = ?config(relay, Config),
+    Home = ?config(home, Config),
+    {Peer, _} = ?T:start_peer(#{user => {?USER, Home}}),
+    {ok, R} = peer:call(Peer, dtrace_recorder, start,
+                        [#{dir => filename:join(Home, "rec"), relay => ?T:relay_url(Relay),
+                           relay_dir => filename:join(?config(relay_home, Config), "out"), min_interval_ms => 0,
+                           timeout_ms => 10000}], 60000),
+    #{relay := #{dir := RelayDir}, dir := LocalDir} = peer:call(Peer, dtrace_recorder, status, [R]),
+    {ok, #{relay := sent}} = trigger(Peer, R, <<"answering">>),
+    {0, _} = ?T:run("kill", ["-STOP", integer_to_list(RelayPid)]),
+    try
+        T0 = erlang:monotonic_time(millisecond),
+        Self = self(),
+        spawn_link(fun() -> Self ! {stalled, trigger(Peer, R, <<"stalled">>)} end),
+        %% The recorder answers at once meanwhile.
+        T1 = erlang:monotonic_time(microsecond),
+        _ = peer:call(Peer, dtrace_recorder, status, [R]),
+        _ = snapshots(Peer, R),
+        ?assert(erlang:monotonic_time(microsecond) - T1 < 200000),
+        Result = receive {stalled, Res} -> Res after 30000 -> ct:fail("trigger/3 with a stalled relay") end,
+        Took = erlang:monotonic_time(millisecond) - T0,
+        ct:log("with the relay stalled: ~p after ~b ms", [Result, Took]),
+        {ok, #{relay := relay_down, path := Local}} = Result,
+        ?assertEqual(LocalDir, filename:dirname(Local)),
+        ?assert(Took < 10000),
+        ?assertMatch(#{relay := #{state := relay_down, error := {relay_down, _, _}}},
+                     peer:call(Peer, dtrace_recorder, status, [R]))
+    after
+        {0, _} = ?T:run("kill", ["-CONT", integer_to_list(RelayPid)])
+    end,
+    {ok, #{relay := sent, path := Back}} = trigger(Peer, R, <<"answering again">>),
+    ?assertEqual(RelayDir, filename:dirname(Back)),
+    ok = peer:call(Peer, dtrace_recorder, stop, [R]),
+    ok.
+
+%% The next snapshot of recorder rec of node N (peer P) that is not one
+%% of Known, within 5 s.
+one_new_snapshot(P, N, Known) ->
+    {ok, [S]} = ?T:wait_until(fun() ->
+                                      case snapshots(P, rec) -- Known of
+                                          [_] = L -> {true, L};
+                                          L -> L
+                                      end
+                              end, 5000, io_lib:format("a snapshot on ~p", [N])),
+    S.
 
 %%--------------------------------------------------------------------
 %% Group user: an unprivileged node with its own session daemon
@@ -833,7 +1099,9 @@ list_dir(Dir) ->
 %% port's OS pid is the daemon's (setpriv and env exec). The current one
 %% is kept in an ETS table the group's cases share.
 start_user_sessiond(Config) ->
-    Args = ?config(as_user, Config) ++ [os:find_executable("lttng-sessiond")],
+    %% A relay that stops answering holds this daemon (and every lttng
+    %% command) at most 2 s per connection (relay_stalled_as_user).
+    Args = ?config(as_user, Config) ++ ["LTTNG_NETWORK_SOCKET_TIMEOUT=2000", os:find_executable("lttng-sessiond")],
     Self = self(),
     Owner = spawn(fun() ->
                           Port = open_port({spawn_executable, os:find_executable("setpriv")},

@@ -10,7 +10,8 @@
 
 -export([in_ci/0, require/1, run/2, run/3, wait_until/3,
          start_peer/1, stop_peer/1, read_trace/1, tags_in/1,
-         lttng_names/2, lttng_names/1, as_user/2]).
+         lttng_names/2, lttng_names/1, as_user/2,
+         free_ports/1, start_relayd/3, stop_relayd/1, relay_url/1]).
 %% In the peers.
 -export([requests/3, request/3, storm/3, relay/0, cross_request/3, busy_loop/1, spin_until_stopped/1]).
 
@@ -36,7 +37,7 @@ require(What) ->
 
 missing(root_lttng) ->
     Cmds = [io_lib:format("~s is not installed (Debian: lttng-tools, babeltrace2)", [C])
-            || C <- ["lttng", "lttng-sessiond", "babeltrace2"], os:find_executable(C) =:= false],
+            || C <- ["lttng", "lttng-sessiond", "lttng-relayd", "babeltrace2"], os:find_executable(C) =:= false],
     Bt2 = case run("/usr/bin/python3", ["-c", "import bt2"]) of
               {0, _} -> [];
               _ -> ["python3-bt2 is not installed (apt-get install python3-bt2)"]
@@ -185,10 +186,90 @@ lttng_names(OsPid, Prefix) ->
     {Names(S, <<"<session><name>">>), Names(T, <<"<trigger><name>">>)}.
 
 pid_of(Name) ->
-    case dtrace_recorder_opts:parse_session_name(Name) of
+    case dtrace_recorder_session:owner(Name) of
         {_, _, _, Pid} -> Pid;
         other -> none
     end.
+
+%%% Relay daemons
+
+%% N TCP ports of 127.0.0.1 that nothing listens on now.
+free_ports(N) ->
+    Socks = [begin {ok, S} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]), S end || _ <- lists:seq(1, N)],
+    Ports = [begin {ok, P} = inet:port(S), P end || S <- Socks],
+    [gen_tcp:close(S) || S <- Socks],
+    Ports.
+
+%% An lttng-relayd writing under Out, listening on 127.0.0.1 at Ports
+%% ([Control, Data, Live]), in the foreground as a port owned by a process
+%% of its own (it outlives the caller; stop_relayd/1 kills it by its OS
+%% pid). Prefix: setpriv arguments to run it as a user (as_user/2), or [].
+%% Returns once the control port accepts connections: #{os_pid, ports,
+%% owner}.
+start_relayd(Out, [C, D, L] = Ports, Prefix) ->
+    Relayd = os:find_executable("lttng-relayd"),
+    Args = ["-o", Out, "-C", url(C), "-D", url(D), "-L", url(L)],
+    {Exe, Argv} = case Prefix of
+                      [] -> {Relayd, Args};
+                      _ -> {os:find_executable("setpriv"), Prefix ++ [Relayd | Args]}
+                  end,
+    Home = filename:dirname(Out),
+    Self = self(),
+    Owner = spawn(fun() ->
+                          Port = open_port({spawn_executable, Exe},
+                                           [{args, Argv}, exit_status, binary, stderr_to_stdout,
+                                            {env, [{"LTTNG_HOME", Home}]}]),
+                          {os_pid, Pid} = erlang:port_info(Port, os_pid),
+                          Self ! {relayd, self(), Pid},
+                          relayd_owner(Port)
+                  end),
+    OsPid = receive {relayd, Owner, P} -> P after ?TIMEOUT -> ct:fail("lttng-relayd did not start") end,
+    %% Whatever happens to the test case, end_per_testcase kills it.
+    ok = file:write_file(filename:join(Home, "relayd.pids"), [integer_to_list(OsPid), "\n"], [append]),
+    wait_until(fun() ->
+                       case gen_tcp:connect({127, 0, 0, 1}, C, [], 500) of
+                           {ok, S} -> gen_tcp:close(S), true;
+                           Error -> Error
+                       end
+               end, 10000, "lttng-relayd listening"),
+    #{os_pid => OsPid, ports => Ports, owner => Owner}.
+
+url(Port) ->
+    "tcp://127.0.0.1:" ++ integer_to_list(Port).
+
+relayd_owner(Port) ->
+    receive
+        {Port, {exit_status, S}} -> ct:log("lttng-relayd exited: ~p", [S]);
+        {Port, {data, Out}} -> ct:log("lttng-relayd: ~ts", [Out]), relayd_owner(Port)
+    end.
+
+%% Stops relay daemon Relay (SIGKILL by its OS pid) and waits until it
+%% is gone. With a directory: every relay daemon start_relayd/3 started
+%% with its output in it (their pids are in DIR/relayd.pids) and still
+%% running.
+stop_relayd(#{os_pid := Pid}) ->
+    P = integer_to_list(Pid),
+    _ = run("kill", ["-KILL", P]),
+    wait_until(fun() -> not filelib:is_dir("/proc/" ++ P) end, 10000, "lttng-relayd gone");
+stop_relayd(Dir) ->
+    case file:read_file(filename:join(Dir, "relayd.pids")) of
+        {ok, Bin} ->
+            [case file:read_file("/proc/" ++ P ++ "/cmdline") of
+                 {ok, Cmd} ->
+                     _ = binary:match(Cmd, <<"lttng-relayd">>) =/= nomatch
+                         andalso stop_relayd(#{os_pid => list_to_integer(P)}),
+                     ok;
+                 {error, _} ->
+                     ok
+             end || P <- string:lexemes(binary_to_list(Bin), "\n")],
+            ok;
+        {error, _} ->
+            ok
+    end.
+
+%% The recorder's relay option for Relay.
+relay_url(#{ports := [C, D, _]}) ->
+    "net://127.0.0.1:" ++ integer_to_list(C) ++ ":" ++ integer_to_list(D).
 
 %%% babeltrace2's text output (fields read by dtrace_lttng_lib)
 %%% [08:21:32.630255804] (+0.000009680) host provider:event: { cpu_id = 1 }, { vpid = 12 }, { f1 = 1, f2 = "x" }

@@ -22,7 +22,7 @@ defmodule DTrace.Recorder do
 
   @typedoc "A recorder: its registered name (option `name`, default `:dtrace_recorder`) or pid."
   @type t :: :dtrace_recorder.recorder()
-  @typedoc "A snapshot on disk: `path`, `time` (ms since the epoch), `reason`, `source`, `node`, `bytes`."
+  @typedoc "A snapshot on disk: `path`, `time` (ms since the epoch), `reason`, `source`, `node`, `bytes`; with a relay, `relay` (`:sent` or `:relay_down`)."
   @type snapshot :: :dtrace_recorder.snapshot()
 
   @doc """
@@ -35,7 +35,10 @@ defmodule DTrace.Recorder do
   default `{4, 262144}`), `triggers` (`[{:pn, label, filter}]` or
   `[{:event, "provider:event", filter}]`), `max_snapshots` (default 10),
   `min_interval_ms` (default 60000), `dir`, `name`, `timeout_ms`,
-  `check_ms`, `lttng`. Errors: `{:error, {:badopt, key, value}}` for a bad
+  `check_ms`, `lttng`, `relay` (a relay daemon to send the snapshots to,
+  `"net://HOST[:CTRL[:DATA]]"`; a snapshot it does not take goes to `dir`
+  and says `relay: :relay_down`) and `relay_dir` (the relay's output as this
+  node sees it). Errors: `{:error, {:badopt, key, value}}` for a bad
   option (nothing is created), or what `:dtrace_recorder.start/1` lists
   (`{:lttng_missing, hint}`, `{:no_session_daemon, hint}`, ...).
   """
