@@ -20,16 +20,20 @@
 
 -on_load(on_load/0).
 -nifs([enabled/3, trace/5]).
+-include("../src/dtrace_libraries.hrl").
 
 %% Loads priv/compat/dyntrace.so (native/tracer_nif), whose NIFs are
 %% dtrace_nif.so's erl_tracer callbacks. Without it (module dtrace_nif not
 %% loaded), the stubs answer `remove', as OTP's dyntrace does on a VM
 %% without LTTng.
 on_load() ->
-    Path = dtrace_nif:library_path(?MODULE),
-    dtrace_nif:loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
+    %% dtrace_nif.so first, when the code server can load it (not in an
+    %% embedded release; native/tracer_nif opens the library itself then).
+    _ = code:ensure_loaded(dtrace_nif),
+    Path = library_path(?MODULE),
+    loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
 
-enabled(_TraceTag, _TracerState, _Tracee) -> dtrace_nif:not_loaded(remove).
+enabled(_TraceTag, _TracerState, _Tracee) -> not_loaded(remove).
 trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) -> ok.
 
 available() -> dtrace:available().

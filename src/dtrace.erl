@@ -70,6 +70,7 @@
 
 -on_load(on_load/0).
 -nifs([enabled/3, trace/5]).
+-include("dtrace_libraries.hrl").
 
 -include("dtrace_tag.hrl").
 
@@ -146,12 +147,15 @@
 %%%===================================================================
 %%% Loading: this module is the tracer module of {tracer, dtrace, State};
 %%% its two NIFs (enabled/3, trace/5) are in priv/tracer/dtrace.so. Which
-%%% module owns which library: dtrace_nif's module doc.
+%%% module owns which library: dtrace_libraries.hrl, dtrace_nif's doc.
 %%%===================================================================
 
 on_load() ->
-    Path = dtrace_nif:library_path(?MODULE),
-    dtrace_nif:loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
+    %% dtrace_nif.so first, when the code server can load it (not in an
+    %% embedded release; native/tracer_nif opens the library itself then).
+    _ = code:ensure_loaded(dtrace_nif),
+    Path = library_path(?MODULE),
+    loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
 
 %%%===================================================================
 %%% Status and the raw probes
@@ -349,7 +353,7 @@ doctor(Opts) when is_map(Opts) ->
 enabled(_TraceTag, _TracerState, _Tracee) ->
     %% Without the library: remove this tracer from the tracee, as OTP's
     %% dyntrace does on a VM without LTTng.
-    dtrace_nif:not_loaded(remove).
+    not_loaded(remove).
 
 %% @doc erl_tracer's callback (a NIF): fires the probes and events this
 %% event feeds that have a listener. Returns `ok'.

@@ -13,8 +13,8 @@
 %%%
 %%% == Which module owns which library, and which NIFs ==
 %%% The one place that says it (ARCHITECTURE.md and CONTRIBUTING.md point
-%%% here; each module's on_load loads its own, with {@link library_path/1}
-%%% and {@link loaded/3}):
+%%% here; each module's on_load loads its own with the local functions of
+%%% `src/dtrace_libraries.hrl', which the three modules include):
 %%% <table>
 %%% <tr><th>module</th><th>library (`priv/')</th><th>its NIFs</th></tr>
 %%% <tr><td>`dtrace_nif'</td><td>`dtrace_nif.so' (`native/dtrace_nif')</td>
@@ -54,10 +54,10 @@
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
 -export([test_panic/0, test_allocations/0, test_dof_force_active/0]).
--export([library_path/1, loaded/3, not_loaded/1]).
 -export_type([user_tag/0]).
 
 -on_load(on_load/0).
+-include("dtrace_libraries.hrl").
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
        user_trace_i4s4/9, i4s4/9, user_trace_n/10,
        span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
@@ -86,48 +86,6 @@
 on_load() ->
     Path = library_path(?MODULE),
     loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
-
-%% What Module's on_load makes of erlang:load_nif/2's Result for its
-%% library at Path (the table of the module doc; each module calls
-%% load_nif itself, as a NIF library loads into its caller): `ok' whatever
-%% happened, so that the module loads. Without its library `dtrace_nif'
-%% logs a warning and every probe returns `false' (as OTP's dyntrace does
-%% on a VM without dynamic trace); a tracer module logs a notice and its
-%% stubs answer `remove'.
--spec loaded(Module :: dtrace_nif | dtrace | dyntrace, Path :: file:filename(),
-             Result :: ok | {error, {atom(), string()}}) -> ok.
-loaded(_Module, _Path, ok) ->
-    ok;
-loaded(_Module, _Path, {error, {reload, _}}) ->
-    ok;
-loaded(dtrace_nif, Path, {error, {Reason, Text}}) ->
-    logger:warning("dtrace: NIF ~ts not loaded (~p: ~ts); probes are disabled", [Path, Reason, Text]);
-loaded(Module, Path, {error, {Reason, Text}}) ->
-    logger:info("dtrace: {tracer, ~p, []} fires nothing: ~ts: ~p: ~ts", [Module, Path, Reason, Text]).
-
-%% The library of Module (the module doc's table), without its extension,
-%% for erlang:load_nif/2. A tracer module's library uses dtrace_nif.so's
-%% callbacks: dtrace_nif is loaded first.
--spec library_path(Module :: dtrace_nif | dtrace | dyntrace) -> file:filename().
-library_path(Module) ->
-    _ = Module =:= dtrace_nif orelse code:ensure_loaded(dtrace_nif),
-    Rel = case Module of
-              dtrace_nif -> ["dtrace_nif"];
-              dtrace -> ["tracer", "dtrace"];
-              dyntrace -> ["compat", "dyntrace"]
-          end,
-    case code:priv_dir(dtrace) of
-        {error, bad_name} ->
-            %% Not loaded as an application (the beam files on the code
-            %% path by hand): priv/ next to ebin/.
-            Ebin = case code:which(?MODULE) of
-                       Beam when is_list(Beam) -> filename:dirname(Beam);
-                       _ -> "ebin"
-                   end,
-            filename:join([filename:dirname(Ebin), "priv" | Rel]);
-        Priv ->
-            filename:join([Priv | Rel])
-    end.
 
 %%%===================================================================
 %%% User probes (user.rs): see dtrace
@@ -367,20 +325,6 @@ test_dof_force_active() ->
     stub({error, no_test_hooks}).
 
 %%%===================================================================
-
-%% What a NIF stub returns when its library is not loaded: Default (also
-%% for the tracer modules' stubs, dtrace:enabled/3). erlang:nif_error/1
-%% is the BIF OTP documents for NIF stubs: it raises like erlang:error/1,
-%% and dialyzer takes it to return any term, so a stub's type is its spec
-%% (what the NIF returns), not Default alone; caught here, it gives the
-%% documented answer of a node without the library. Runs only then.
--spec not_loaded(Default) -> Default.
-not_loaded(Default) ->
-    try
-        erlang:nif_error(not_loaded)
-    catch
-        error:not_loaded -> Default
-    end.
 
 stub(Default) ->
     not_loaded(Default).
