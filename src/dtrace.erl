@@ -70,7 +70,6 @@
 
 -on_load(on_load/0).
 -nifs([enabled/3, trace/5]).
--include("dtrace_libraries.hrl").
 
 -include("dtrace_tag.hrl").
 
@@ -143,6 +142,8 @@
 
 -export_type([probe_arg/0, n_probe_label/0, probe_result/0, pn_result/0, tag_state/0, span_kind/0,
               span/0, span_outcome/0, vm_status/0, function_pattern/0]).
+
+-include("dtrace_libraries.hrl").
 
 %%%===================================================================
 %%% Loading: this module is the tracer module of {tracer, dtrace, State};

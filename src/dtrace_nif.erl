@@ -57,7 +57,6 @@
 -export_type([user_tag/0]).
 
 -on_load(on_load/0).
--include("dtrace_libraries.hrl").
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
        user_trace_i4s4/9, i4s4/9, user_trace_n/10,
        span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
@@ -78,6 +77,8 @@
 %% Any atom means "absent" (0).
 -type iolist_maybe() :: iodata() | atom().
 %% Any atom means "absent" (NULL).
+
+-include("dtrace_libraries.hrl").
 
 %%%===================================================================
 %%% Loading
