@@ -31,10 +31,10 @@ on_load() ->
     %% dtrace_nif.so first, when the code server can load it (not in an
     %% embedded release; native/tracer_nif opens the library itself then).
     _ = code:ensure_loaded(dtrace_nif),
-    Path = library_path(?MODULE),
-    loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
+    Path = library_path(?DYNTRACE_TRACER_LIBRARY),
+    loaded(info, "{tracer, dyntrace, []} fires nothing", Path, erlang:load_nif(Path, 0)).
 
-enabled(_TraceTag, _TracerState, _Tracee) -> not_loaded(remove).
+enabled(_TraceTag, _TracerState, _Tracee) -> ?NOT_LOADED(remove).
 trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) -> ok.
 
 available() -> dtrace:available().

@@ -155,8 +155,8 @@ on_load() ->
     %% dtrace_nif.so first, when the code server can load it (not in an
     %% embedded release; native/tracer_nif opens the library itself then).
     _ = code:ensure_loaded(dtrace_nif),
-    Path = library_path(?MODULE),
-    loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
+    Path = library_path(?DTRACE_TRACER_LIBRARY),
+    loaded(info, "{tracer, dtrace, []} fires nothing", Path, erlang:load_nif(Path, 0)).
 
 %%%===================================================================
 %%% Status and the raw probes
@@ -354,7 +354,7 @@ doctor(Opts) when is_map(Opts) ->
 enabled(_TraceTag, _TracerState, _Tracee) ->
     %% Without the library: remove this tracer from the tracee, as OTP's
     %% dyntrace does on a VM without LTTng.
-    not_loaded(remove).
+    ?NOT_LOADED(remove).
 
 %% @doc erl_tracer's callback (a NIF): fires the probes and events this
 %% event feeds that have a listener. Returns `ok'.

@@ -85,8 +85,8 @@
 %%%===================================================================
 
 on_load() ->
-    Path = library_path(?MODULE),
-    loaded(?MODULE, Path, erlang:load_nif(Path, 0)).
+    Path = library_path(?DTRACE_NIF_LIBRARY),
+    loaded(warning, "NIF not loaded, probes are disabled", Path, erlang:load_nif(Path, 0)).
 
 %%%===================================================================
 %%% User probes (user.rs): see dtrace
@@ -328,10 +328,10 @@ test_dof_force_active() ->
 %%%===================================================================
 
 stub(Default) ->
-    not_loaded(Default).
+    ?NOT_LOADED(Default).
 
 %% What a provider NIF's stub does: no handle exists without the library,
 %% so it raises what the NIF raises for a term that is not a handle
-%% (erlang:nif_error/1: see not_loaded/1).
+%% (erlang:nif_error/1: see ?NOT_LOADED in dtrace_libraries.hrl).
 badarg() ->
     erlang:nif_error(badarg).
