@@ -128,6 +128,8 @@
           flags := #{processes := [atom()], ports := [atom()]},
           new_processes := ours | free | {taken, term()},
           spawn_meta := on | off | {taken, term()},
+          node_monitor := on | off,
+          system_monitor := on | off | {taken, pid() | port()},
           traced := non_neg_integer(),
           skipped := non_neg_integer(),
           function_patterns := [function_pattern()],
@@ -269,6 +271,13 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %% <li>`spawn_meta': `on' while `process__spawn' is fed by meta tracing of
 %%   the spawn BIFs, `off', or `{taken, Tracer}' (another tracer has a meta
 %%   pattern on one of them: left alone);</li>
+%% <li>`node_monitor': `on' while `dist__monitor' is fed by a
+%%   `net_kernel:monitor_nodes/2' subscription, else `off';</li>
+%% <li>`system_monitor': `on' while `port__busy' and `dist__port_busy' are
+%%   fed by the node's system monitor (`erlang:system_monitor/2', one per
+%%   node), `off', or `{taken, Owner}': another process holds it, so those
+%%   two probes are not fed; an operator's system monitor is never
+%%   replaced;</li>
 %% <li>`traced': processes traced by the automatic mode now; `skipped':
 %%   processes another tracer (dbg, recon, ...) traces, left alone;</li>
 %% <li>`function_patterns': what {@link function_probes/1} was given, and

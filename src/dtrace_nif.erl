@@ -49,7 +49,7 @@
 -export([span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
          slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
--export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3]).
+-export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3, vm_monitor_event/4]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
@@ -62,7 +62,7 @@
        span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
        slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1,
        efile_enabled/0, efile_entry/10, efile_return/6,
-       vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3,
+       vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3, vm_monitor_event/4,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
        provider_probe/2, provider_path/1, provider_delete/1,
@@ -227,10 +227,12 @@ efile_return(_ThreadId, _OpId, _Command, _UserTag, _Success, _Reason) ->
 %%% VM probes (vm/): see dtrace_vm
 %%%===================================================================
 
-%% {ProcessFlags, PortFlags, Listened, Meta}: the trace flags automatic
+%% {ProcessFlags, PortFlags, Listened, Sources}: the trace flags automatic
 %% mode sets now, the names of every probe and event with a listener, and
-%% [spawn] when the spawn BIFs' meta patterns are wanted.
--spec vm_listening() -> {[atom()], [atom()], [binary()], [spawn]}.
+%% the sources without trace flags wanted now: spawn (the spawn BIFs' meta
+%% patterns), node_monitor (a net_kernel:monitor_nodes/2 subscription),
+%% system_monitor (the node's system monitor, if free).
+-spec vm_listening() -> {[atom()], [atom()], [binary()], [spawn | node_monitor | system_monitor]}.
 vm_listening() ->
     stub({[], [], [], []}).
 
@@ -245,6 +247,16 @@ vm_flags() ->
 %% could be traced); false when the table has no room for it.
 -spec vm_port_name(Port :: port(), Name :: binary(), Owner :: pid()) -> boolean().
 vm_port_name(_Port, _Name, _Owner) ->
+    stub(false).
+
+%% Fires the probes of the feed table's node_monitor or system_monitor rows
+%% (Source) for one message dtrace_vm got: Tag is nodeup or nodedown
+%% (Subject the node, Info {ThisNode, Type, Reason}), busy_port (Subject
+%% the suspended pid, Info the port) or busy_dist_port (Info {Port,
+%% RemoteNode | undefined, ThisNode}). true if a row listened.
+-spec vm_monitor_event(Source :: node_monitor | system_monitor, Tag :: atom(), Subject :: term(),
+                       Info :: term()) -> boolean().
+vm_monitor_event(_Source, _Tag, _Subject, _Info) ->
     stub(false).
 
 %% Which calls fire which function probes: Patterns are

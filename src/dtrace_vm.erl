@@ -99,7 +99,9 @@
             patterns = [] :: [pattern()],
             active = [] :: [pattern()],
             new = free :: free | ours | {taken, term()},
-            spawn_meta = off :: off | on | {taken, term()}}).
+            spawn_meta = off :: off | on | {taken, term()},
+            node_monitor = off :: off | on,
+            system_monitor = off :: off | on | {taken, pid() | port()}}).
 
 %% @private
 start_link() ->
@@ -215,6 +217,22 @@ handle_info(poll, S) ->
          end,
     erlang:send_after(S1#s.poll, self(), poll),
     {noreply, S1};
+handle_info({NodeUpDown, Node, Info}, #s{node_monitor = on} = S)
+  when NodeUpDown =:= nodeup; NodeUpDown =:= nodedown ->
+    Type = proplists:get_value(node_type, Info, visible),
+    Reason = proplists:get_value(nodedown_reason, Info, []),
+    _ = dtrace_nif:vm_monitor_event(node_monitor, NodeUpDown, Node, {node(), Type, Reason}),
+    {noreply, S};
+handle_info({monitor, Pid, busy_port, Port}, #s{system_monitor = on} = S) ->
+    _ = dtrace_nif:vm_monitor_event(system_monitor, busy_port, Pid, Port),
+    {noreply, S};
+handle_info({monitor, Pid, busy_dist_port, Port}, #s{system_monitor = on} = S) ->
+    Remote = case lists:keyfind(Port, 2, erlang:system_info(dist_ctrl)) of
+                 {Node, _} -> Node;
+                 false -> undefined
+             end,
+    _ = dtrace_nif:vm_monitor_event(system_monitor, busy_dist_port, Pid, {Port, Remote, node()}),
+    {noreply, S};
 handle_info(_Msg, S) ->
     {noreply, S}.
 
@@ -222,6 +240,8 @@ handle_info(_Msg, S) ->
 %% leaves no flag and no trace pattern behind: the sessions are destroyed
 %% (they would be anyway, with this process); without sessions the flags
 %% and patterns are removed.
+terminate(Reason, #s{system_monitor = on} = S) ->
+    terminate(Reason, apply_system_monitor(false, S));
 terminate(_Reason, #s{tracing = {session, _, _} = Tracing}) ->
     destroy_sessions(Tracing);
 terminate(_Reason, S) ->
@@ -242,7 +262,8 @@ format_status(Status) ->
 
 poll(S) ->
     _ = dtrace_nif:vm_mode(S#s.mode =:= manual),
-    {ProcFlags0, PortFlags, _Listening, Spawn} = dtrace_nif:vm_listening(),
+    {ProcFlags0, PortFlags, _Listening, Sources} = dtrace_nif:vm_listening(),
+    Spawn = [spawn || lists:member(spawn, Sources)],
     CallsListened = lists:member(call, ProcFlags0),
     S1 = case S#s.mode of
              auto ->
@@ -260,11 +281,72 @@ poll(S) ->
                          {_, []} -> {[], true};
                          {_, _} -> {lists:usort([procs | ProcFlags1]), false}
                      end,
-                 apply_meta(Meta, apply_flags({ProcFlags, PortFlags}, S));
+                 S0 = apply_meta(Meta, apply_flags({ProcFlags, PortFlags}, S)),
+                 apply_system_monitor(lists:member(system_monitor, Sources),
+                                      apply_node_monitor(lists:member(node_monitor, Sources), S0));
              manual ->
-                 apply_meta(false, S)
+                 apply_system_monitor(false, apply_node_monitor(false, apply_meta(false, S)))
          end,
     apply_patterns(CallsListened andalso S1#s.patterns =/= [], S1).
+
+%% dist__monitor: a net_kernel:monitor_nodes/2 subscription of this
+%% process (any number of subscribers may be; nodes of every type, with
+%% the reasons of nodedowns), only while its probe listens.
+apply_node_monitor(true, #s{node_monitor = off} = S) ->
+    case catch net_kernel:monitor_nodes(true, [{node_type, all}, nodedown_reason]) of
+        ok -> S#s{node_monitor = on};
+        _ -> S
+    end;
+apply_node_monitor(false, #s{node_monitor = on} = S) ->
+    _ = (catch net_kernel:monitor_nodes(false, [{node_type, all}, nodedown_reason])),
+    S#s{node_monitor = off};
+apply_node_monitor(_, S) ->
+    S.
+
+%% port__busy, dist__port_busy: the node's system monitor, which has one
+%% owner (erlang:system_monitor/2; OTP 27 has no per-session one). Taken
+%% only while one of the probes listens and erlang:system_monitor() is
+%% undefined; an operator's monitor is never replaced: if one was set
+%% between the check and the call, it is put back at once (the returned
+%% setting), and the probes stay unfed ({taken, Owner}) while another
+%% process holds it. Released the same way: if what the release returns
+%% is not ours, it is put back.
+-define(SYSTEM_MONITOR, [busy_port, busy_dist_port]).
+apply_system_monitor(true, #s{system_monitor = on} = S) ->
+    case erlang:system_monitor() of
+        {Me, _} when Me =:= self() -> S;
+        undefined -> S#s{system_monitor = off};
+        {Other, _} -> S#s{system_monitor = {taken, Other}}
+    end;
+apply_system_monitor(true, S) ->
+    case erlang:system_monitor() of
+        undefined ->
+            case erlang:system_monitor(self(), ?SYSTEM_MONITOR) of
+                undefined ->
+                    S#s{system_monitor = on};
+                {Other, _} = Theirs ->
+                    _ = erlang:system_monitor(Theirs),
+                    S#s{system_monitor = {taken, Other}}
+            end;
+        {Other, _} ->
+            S#s{system_monitor = {taken, Other}}
+    end;
+apply_system_monitor(false, #s{system_monitor = on} = S) ->
+    case erlang:system_monitor() of
+        {Me, _} when Me =:= self() ->
+            case erlang:system_monitor(undefined) of
+                {Me, _} -> ok;
+                undefined -> ok;
+                Theirs -> _ = erlang:system_monitor(Theirs)
+            end;
+        _ ->
+            ok
+    end,
+    S#s{system_monitor = off};
+apply_system_monitor(false, #s{system_monitor = {taken, _}} = S) ->
+    S#s{system_monitor = off};
+apply_system_monitor(false, S) ->
+    S.
 
 %% Sets (true) or removes (false) the meta-trace patterns that feed
 %% process__spawn. Without sessions, another tracer's meta pattern on a
@@ -477,7 +559,7 @@ pattern(P) ->
 %%% Status
 
 status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active = Active, new = New,
-          spawn_meta = Meta, tracing = Tracing}) ->
+          spawn_meta = Meta, node_monitor = NodeMonitor, system_monitor = SystemMonitor, tracing = Tracing}) ->
     {ListenP, ListenO, Probes, _} = dtrace_nif:vm_listening(),
     {Ours, Others} = case Tracing of
                          {session, Auto, _} -> session_counts(Auto);
@@ -491,6 +573,8 @@ status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active 
       flags => #{processes => P, ports => O},
       new_processes => New,
       spawn_meta => Meta,
+      node_monitor => NodeMonitor,
+      system_monitor => SystemMonitor,
       traced => Ours,
       skipped => Others,
       function_patterns => [external(Pt) || Pt <- Patterns],

@@ -648,6 +648,8 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         Target::Ports => quote!(Target::Ports),
         Target::SpawnMeta => quote!(Target::SpawnMeta),
         Target::Spans => quote!(Target::Spans),
+        Target::NodeMonitor => quote!(Target::NodeMonitor),
+        Target::SystemMonitor => quote!(Target::SystemMonitor),
     };
     // Is row i listening? One function per row.
     let row_fns: Vec<TokenStream> = c
@@ -736,13 +738,24 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
     }
     let all_procs = c.flags(Target::Processes);
     let all_ports = c.flags(Target::Ports);
-    let meta_rows: Vec<&TokenStream> = c
-        .feeds
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.target == Target::SpawnMeta)
-        .map(|(i, _)| &row_listens[i])
-        .collect();
+    // The sources without trace flags (meta patterns, monitors): for each,
+    // whether one of its rows listens, under the name dtrace_vm knows it by.
+    let source_checks: Vec<TokenStream> = [
+        (Target::SpawnMeta, "spawn"),
+        (Target::NodeMonitor, "node_monitor"),
+        (Target::SystemMonitor, "system_monitor"),
+    ]
+    .iter()
+    .map(|&(t, name)| {
+        let rows: Vec<&TokenStream> =
+            c.feeds.iter().enumerate().filter(|(_, f)| f.target == t).map(|(i, _)| &row_listens[i]).collect();
+        if rows.is_empty() {
+            quote! {}
+        } else {
+            quote! { if #(#rows)||* { sources.push(#name); } }
+        }
+    })
+    .collect();
     let table = quote! {
         /// What an erl_tracer event is about (the feed table's `on=`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -756,6 +769,11 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
             /// A process in a span, traced by `dtrace:span/2` (tracer
             /// state `span`).
             Spans,
+            /// `net_kernel:monitor_nodes/2`'s messages, passed on by
+            /// `dtrace_vm` (`vm_monitor_event/4`).
+            NodeMonitor,
+            /// The system monitor's messages, passed on by `dtrace_vm`.
+            SystemMonitor,
         }
 
         /// The trace tags the feed table names.
@@ -797,7 +815,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
             let mut flags: Vec<&'static str> = Vec::new();
             match target {
                 #(#flag_fns)*
-                Target::SpawnMeta => {}
+                Target::SpawnMeta | Target::NodeMonitor | Target::SystemMonitor => {}
             }
             flags
         }
@@ -807,10 +825,13 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         /// Every trace flag automatic mode may set on ports.
         pub(crate) const ALL_PORT_FLAGS: &[&str] = &[#(#all_ports),*];
 
-        /// Does a `spawn_meta` row have a listener (the spawn BIFs' meta
-        /// patterns are wanted)?
-        pub(crate) fn spawn_meta_listens() -> bool {
-            #(#meta_rows)||*
+        /// The sources without trace flags that a row with a listener
+        /// wants now: `spawn` (the spawn BIFs' meta patterns, `spawn_meta`
+        /// rows), `node_monitor`, `system_monitor`.
+        pub(crate) fn sources_listening() -> Vec<&'static str> {
+            let mut sources: Vec<&'static str> = Vec::new();
+            #(#source_checks)*
+            sources
         }
     };
     let mut items = row_fns;

@@ -104,67 +104,237 @@ provider erlang {
 	 */
 
 	/* procs, or alone meta tracing of the spawn BIFs: a process spawned p, which starts in mfa (m:f/arity). */
+#pragma dtrace_nif otp_vm erl_process.c:erl_create_process
 	probe process__spawn(char *p, char *mfa);
 
 	/* procs: process p exited; reason as ~p text, at most 255 bytes. */
+#pragma dtrace_nif otp_vm erl_process.c:erts_do_exit_process
 	probe process__exit(char *p, char *reason);
 
 	/* running: p is scheduled in, to run mfa ("<unknown>" when the VM does not say). */
+#pragma dtrace_nif otp_vm beam_common.c:erts_dirty_process_main
 	probe process__scheduled(char *p, char *mfa);
 
 	/* running: p is scheduled out (also when it exits: out_exited). */
+#pragma dtrace_nif otp_vm erl_process.c:erts_schedule
 	probe process__unscheduled(char *p);
 
 	/* running: p goes to sleep in erlang:hibernate/3 (mfa; the resume mfa is not in the event), also after waking only to handle a signal. */
+#pragma dtrace_nif otp_vm beam_common.c:erts_hibernate
 	probe process__hibernate(char *p, char *mfa);
 
 	/* send: sender sent a message of size words to receiver, on this node; token fields 0 (no token). */
+#pragma dtrace_nif otp_vm erl_message.c:erts_send_message
 	probe message__send(char *sender, char *receiver, int64_t size,
 	    int64_t token_label, int64_t token_previous, int64_t token_current);
 
 	/* send: sender sent a message of size words to receiver on node_name; token fields 0 (no token). */
+#pragma dtrace_nif otp_vm dist.c:erts_dsig_send_msg
 	probe message__send__remote(char *sender, char *node_name, char *receiver, int64_t size,
 	    int64_t token_label, int64_t token_previous, int64_t token_current);
 
 	/* 'receive': a message of size words was queued to receiver; queue_len -1, token fields 0 (no token). */
+#pragma dtrace_nif otp_vm erl_proc_sig_queue.c:handle_message_enqueued_tracing
 	probe message__queued(char *receiver, int64_t size, int64_t queue_len,
 	    int64_t token_label, int64_t token_previous, int64_t token_current);
 
 	/* call (dtrace:function_probes/1, [local] patterns): p calls mfa; depth -1. */
+#pragma dtrace_nif otp_vm beam_common.h:DTRACE_LOCAL_CALL
 	probe local__function__entry(char *p, char *mfa, int64_t depth);
 
 	/* call (dtrace:function_probes/1, global patterns): p calls mfa; depth -1. */
+#pragma dtrace_nif otp_vm beam_common.h:DTRACE_GLOBAL_CALL
 	probe global__function__entry(char *p, char *mfa, int64_t depth);
 
 	/* call: mfa returns to p, or leaves it with an exception; depth -1. */
+#pragma dtrace_nif otp_vm beam_common.h:DTRACE_RETURN
 	probe function__return(char *p, char *mfa, int64_t depth);
 
 	/* call: p calls the call-traced BIF mfa. */
+#pragma dtrace_nif otp_vm beam_common.h:DTRACE_BIF_ENTRY
 	probe bif__entry(char *p, char *mfa);
 
 	/* call: the call-traced BIF mfa returns to p. */
+#pragma dtrace_nif otp_vm beam_common.h:DTRACE_BIF_RETURN
 	probe bif__return(char *p, char *mfa);
 
 	/* garbage_collection: a major collection of p starts; need in words. */
+#pragma dtrace_nif otp_vm erl_gc.c:garbage_collect
 	probe gc_major__start(char *p, int64_t need);
 
 	/* garbage_collection: a minor collection of p starts; need in words. */
+#pragma dtrace_nif otp_vm erl_gc.c:garbage_collect
 	probe gc_minor__start(char *p, int64_t need);
 
 	/* garbage_collection: a major collection of p ended; reclaimed in words. */
+#pragma dtrace_nif otp_vm erl_gc.c:garbage_collect
 	probe gc_major__end(char *p, int64_t reclaimed);
 
 	/* garbage_collection: a minor collection of p ended; reclaimed in words. */
+#pragma dtrace_nif otp_vm erl_gc.c:garbage_collect
 	probe gc_minor__end(char *p, int64_t reclaimed);
 
 	/* ports: process opened port, with the name it was opened with. */
+#pragma dtrace_nif otp_vm erl_bif_port.c:open_port
 	probe port__open(char *process, char *port_name, char *port);
 
 	/* ports: port exited with reason; process: the one that opened it, port_name: the name it was opened with (kept from its open event; the port itself and "" when unknown). */
+#pragma dtrace_nif otp_vm io.c:erts_deliver_port_exit
 	probe port__exit(char *process, char *port, char *port_name, char *reason);
 
 	/* 'receive' on ports: process sent port a command, close or connect; port_name: the name it was opened with ("" when unknown). */
+#pragma dtrace_nif otp_vm io.c:erts_port_output
 	probe port__command(char *process, char *port, char *port_name, char *command_type);
+
+	/* 'receive' on ports: process called erlang:port_control(port, command_no, Data) (the port's driver control callback); port_name as for port__command. */
+#pragma dtrace_nif otp_vm io.c:call_driver_control
+	probe port__control(char *process, char *port, char *port_name, int64_t command_no);
+
+	/* 'receive' on ports: port, owned by process, was connected to new_process (erlang:port_connect/2, and also Port ! {Pid, {connect, New}}, which OTP reports as port__command only); process: the owner kept from the port's open event and earlier connects, else the caller. */
+#pragma dtrace_nif otp_vm io.c:set_port_connected
+	probe port__connect(char *process, char *port, char *port_name, char *new_process);
+
+	/* system_monitor busy_port, while no one else holds the node's system monitor (src/dtrace_vm.erl): a process was suspended sending to the busy port; once per suspended sender, where OTP fires once as the driver sets the port busy. */
+#pragma dtrace_nif otp_vm io.c:set_busy_port
+	probe port__busy(char *port);
+
+	/* node_monitor (net_kernel:monitor_nodes/2, every node type, with reasons): node (this node) saw monitored_node come up or go down; what nodeup or nodedown, type visible or hidden, reason [] on nodeup (~p texts). Fired as the subscriber gets the message, just after OTP's site. */
+#pragma dtrace_nif otp_vm dist.c:send_nodes_mon_msgs
+	probe dist__monitor(char *node, char *what, char *monitored_node, char *type, char *reason);
+
+	/* system_monitor busy_dist_port, while no one else holds the node's system monitor: pid was suspended sending through the busy distribution port of remote_node (erlang:system_info(dist_ctrl); "" when not found); node is this node. */
+#pragma dtrace_nif otp_vm dist.c:erts_dsig_send
+	probe dist__port_busy(char *node, char *port, char *remote_node, char *pid);
+
+	/* garbage_collection: p's heap grew from old_size to new_size words in a collection (heap_block_size at its start and end; OTP also fires heap_grow for some shrinks, and may fire twice in one collection: here once, by the net change). */
+#pragma dtrace_nif otp_vm erl_gc.c:do_minor
+	probe process__heap_grow(char *p, int64_t old_size, int64_t new_size);
+
+	/* garbage_collection: p's heap shrank from old_size to new_size words in a collection (as process__heap_grow). */
+#pragma dtrace_nif otp_vm erl_gc.c:shrink_new_heap
+	probe process__heap_shrink(char *p, int64_t old_size, int64_t new_size);
+
+	/* 'receive' on ports: process gave port data of bytes bytes in one binary (port_command/2, Port ! {Pid, {command, Bin}}); node is the caller, as in OTP's call site. */
+#pragma dtrace_nif otp_vm io.c:call_driver_output
+	probe driver__output(char *node, char *port, char *port_name, int64_t bytes);
+
+	/* 'receive' on ports: as driver__output for data in an iolist (the event's list of binaries: bytes is their sum). */
+#pragma dtrace_nif otp_vm io.c:call_driver_outputv
+	probe driver__outputv(char *node, char *port, char *port_name, int64_t bytes);
+
+	/* 'receive' on ports: erlang:port_control/3 with command and bytes bytes of data. */
+#pragma dtrace_nif otp_vm io.c:call_driver_control
+	probe driver__control(char *node, char *port, char *port_name, int64_t command, int64_t bytes);
+
+	/* 'receive' on ports: erlang:port_call/3 with command and bytes bytes of data (the external term format). */
+#pragma dtrace_nif otp_vm io.c:call_driver_call
+	probe driver__call(char *node, char *port, char *port_name, int64_t command, int64_t bytes);
+
+	/* 'receive' on ports: the driver's timer (driver_set_timer) fired; node: the port's owner as kept from its open event. */
+#pragma dtrace_nif otp_vm erl_port_task.c:erts_port_task_execute
+	probe driver__timeout(char *node, char *port, char *port_name);
+
+	/*
+	 * OTP's VM probes that no event of a stock VM feeds: declared so that
+	 * OTP's scripts that name them (messages.d, memory1.d, dist.d,
+	 * port1.d, driver1.d) run as they are; they never fire. The reason
+	 * and OTP's site are in each one's pragma, and docs/reference.md's
+	 * table of OTP's VM probes.
+	 */
+
+	/* Never fires: a receive removing a message has no trace event. */
+#pragma dtrace_nif otp_vm beam_jit_common.cpp:beam_jit_remove_message not_fed trace 'receive' is at enqueue (message__queued); no event when a receive takes a message off the queue
+	probe message__receive(char *receiver, int64_t size, int64_t queue_len,
+	    int64_t token_label, int64_t token_previous, int64_t token_current);
+
+	/* Never fires: copying a term has no trace event. */
+#pragma dtrace_nif otp_vm copy.c:copy_struct_x not_fed no event for copying a term
+	probe copy__struct(int64_t size);
+
+	/* Never fires: copying a term has no trace event. */
+#pragma dtrace_nif otp_vm copy.c:copy_object_x not_fed no event for copying a term
+	probe copy__object(char *proc, int64_t size);
+
+	/* Never fires yet: OTP's JIT fires it only for dirty NIFs. */
+#pragma dtrace_nif otp_vm beam_common.h:DTRACE_NIF_ENTRY not_fed not fed yet: call trace on the NIFs of named modules (Mod:module_info(nifs)) would feed it
+	probe nif__entry(char *p, char *mfa);
+
+	/* Never fires yet. */
+#pragma dtrace_nif otp_vm beam_common.h:DTRACE_NIF_RETURN not_fed not fed yet: call trace on the NIFs of named modules would feed it
+	probe nif__return(char *p, char *mfa);
+
+	/* Never fires yet. */
+#pragma dtrace_nif otp_vm erl_proc_sig_queue.c:sig_enqueue_trace not_fed not fed yet: meta tracing of erlang:exit/2 would feed exit/2's signals (link exits have no event)
+	probe process__exit_signal(char *sender, char *receiver, char *reason);
+
+	/* Never fires: exits sent along links to other nodes have no event. */
+#pragma dtrace_nif otp_vm dist.c:erts_dsig_send_exit_tt not_fed no event for an exit signal sent along a link to another node
+	probe process__exit_signal__remote(char *sender, char *node_name, char *receiver, char *reason,
+	    int64_t token_label, int64_t token_previous, int64_t token_current);
+
+	/* Never fires: a port resuming its blocked callers has no event. */
+#pragma dtrace_nif otp_vm io.c:erts_port_resume_procs not_fed no event when a port resumes the processes it blocked (OTP's own loop there never advances)
+	probe process__port_unblocked(char *p, char *port);
+
+	/* Never fires: writes to a distribution port have no event. */
+#pragma dtrace_nif otp_vm dist.c:dist_port_command not_fed no event for a write to a distribution port (only cumulative counters)
+	probe dist__output(char *node, char *port, char *remote_node, int64_t bytes);
+
+	/* Never fires: as dist__output. */
+#pragma dtrace_nif otp_vm dist.c:dist_port_commandv not_fed no event for a write to a distribution port (only cumulative counters)
+	probe dist__outputv(char *node, char *port, char *remote_node, int64_t bytes);
+
+	/* Never fires: the system monitor reports only the busy side. */
+#pragma dtrace_nif otp_vm dist.c:erts_dist_port_not_busy not_fed the system monitor reports busy_dist_port only, not its end
+	probe dist__port_not_busy(char *node, char *port, char *remote_node);
+
+	/* Never fires: the system monitor reports only the busy side. */
+#pragma dtrace_nif otp_vm io.c:set_busy_port not_fed the system monitor reports busy_port only, not its end
+	probe port__not_busy(char *port);
+
+	/* Never fires: no event carries a driver's version or flags. */
+#pragma dtrace_nif otp_vm io.c:init_driver not_fed no event when a driver is initialised (erl_ddll gives names only)
+	probe driver__init(char *name, int64_t major, int64_t minor, int64_t flags);
+
+	/* Never fires: the ports' open event names the port, not its driver. */
+#pragma dtrace_nif otp_vm io.c:erts_open_driver not_fed the open event gives the port's name (the command of a spawn port), not the driver's
+	probe driver__start(char *process, char *name, char *port);
+
+	/* Never fires: as driver__start. */
+#pragma dtrace_nif otp_vm io.c:terminate_port not_fed the closed event gives neither the driver's name nor the stop callback's time
+	probe driver__stop(char *process, char *name, char *port);
+
+	/* Never fires: unloading a driver has no event. */
+#pragma dtrace_nif otp_vm erl_bif_ddll.c:do_unload_driver_entry not_fed no event when a driver is unloaded
+	probe driver__finish(char *name);
+
+	/* Never fires yet. */
+#pragma dtrace_nif otp_vm io.c:flush_port not_fed not fed yet: running_ports' in/out flush events would feed it, with that flag's cost on every port task
+	probe driver__flush(char *process, char *port, char *port_name);
+
+	/* Never fires: OTP 27 never calls a driver's event callback. */
+#pragma dtrace_nif otp_vm erl_driver.h:unused_event_callback not_fed OTP never fires it (the callback is unused)
+	probe driver__event(char *node, char *port, char *port_name);
+
+	/* Never fires: port tasks' events do not say which callback runs. */
+#pragma dtrace_nif otp_vm erl_port_task.c:erts_port_task_execute not_fed running_ports' events give no operation for I/O tasks
+	probe driver__ready_input(char *node, char *port, char *port_name);
+
+	/* Never fires: as driver__ready_input. */
+#pragma dtrace_nif otp_vm erl_port_task.c:erts_port_task_execute not_fed running_ports' events give no operation for I/O tasks
+	probe driver__ready_output(char *node, char *port, char *port_name);
+
+	/* Never fires: async jobs' completion has no event. */
+#pragma dtrace_nif otp_vm io.c:async_ready not_fed no event when a driver's async job completes
+	probe driver__ready_async(char *process, char *port, char *port_name);
+
+	/* Never fires: a driver's process monitors have no event. */
+#pragma dtrace_nif otp_vm io.c:erts_fire_port_monitor not_fed no event when a driver's monitor of a process fires
+	probe driver__process_exit(char *node, char *port, char *port_name);
+
+	/* Never fires: check I/O has no event. */
+#pragma dtrace_nif otp_vm ../sys/common/erl_check_io.c:driver_select not_fed no event when check I/O stops a select
+	probe driver__stop_select(char *name);
 
 	/* Not OTP's. procs: p and other were linked or unlinked; kind is link, unlink, getting_linked or getting_unlinked. */
 	probe dtrace_process__link(char *p, char *other, char *kind);
@@ -252,7 +422,12 @@ provider org_erlang_dyntrace {
  * (native/dtrace_nif/src/vm/), which is given the trace tag:
  *   on=      what the events are about: processes, ports, or spawn_meta
  *            (meta tracing of erlang:spawn/3, spawn_link/3, spawn_opt/4,
- *            which sets no trace flag on any process);
+ *            which sets no trace flag on any process), node_monitor
+ *            (net_kernel:monitor_nodes/2's messages) or system_monitor
+ *            (erlang:system_monitor/2's, taken only while nobody else
+ *            holds it); the last three set no trace flag: src/dtrace_vm.erl
+ *            sets their patterns, subscription or monitor while one of
+ *            their rows' probes listens;
  *   flags=   the trace flags automatic mode sets on every process or port
  *            while a tracer listens to one of the row's probes or events;
  *   tags=    erl_tracer's trace tags: enabled/3 answers `trace' for them
@@ -277,16 +452,21 @@ provider org_erlang_dyntrace {
 #pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_minor_end sdt=gc_minor__end lttng=gc_minor_end fmt=gc
 #pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_major_start sdt=gc_major__start lttng=gc_major_start fmt=gc
 #pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_major_end sdt=gc_major__end lttng=gc_major_end fmt=gc
+#pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_minor_start,gc_minor_end,gc_major_start,gc_major_end sdt=process__heap_grow,process__heap_shrink fmt=heap_size
 #pragma dtrace_nif feed on=processes flags=procs tags=spawn sdt=process__spawn lttng=process_spawn fmt=spawn auto=no
 #pragma dtrace_nif feed on=processes flags=procs tags=exit sdt=process__exit lttng=process_exit fmt=exit
 #pragma dtrace_nif feed on=processes flags=procs tags=link,unlink,getting_linked,getting_unlinked sdt=dtrace_process__link lttng=process_link fmt=link
 #pragma dtrace_nif feed on=processes flags=procs tags=unlink,getting_unlinked sdt=dtrace_process__unlink fmt=unlink
 #pragma dtrace_nif feed on=processes flags=procs tags=register,unregister sdt=dtrace_process__register lttng=process_register fmt=register
 #pragma dtrace_nif feed on=spawn_meta tags=call,return_from sdt=process__spawn lttng=process_spawn fmt=spawn_meta
+#pragma dtrace_nif feed on=node_monitor tags=nodeup,nodedown sdt=dist__monitor fmt=dist_monitor
+#pragma dtrace_nif feed on=system_monitor tags=busy_port sdt=port__busy fmt=busy_port
+#pragma dtrace_nif feed on=system_monitor tags=busy_dist_port sdt=dist__port_busy fmt=busy_dist_port
 #pragma dtrace_nif feed on=ports flags=ports tags=open sdt=port__open lttng=port_open fmt=port_open
 #pragma dtrace_nif feed on=ports flags=ports tags=closed sdt=port__exit lttng=port_exit fmt=port_exit
 #pragma dtrace_nif feed on=ports flags=ports tags=link,unlink,getting_linked,getting_unlinked sdt=dtrace_port__link lttng=port_link fmt=port_link
 #pragma dtrace_nif feed on=ports flags=receive tags=receive sdt=port__command fmt=port_command
+#pragma dtrace_nif feed on=ports flags=receive tags=receive sdt=port__control,port__connect,driver__output,driver__outputv,driver__control,driver__call,driver__timeout fmt=port_receive
 #pragma dtrace_nif feed on=ports flags=running_ports tags=in,out lttng=port_scheduled fmt=port_scheduled
 #pragma dtrace_nif feed on=ports flags=ports tags=register,unregister sdt=dtrace_process__register lttng=process_register fmt=register auto=no
 #pragma dtrace_nif feed on=ports flags=send tags=send,send_to_non_existing_process sdt=message__send,message__send__remote lttng=message_send fmt=send auto=no

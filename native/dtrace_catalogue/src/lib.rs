@@ -128,6 +128,20 @@ pub struct Probe {
     /// underscores (`user_trace_i4s4`); a numbered family is one event with
     /// its label as first field.
     pub lttng: Option<String>,
+    /// For one of OTP's VM probes (`#pragma dtrace_nif otp_vm SITE
+    /// [not_fed REASON]` before it): where OTP fires it and, when no event
+    /// of a stock VM can feed it, why.
+    pub otp_vm: Option<OtpVm>,
+}
+
+/// One of the VM probes of OTP's `erts/emulator/beam/erlang_dtrace.d`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtpVm {
+    /// OTP's site that fires it (`file.c:function`, in `erts/emulator/`).
+    pub site: String,
+    /// `Some(reason)` when no event of a stock VM feeds it (it is declared
+    /// so that OTP's scripts naming it run, and never fires).
+    pub not_fed: Option<String>,
 }
 
 impl Probe {
@@ -539,6 +553,14 @@ pub enum Target {
     /// of the row's probes listens, and removes them at its end. Automatic
     /// mode never sets them.
     Spans,
+    /// `net_kernel:monitor_nodes/2`'s messages (`nodeup`, `nodedown`),
+    /// subscribed to by automatic mode while one of the row's probes
+    /// listens: no trace flag.
+    NodeMonitor,
+    /// The node's system monitor (`erlang:system_monitor/2`: `busy_port`,
+    /// `busy_dist_port`), taken by automatic mode while one of the row's
+    /// probes listens and nobody else holds it: no trace flag.
+    SystemMonitor,
 }
 
 impl Target {
@@ -550,7 +572,15 @@ impl Target {
             Target::Ports => "ports",
             Target::SpawnMeta => "spawn_meta",
             Target::Spans => "spans",
+            Target::NodeMonitor => "node_monitor",
+            Target::SystemMonitor => "system_monitor",
         }
+    }
+
+    /// Does the target set trace flags (processes, ports, spans), or is it
+    /// a source without flags (meta tracing, a monitor)?
+    pub fn has_flags(self) -> bool {
+        matches!(self, Target::Processes | Target::Ports | Target::Spans)
     }
 }
 
@@ -722,6 +752,19 @@ pub fn parse(src: &str) -> Result<Catalogue, ParseError> {
         }
         checked.push(feed);
     }
+    for probe in catalogue.provider.probes.iter() {
+        let Some(otp) = &probe.otp_vm else { continue };
+        let fed = checked.iter().any(|f| f.sdt.contains(&probe.name));
+        match (&otp.not_fed, fed) {
+            (Some(_), true) => {
+                return Err(ParseError { line: 0, message: format!("{} is marked not_fed but a feed names it", probe.name) });
+            }
+            (None, false) => {
+                return Err(ParseError { line: 0, message: format!("{} is one of OTP's VM probes, fed, but no feed names it", probe.name) });
+            }
+            _ => {}
+        }
+    }
     Ok(Catalogue { feeds: checked, ..catalogue })
 }
 
@@ -755,8 +798,12 @@ fn parse_feed(p: &Parser, words: &[String]) -> Result<Feed, ParseError> {
                     "ports" => Target::Ports,
                     "spawn_meta" => Target::SpawnMeta,
                     "spans" => Target::Spans,
+                    "node_monitor" => Target::NodeMonitor,
+                    "system_monitor" => Target::SystemMonitor,
                     other => {
-                        return p.err(format!("feed: unknown target {other:?} (processes, ports, spawn_meta, spans)"));
+                        return p.err(format!(
+                            "feed: unknown target {other:?} (processes, ports, spawn_meta, spans, node_monitor, system_monitor)"
+                        ));
                     }
                 })
             }
@@ -783,9 +830,9 @@ fn parse_feed(p: &Parser, words: &[String]) -> Result<Feed, ParseError> {
     if let Some(bad) = feed.flags.iter().find(|f| !TRACE_FLAGS.contains(&f.as_str())) {
         return p.err(format!("feed: unknown trace flag {bad:?}"));
     }
-    match (feed.target, feed.flags.is_empty()) {
-        (Target::SpawnMeta, false) => return p.err("feed: on=spawn_meta sets no trace flag"),
-        (Target::Processes | Target::Ports | Target::Spans, true) => return p.err("feed: no flags=..."),
+    match (feed.target.has_flags(), feed.flags.is_empty()) {
+        (false, false) => return p.err(format!("feed: on={} sets no trace flag", feed.target.name())),
+        (true, true) => return p.err("feed: no flags=..."),
         _ => {}
     }
     if feed.tags.is_empty() {
@@ -820,6 +867,7 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
     let mut probes = Vec::new();
     let mut doc = String::new();
     let mut numbered: Option<(String, u32, u32)> = None;
+    let mut otp_vm: Option<OtpVm> = None;
     let mut lttng: Option<String> = None;
     let mut sdt = true;
     loop {
@@ -841,6 +889,14 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
                         name => return p.err(format!("LTTng provider {name:?} is not a C identifier")),
                     };
                 }
+                [w, kind, site, rest @ ..] if w == "dtrace_nif" && kind == "otp_vm" => {
+                    let not_fed = match rest {
+                        [] => None,
+                        [nf, reason @ ..] if nf == "not_fed" && !reason.is_empty() => Some(reason.join(" ")),
+                        _ => return p.err(format!("expected '#pragma dtrace_nif otp_vm SITE [not_fed REASON]', found {words:?}")),
+                    };
+                    otp_vm = Some(OtpVm { site: site.clone(), not_fed });
+                }
                 [w, ..] if w == "dtrace_nif" => numbered = Some(parse_numbered(p, &words)?),
                 _ => {}
             },
@@ -850,6 +906,10 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
                     return p.err("an LTTng-only provider has no numbered families");
                 }
                 probe.lttng = lttng.clone();
+                probe.otp_vm = otp_vm.take();
+                if probe.otp_vm.is_some() && (!sdt || probe.labels.is_some()) {
+                    return p.err("#pragma dtrace_nif otp_vm marks a single SDT probe");
+                }
                 probes.push(probe);
             }
             other => {
@@ -860,6 +920,9 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
     }
     if numbered.is_some() {
         return p.err("#pragma dtrace_nif numbered is not followed by a probe");
+    }
+    if otp_vm.is_some() {
+        return p.err("#pragma dtrace_nif otp_vm is not followed by a probe");
     }
     p.punct(';')?;
     Ok(Provider { name, probes, sdt })
@@ -917,7 +980,7 @@ fn parse_probe(p: &mut Parser, doc: String, numbered: Option<(String, u32, u32)>
     if args.len() > MAX_ARGS {
         return p.err(format!("probe {name} has {} arguments; at most {MAX_ARGS}", args.len()));
     }
-    Ok(Probe { name, args, doc, labels, lttng: None })
+    Ok(Probe { name, args, doc, labels, lttng: None, otp_vm: None })
 }
 
 fn parse_arg(p: &Parser, probe: &str, words: &[String]) -> Result<Arg, ParseError> {

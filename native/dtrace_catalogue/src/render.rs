@@ -183,7 +183,39 @@ fn feed_source(f: &crate::Feed) -> String {
         Target::Ports => format!("{} on ports: {tags}", f.flags.join(" + ")),
         Target::SpawnMeta => format!("meta tracing of the spawn BIFs: {tags}"),
         Target::Spans => format!("{} on a process in a span: {tags}", f.flags.join(" + ")),
+        Target::NodeMonitor => format!("`net_kernel:monitor_nodes/2`: {tags}"),
+        Target::SystemMonitor => format!("`erlang:system_monitor/2`, while free: {tags}"),
     }
+}
+
+/// The table of OTP's VM probes (Markdown), in the catalogue's order: for
+/// each, fed (from which events, through which function) or not fed on a
+/// stock VM (why), and the OTP site that fires it.
+pub fn otp_vm_markdown(c: &Catalogue) -> String {
+    let mut out = String::from(
+        "| OTP's probe | on a stock VM | fed from (the feed table's rows) | OTP fires it in (`erts/emulator/beam/`, OTP 27) |\n\
+         |---|---|---|---|\n",
+    );
+    for p in &c.provider.probes {
+        let Some(otp) = &p.otp_vm else { continue };
+        let (state, from) = match &otp.not_fed {
+            Some(reason) => ("not fed".to_string(), reason.clone()),
+            None => {
+                let rows: Vec<String> = c
+                    .feeds
+                    .iter()
+                    .filter(|f| f.sdt.contains(&p.name))
+                    .map(|f| format!("{} (`{}`)", feed_source(f), f.formatter))
+                    .collect();
+                ("fed".to_string(), rows.join("; "))
+            }
+        };
+        let _ = writeln!(out, "| `{}` | {state} | {from} | `{}` |", p.name, otp.site);
+    }
+    let fed = c.provider.probes.iter().filter(|p| p.otp_vm.as_ref().is_some_and(|o| o.not_fed.is_none())).count();
+    let all = c.provider.probes.iter().filter(|p| p.otp_vm.is_some()).count();
+    let _ = writeln!(out, "\n{fed} of OTP's {all} VM probes are fed; the others are declared and never fire.");
+    out
 }
 
 /// The VM feed table (Markdown): one row per feed: what it is about, its
@@ -201,6 +233,10 @@ pub fn vm_markdown(c: &Catalogue) -> String {
     for f in &c.feeds {
         let flags = match f.target {
             Target::SpawnMeta => "none (meta patterns on `erlang:spawn/3`, `spawn_link/3`, `spawn_opt/4`)".to_string(),
+            Target::NodeMonitor => "none (a `net_kernel:monitor_nodes/2` subscription of `dtrace_vm`)".to_string(),
+            Target::SystemMonitor => {
+                "none (`erlang:system_monitor/2`, taken by `dtrace_vm` only while nobody else holds it)".to_string()
+            }
             Target::Spans => format!("{} (set by `dtrace:span/2` on its own process, for the span)", code(&f.flags)),
             _ if !f.auto => format!("{}{auto_note}", code(&f.flags)),
             _ => code(&f.flags),
@@ -397,6 +433,7 @@ pub fn generated(c: &Catalogue, read: impl Fn(&str) -> Option<String>) -> Result
                 ("registers", registers_markdown()),
                 ("lttng", lttng_markdown(c)),
                 ("vm-feeds", vm_markdown(c)),
+                ("otp-vm-probes", otp_vm_markdown(c)),
                 ("efile-commands", efile_markdown(c)),
             ],
         )?,

@@ -115,6 +115,24 @@ pub(crate) fn with<R>(port: &[u8], remove: bool, f: impl FnOnce(Option<Known<'_>
     }
 }
 
+/// Makes `owner` the process connected to the known port `port` (after
+/// its `connect`); false when the port is not known or the text too long.
+pub(crate) fn set_owner(port: &[u8], owner: &[u8]) -> bool {
+    if port.is_empty() || port.len() > KEY_BYTES || owner.len() > OWNER_BYTES {
+        return false;
+    }
+    let mut table = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+    let ways = &mut table[bucket(port)];
+    match ways.iter_mut().find(|s| s.key() == port) {
+        Some(s) => {
+            s.owner[..owner.len()].copy_from_slice(owner);
+            s.owner_len = owner.len() as u8;
+            true
+        }
+        None => false,
+    }
+}
+
 /// How many ports are known (tests).
 #[cfg(test)]
 fn known() -> usize {
@@ -128,6 +146,15 @@ mod tests {
     /// The table is process-wide: these tests use keys of their own and
     /// run one at a time.
     static LOCK: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn connect_moves_the_owner() {
+        let _g = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        assert!(insert(b"#Port<9.7>", b"<0.84.0>", b"cat"));
+        assert!(set_owner(b"#Port<9.7>", b"<0.99.0>"));
+        assert_eq!(with(b"#Port<9.7>", true, |k| k.map(|k| k.owner.to_vec())).as_deref(), Some(&b"<0.99.0>"[..]));
+        assert!(!set_owner(b"#Port<9.7>", b"<0.99.0>"));
+    }
 
     fn name_of(port: &[u8]) -> Option<Vec<u8>> {
         with(port, false, |k| k.map(|k| k.name.to_vec()))

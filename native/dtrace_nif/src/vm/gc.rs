@@ -2,9 +2,15 @@
 
 use rustler::{Atom, Term};
 
+use std::cell::Cell;
+
+use rustler::sys::ErlNifTerm;
+
 use super::{Event, TraceTag, UNAVAILABLE};
 use crate::probes::org_erlang_dyntrace::{gc_major_end, gc_major_start, gc_minor_end, gc_minor_start};
-use crate::probes::{gc_major__end, gc_major__start, gc_minor__end, gc_minor__start};
+use crate::probes::{
+    gc_major__end, gc_major__start, gc_minor__end, gc_minor__start, process__heap_grow, process__heap_shrink,
+};
 use crate::text::TextBuf;
 
 mod atoms {
@@ -38,6 +44,45 @@ pub(crate) fn gc(e: &Event<'_>, tag: TraceTag) {
         TraceTag::GcMajorEnd => {
             gc_major__end::fire(pid, words);
             gc_major_end::fire(pid, otp_words, heap, old_heap);
+        }
+        _ => {}
+    }
+}
+
+thread_local! {
+    /// The collection under way on this scheduler thread: the process (its
+    /// pid, an immediate, as a raw term) and its heap block size at the
+    /// start. The VM delivers a collection's start and end events on the
+    /// thread that runs it, one collection at a time.
+    static HEAP_AT_START: Cell<Option<(ErlNifTerm, u64)>> = const { Cell::new(None) };
+}
+
+/// `gc_*_start`, `gc_*_end` for `process__heap_grow` and
+/// `process__heap_shrink`: the heap block size (words) at the start is
+/// kept; at the end, if it changed, grow or shrink fires with both. OTP
+/// fires from inside the collection at each resize; here once per
+/// collection, with the net change.
+pub(crate) fn heap_size(e: &Event<'_>, tag: TraceTag) {
+    let size = GcFigures::of(e.term).heap_block_size;
+    let me = e.tracee.as_c_arg();
+    match tag {
+        TraceTag::GcMinorStart | TraceTag::GcMajorStart => {
+            HEAP_AT_START.with(|c| c.set(size.map(|s| (me, s))));
+        }
+        TraceTag::GcMinorEnd | TraceTag::GcMajorEnd => {
+            let start = HEAP_AT_START.with(|c| c.take());
+            let (Some((pid, old)), Some(new)) = (start, size) else { return };
+            if pid != me || old == new {
+                return;
+            }
+            let mut p = TextBuf::new();
+            let p = e.tracee(&mut p);
+            let (old, new) = (old as i64, new as i64);
+            if new > old {
+                process__heap_grow::fire(p, old, new);
+            } else {
+                process__heap_shrink::fire(p, old, new);
+            }
         }
         _ => {}
     }

@@ -35,6 +35,7 @@ use crate::text::TextBuf;
 mod calls;
 mod gc;
 mod messages;
+mod monitors;
 mod ports;
 mod procs;
 mod running;
@@ -43,9 +44,10 @@ mod spans;
 /// The formatting functions the feed table names, for `feeds.rs`.
 mod fmt {
     pub(super) use super::calls::{call, call_return};
-    pub(super) use super::gc::gc;
+    pub(super) use super::gc::{gc, heap_size};
     pub(super) use super::messages::{port_command, queued, send};
-    pub(super) use super::ports::{port_exit, port_link, port_open, port_scheduled};
+    pub(super) use super::monitors::{busy_dist_port, busy_port, dist_monitor};
+    pub(super) use super::ports::{port_exit, port_link, port_open, port_receive, port_scheduled};
     pub(super) use super::procs::{exit, link, register, spawn, spawn_meta, unlink};
     pub(super) use super::running::{scheduled, unscheduled};
     pub(super) use super::spans::{span_gc, span_receive, span_scheduled, span_send};
@@ -69,7 +71,7 @@ nif_args!(
 
 mod atoms {
     rustler::atoms! {
-        trace, discard, trace_status, extra, spawn_meta, span, auto, undefined,
+        trace, discard, trace_status, extra, spawn_meta, span, auto, undefined, node_monitor, system_monitor,
     }
 }
 
@@ -93,12 +95,18 @@ fn trace_tag_of(term: ErlNifTerm) -> Option<TraceTag> {
 }
 
 /// What an event is about: meta tracing of the spawn BIFs (the tracer
-/// state `spawn_meta`), a process in a span (`span`), a port, or a process.
+/// state `spawn_meta`), a process in a span (`span`), a monitor's message
+/// (`node_monitor`, `system_monitor`: `vm_monitor_event/4`), a port, or a
+/// process.
 fn target_of(tracer_state: ErlNifTerm, tracee_is_port: bool) -> Target {
     if tracer_state == atoms::spawn_meta().as_c_arg() {
         Target::SpawnMeta
     } else if tracer_state == atoms::span().as_c_arg() {
         Target::Spans
+    } else if tracer_state == atoms::node_monitor().as_c_arg() {
+        Target::NodeMonitor
+    } else if tracer_state == atoms::system_monitor().as_c_arg() {
+        Target::SystemMonitor
     } else if tracee_is_port {
         Target::Ports
     } else {
@@ -155,22 +163,32 @@ fn names_port(tag: TraceTag) -> bool {
     matches!(tag, TraceTag::Open | TraceTag::Closed)
 }
 
-/// Is a probe that names a port by the name it was opened with listening?
-/// Then ports' `open` and `closed` events are wanted even when nobody
-/// listens to `port__open`.
+/// Is a probe that names a port by the name it was opened with (or by its
+/// owner) listening? Then ports' `open` and `closed` events are wanted
+/// even when nobody listens to `port__open`.
 fn port_names_wanted() -> bool {
-    crate::probes::port__command::enabled() || crate::probes::port__exit::enabled()
+    use crate::probes::*;
+    port__command::enabled()
+        || port__exit::enabled()
+        || port__control::enabled()
+        || port__connect::enabled()
+        || driver__output::enabled()
+        || driver__outputv::enabled()
+        || driver__control::enabled()
+        || driver__call::enabled()
+        || driver__timeout::enabled()
 }
 
-/// `vm_listening() -> {ProcessFlags, PortFlags, Listened, Meta}`: the trace
-/// flags automatic mode sets now, the names (binaries) of all the library's
-/// probes and events that have a listener (SDT note names, and LTTng events
-/// as `provider:event`), and `[spawn]` when a `spawn_meta` row has one (its
-/// meta-trace patterns are wanted), else `[]`.
+/// `vm_listening() -> {ProcessFlags, PortFlags, Listened, Sources}`: the
+/// trace flags automatic mode sets now, the names (binaries) of all the
+/// library's probes and events that have a listener (SDT note names, and
+/// LTTng events as `provider:event`), and the sources without trace flags
+/// whose rows have one: `spawn` (the spawn BIFs' meta patterns),
+/// `node_monitor`, `system_monitor`.
 #[rustler::nif]
 fn vm_listening(env: Env<'_>) -> Term<'_> {
     let atoms = |flags: Vec<&str>| -> Vec<Atom> { flags.iter().filter_map(|f| Atom::from_str(env, f).ok()).collect() };
-    let meta: Vec<Atom> = if spawn_meta_listens() { atoms(vec!["spawn"]) } else { vec![] };
+    let meta: Vec<Atom> = atoms(sources_listening());
     let mut port_flags = wanted_flags(Target::Ports);
     if port_names_wanted() && !port_flags.contains(&"ports") {
         // port__command's port name comes from the port's `open` event.
@@ -216,6 +234,26 @@ fn vm_port_name(port: Term<'_>, name: Term<'_>, owner: Term<'_>) -> bool {
     let (mut p, mut o) = (TextBuf::new(), TextBuf::new());
     let _ = (p.term(port), o.term(owner));
     crate::port_names::insert(p.text(), o.text(), name.as_slice())
+}
+
+/// `vm_monitor_event(Source, Tag, Subject, Info) -> boolean()`: a message
+/// `dtrace_vm` got from a monitor, through the feed table as an event of
+/// target `Source` (`node_monitor`, `system_monitor`) with trace tag `Tag`,
+/// tracee `Subject` and term `Info` (see `vm/monitors.rs`); `false` when
+/// no row of it listens (or `Source` or `Tag` is unknown).
+#[rustler::nif]
+fn vm_monitor_event<'a>(env: Env<'a>, source: Term<'a>, tag: Term<'a>, subject: Term<'a>, info: Term<'a>) -> bool {
+    let target = target_of(source.as_c_arg(), false);
+    if !matches!(target, Target::NodeMonitor | Target::SystemMonitor) {
+        return false;
+    }
+    let Some(t) = trace_tag_of(tag.as_c_arg()) else { return false };
+    if !listens(target, t) {
+        return false;
+    }
+    let event = Event { env, trace_tag: tag, tracer_state: source, tracee: subject, term: info, opts: Term::map_new(env) };
+    dispatch(target, t, &event);
+    true
 }
 
 /// `vm_flags() -> {ProcessFlags, PortFlags}`: every trace flag automatic

@@ -1,14 +1,21 @@
 //! Ports (the `ports` and `running_ports` flags): open, exit, links and
 //! scheduling.
 
-use rustler::TermType;
+use rustler::{Atom, Binary, Term, TermType};
 
 use super::procs::{link_ends, link_kind};
-use super::{Event, TraceTag, UNDEFINED};
+use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED};
 use crate::port_names;
 use crate::probes::org_erlang_dyntrace::{port_exit, port_link, port_open, port_scheduled};
-use crate::probes::{Str, dtrace_port__link, port__exit, port__open};
+use crate::probes::{
+    Str, driver__call, driver__control, driver__output, driver__outputv, driver__timeout, dtrace_port__link,
+    port__connect, port__control, port__exit, port__open,
+};
 use crate::text::TextBuf;
+
+mod atoms {
+    rustler::atoms! { command, control, call, connect, timeout }
+}
 
 /// `open`: TraceTerm (a pid) opened the tracee, with extra's name (what
 /// `erlang:port_info(Port, name)` says: `cat` for `open_port({spawn,
@@ -110,4 +117,127 @@ pub(crate) fn port_link(e: &Event<'_>, tag: TraceTag) {
 pub(crate) fn port_scheduled(e: &Event<'_>, _tag: TraceTag) {
     let (mut port, mut op, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     port_scheduled::fire(e.tracee(&mut port), op.term(e.term), e.tag_name(&mut kind));
+}
+
+/// What a port's `'receive'` event says it was asked (erl_trace.c builds
+/// these shapes: `{Caller, {command, Bin | [Bin]}}`, `{Caller, {control,
+/// {Cmd, Bin}}}`, `{Caller, {call, {Cmd, Bin}}}`, `{Caller, {connect,
+/// New}}`, `timeout`).
+enum Asked<'a> {
+    Output { caller: Term<'a>, bytes: i64 },
+    Outputv { caller: Term<'a>, bytes: i64 },
+    Control { caller: Term<'a>, command: i64, bytes: i64 },
+    Call { caller: Term<'a>, command: i64, bytes: i64 },
+    Connect { caller: Term<'a>, new: Term<'a> },
+    Timeout,
+}
+
+impl<'a> Asked<'a> {
+    fn of(term: Term<'a>) -> Option<Self> {
+        if term.decode::<Atom>().is_ok_and(|a| a == atoms::timeout()) {
+            return Some(Asked::Timeout);
+        }
+        let (caller, what) = term.decode::<(Term, Term)>().ok()?;
+        let (kind, data) = what.decode::<(Atom, Term)>().ok()?;
+        if kind == atoms::command() {
+            return Some(match data.get_type() {
+                TermType::Binary => Asked::Output { caller, bytes: binary_bytes(data) },
+                _ => Asked::Outputv { caller, bytes: list_bytes(data) },
+            });
+        }
+        if kind == atoms::connect() {
+            return Some(Asked::Connect { caller, new: data });
+        }
+        let (command, bin) = data.decode::<(i64, Term)>().ok()?;
+        let bytes = binary_bytes(bin);
+        if kind == atoms::control() {
+            Some(Asked::Control { caller, command, bytes })
+        } else if kind == atoms::call() {
+            Some(Asked::Call { caller, command, bytes })
+        } else {
+            None
+        }
+    }
+}
+
+/// A binary's size in bytes, -1 if it is not one.
+fn binary_bytes(t: Term<'_>) -> i64 {
+    t.decode::<Binary>().map_or(UNAVAILABLE, |b| b.len() as i64)
+}
+
+/// The bytes of an outputv event's list of binaries (the first 1024
+/// elements; -1 if it holds anything else or is longer).
+fn list_bytes(list: Term<'_>) -> i64 {
+    let mut total = 0_i64;
+    let mut cell = list;
+    for _ in 0..1024 {
+        if cell.is_empty_list() {
+            return total;
+        }
+        let Ok((head, tail)) = cell.list_get_cell() else { return UNAVAILABLE };
+        let Ok(b) = head.decode::<Binary>() else { return UNAVAILABLE };
+        total += b.len() as i64;
+        cell = tail;
+    }
+    UNAVAILABLE
+}
+
+/// `'receive'` on a port, for OTP's driver probes and `port__control`,
+/// `port__connect`: a command's data (one binary: `driver__output`; a list
+/// of them: `driver__outputv`), `port_control/3`, `port_call/3`, a
+/// connect, the driver's timer. The port's name and owner come from the
+/// table its `open` event filled (`port_names`); a connect moves the owner.
+pub(crate) fn port_receive(e: &Event<'_>, _tag: TraceTag) {
+    let Some(asked) = Asked::of(e.term) else { return };
+    let (mut port, mut name, mut who) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
+    let _ = e.tracee(&mut port);
+    match asked {
+        Asked::Output { caller, bytes } if driver__output::enabled() => {
+            known_port(&port, &mut name, None);
+            driver__output::fire(e.id(caller, &mut who), port.get(), name.get(), bytes);
+        }
+        Asked::Outputv { caller, bytes } if driver__outputv::enabled() => {
+            known_port(&port, &mut name, None);
+            driver__outputv::fire(e.id(caller, &mut who), port.get(), name.get(), bytes);
+        }
+        Asked::Control { caller, command, bytes } => {
+            known_port(&port, &mut name, None);
+            let caller = e.id(caller, &mut who);
+            port__control::fire(caller, port.get(), name.get(), command);
+            driver__control::fire(caller, port.get(), name.get(), command, bytes);
+        }
+        Asked::Call { caller, command, bytes } if driver__call::enabled() => {
+            known_port(&port, &mut name, None);
+            driver__call::fire(e.id(caller, &mut who), port.get(), name.get(), command, bytes);
+        }
+        Asked::Connect { caller, new } => {
+            // The owner before the connect: kept from the open event and
+            // earlier connects, else the caller (for Port ! {Owner,
+            // {connect, New}} they are the same).
+            let mut owner = TextBuf::new();
+            let mut kept = false;
+            port_names::with(port.text(), false, |known| {
+                if let Some(k) = known.filter(|k| !k.owner.is_empty()) {
+                    let _ = owner.bytes(k.owner);
+                    let _ = name.bytes(k.name);
+                    kept = true;
+                }
+            });
+            if !kept {
+                let _ = owner.term(caller);
+            }
+            let mut new_owner = TextBuf::new();
+            let _ = e.id(new, &mut new_owner);
+            if port__connect::enabled() {
+                port__connect::fire(owner.get(), port.get(), name.get(), new_owner.get());
+            }
+            let _ = port_names::set_owner(port.text(), new_owner.text());
+        }
+        Asked::Timeout if driver__timeout::enabled() => {
+            let mut owner = TextBuf::new();
+            known_port(&port, &mut name, Some(&mut owner));
+            driver__timeout::fire(owner.get(), port.get(), name.get());
+        }
+        _ => {}
+    }
 }

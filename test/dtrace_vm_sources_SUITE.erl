@@ -1,0 +1,286 @@
+%%% OTP's VM probes that a stock VM feeds from other events than a
+%%% process's own (dtrace_vm_SUITE has those): a port's requests ('receive'
+%%% on ports: port__control, port__connect, driver__*), heap sizes around a
+%%% collection (process__heap_grow, process__heap_shrink), the node monitor
+%%% (dist__monitor) and the system monitor (port__busy), on a real node with
+%%% bpftrace in automatic mode; and an operator's system monitor, which
+%%% automatic mode never takes.
+-module(dtrace_vm_sources_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, init_per_testcase/2, end_per_testcase/2]).
+-export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
+         nodes_up_and_down/1, busy_port_while_the_system_monitor_is_free/1,
+         operators_system_monitor_untouched/1]).
+
+all() ->
+    [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down,
+     busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched].
+
+init_per_testcase(nodes_up_and_down, Config) ->
+    dtrace_test_tracer:with_tracer(bpftrace, Config);
+init_per_testcase(_TC, Config) ->
+    case dtrace_test_tracer:require_tracer(bpftrace) of
+        ok ->
+            Peer = dtrace_test_peer:start_peer(),
+            {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+            [{peer, Peer} | Config];
+        Skip ->
+            Skip
+    end.
+
+end_per_testcase(_TC, Config) ->
+    case ?config(peer, Config) of
+        undefined -> ok;
+        Peer -> dtrace_test_peer:stop_peer(Peer)
+    end.
+
+in_peer(Config, Fun) ->
+    peer:call(?config(peer, Config), erlang, apply, [Fun, []], 120000).
+
+%% The fields of the "EV <nsecs> KIND ..." lines, in time order.
+events(Lines) ->
+    [Rest || {_, Rest} <- lists:sort([{binary_to_integer(T), Rest}
+                                      || <<"EV ", L/binary>> <- Lines,
+                                         [T | Rest] <- [binary:split(L, <<" ">>, [global])]])].
+
+%%--------------------------------------------------------------------
+
+%% A port's requests, as OTP's probes give them: data in one binary to a
+%% port whose driver takes it so (a spawn port: driver__output), in a list
+%% (a TCP socket: driver__outputv), erlang:port_control/3 (inet:port/1 on
+%% the socket: port__control and driver__control, the same command), the
+%% driver's timer (gen_tcp:recv/3 timing out: driver__timeout, with the
+%% port's owner) and erlang:port_connect/2 (port__connect, from the old
+%% owner to the new one); each with the port's name as it was opened.
+port_requests_fire_otps_port_probes(Config) ->
+    Program = "
+        usdt:$SO:erlang:driver__output { printf(\"EV %lu output %s %s %s %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3); }
+        usdt:$SO:erlang:driver__outputv { printf(\"EV %lu outputv %s %s %s %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3); }
+        usdt:$SO:erlang:port__control { printf(\"EV %lu control %s %s %s %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3); }
+        usdt:$SO:erlang:driver__control { printf(\"EV %lu dcontrol %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }
+        usdt:$SO:erlang:driver__timeout { printf(\"EV %lu timeout %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2)); }
+        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3)); }",
+    %% The ready loop's own port and sockets, opened once.
+    ok = in_peer(Config, fun() ->
+                                 Self = self(),
+                                 H = spawn(fun() ->
+                                                   {ok, L} = gen_tcp:listen(0, [binary, {active, false}]),
+                                                   {ok, N} = inet:port(L),
+                                                   {ok, C} = gen_tcp:connect("localhost", N, [binary, {active, false}]),
+                                                   {ok, _A} = gen_tcp:accept(L),
+                                                   P = open_port({spawn, "cat"}, [binary]),
+                                                   persistent_term:put(ready_ports, {C, P}),
+                                                   Self ! ready,
+                                                   receive stop -> ok end
+                                           end),
+                                 register(ready_ports_holder, H),
+                                 receive ready -> ok end
+                         end),
+    Ready = fun() ->
+                    {C, P} = persistent_term:get(ready_ports),
+                    {ok, _} = inet:port(C),
+                    ok = gen_tcp:send(C, <<"r">>),
+                    {error, timeout} = gen_tcp:recv(C, 0, 1),
+                    true = port_command(P, <<"r">>),
+                    true = erlang:port_connect(P, whereis(ready_ports_holder))
+            end,
+    {{Me, Cat, Sock, Other, PortNo}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config), Program, Ready,
+          [{contains, <<" output ">>}, {contains, <<" outputv ">>}, {contains, <<" control ">>},
+           {contains, <<" dcontrol ">>}, {contains, <<" timeout ">>}, {contains, <<" connect ">>}],
+          fun() ->
+                  {ok, L} = gen_tcp:listen(0, [binary, {active, false}]),
+                  {ok, N} = inet:port(L),
+                  {ok, C} = gen_tcp:connect("localhost", N, [binary, {active, false}]),
+                  {ok, A} = gen_tcp:accept(L),
+                  P = open_port({spawn, "cat"}, [binary]),
+                  true = port_command(P, <<"hello">>),
+                  ok = gen_tcp:send(C, [<<"ab">>, <<"cde">>]),
+                  {ok, N2} = inet:port(C),
+                  {error, timeout} = gen_tcp:recv(C, 0, 20),
+                  {O, Ref} = spawn_monitor(fun() -> receive stop -> ok end end),
+                  true = erlang:port_connect(P, O),
+                  O ! stop,
+                  receive {'DOWN', Ref, _, _, _} -> ok end,
+                  _ = [gen_tcp:close(S) || S <- [A, C, L]],
+                  {pid_to_list(self()), erlang:port_to_list(P), erlang:port_to_list(C), pid_to_list(O), N2}
+          end,
+          fun({_, P, S, _, _}, Ls) ->
+                  Mine = [E || [_, _, Pt | _] = E <- events(Ls), Pt =:= list_to_binary(P) orelse Pt =:= list_to_binary(S)],
+                  length(lists:usort([K || [K | _] <- Mine])) >= 6
+          end),
+    ct:log("~p", [Lines]),
+    {M, C, S, O} = {list_to_binary(Me), list_to_binary(Cat), list_to_binary(Sock), list_to_binary(Other)},
+    Mine = [E || [_, _, Pt | _] = E <- events(Lines), Pt =:= C orelse Pt =:= S],
+    ct:log("workload's events: ~p", [Mine]),
+    ?assert(lists:member([<<"output">>, M, C, <<"cat">>, <<"5">>], Mine)),
+    ?assert(lists:member([<<"outputv">>, M, S, <<"tcp_inet">>, <<"5">>], Mine)),
+    ?assert(lists:member([<<"timeout">>, M, S, <<"tcp_inet">>], Mine)),
+    ?assert(lists:member([<<"connect">>, M, C, <<"cat">>, O], Mine)),
+    %% inet:port/1's control: the same command in both probes, data bytes >= 0.
+    Controls = [Cmd || [<<"control">>, M1, S1, <<"tcp_inet">>, Cmd] <- Mine, M1 =:= M, S1 =:= S],
+    DControls = [Cmd || [<<"dcontrol">>, M1, S1, <<"tcp_inet">>, Cmd, Bytes] <- Mine, M1 =:= M, S1 =:= S,
+                        binary_to_integer(Bytes) >= 0],
+    ?assertNotEqual([], Controls),
+    ?assertEqual(Controls, DControls),
+    ?assert(is_integer(PortNo)).
+
+%% A process whose heap grows as it builds a list, and shrinks when a
+%% collection finds it dead: process__heap_grow and process__heap_shrink,
+%% in words, the last size as process_info(P, heap_size) says after it.
+heap_grows_and_shrinks(Config) ->
+    Program = "
+        usdt:$SO:erlang:process__heap_grow { printf(\"EV %lu grow %s %ld %ld\\n\", nsecs, str(arg0), arg1, arg2); }
+        usdt:$SO:erlang:process__heap_shrink { printf(\"EV %lu shrink %s %ld %ld\\n\", nsecs, str(arg0), arg1, arg2); }",
+    %% The ready loop's own process grows and shrinks a heap once.
+    Cycle = fun(N) ->
+                    {P, Ref} = spawn_monitor(
+                                 fun() ->
+                                         L = lists:seq(1, N),
+                                         receive {go, From} ->
+                                                 Len = length(L),
+                                                 erlang:garbage_collect(),
+                                                 {heap_size, Before} = process_info(self(), heap_size),
+                                                 From ! {grown, self(), Len, Before},
+                                                 receive {shrink, F2} ->
+                                                         erlang:garbage_collect(),
+                                                         F2 ! {shrunk, self(), process_info(self(), heap_size)}
+                                                 end
+                                         end
+                                 end),
+                    P ! {go, self()},
+                    receive {grown, P, N, _} -> ok end,
+                    P ! {shrink, self()},
+                    receive {shrunk, P, {heap_size, After}} -> ok end,
+                    receive {'DOWN', Ref, _, _, _} -> ok end,
+                    {pid_to_list(P), After}
+            end,
+    {{Pid, After}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config), Program, fun() -> Cycle(20000) end,
+          [{contains, <<" grow ">>}, {contains, <<" shrink ">>}],
+          fun() -> Cycle(200000) end,
+          fun({P, _}, Ls) ->
+                  lists:member(<<"shrink">>, [K || [K, Pr | _] <- events(Ls), Pr =:= list_to_binary(P)])
+          end),
+    Mine = [{K, binary_to_integer(Old), binary_to_integer(New)}
+            || [K, Pr, Old, New] <- events(Lines), Pr =:= list_to_binary(Pid)],
+    ct:log("events of ~s: ~p", [Pid, Mine]),
+    ?assertNotEqual([], [x || {<<"grow">>, Old, New} <- Mine, New > Old]),
+    ?assertEqual([], [x || {<<"grow">>, Old, New} <- Mine, New =< Old]),
+    ?assertEqual([], [x || {<<"shrink">>, Old, New} <- Mine, New >= Old]),
+    %% The last event is the shrink of the last collection, to the size the
+    %% process then had.
+    ?assertMatch({<<"shrink">>, _, After}, lists:last(Mine)).
+
+%% A node connecting to another and disconnecting: dist__monitor with
+%% OTP's arguments (this node's name, then ~p texts, as OTP's %T: nodeup /
+%% nodedown, the other node, its type, the reason: [] on nodeup).
+nodes_up_and_down(_Config) ->
+    {PeerA, NodeA} = dtrace_test_peer:start_named_peer("vm_sources_a", "dtrace_vm_sources", []),
+    {PeerB, NodeB} = dtrace_test_peer:start_named_peer("vm_sources_b", "dtrace_vm_sources", []),
+    {PeerC, NodeC} = dtrace_test_peer:start_named_peer("vm_sources_c", "dtrace_vm_sources", []),
+    try
+        {ok, _} = peer:call(PeerA, application, ensure_all_started, [dtrace]),
+        Program = "usdt:$SO:erlang:dist__monitor {
+                       printf(\"EV %lu %s %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3), str(arg4)); }",
+        %% Ready: connecting to C and back, until one came through.
+        Ready = fun() -> true = net_kernel:connect_node(NodeC), true = erlang:disconnect_node(NodeC) end,
+        {ok, Lines} =
+            dtrace_test_tracer:bpftrace_window(
+              bpftrace, PeerA, Program, Ready, [{contains, atom_to_binary(NodeC)}],
+              fun() ->
+                      true = net_kernel:connect_node(NodeB),
+                      true = erlang:disconnect_node(NodeB),
+                      ok
+              end,
+              fun(ok, Ls) -> length([E || [_, _, N | _] = E <- events(Ls), N =:= quoted(NodeB)]) >= 2 end),
+        ct:log("~p", [Lines]),
+        {A, B} = {atom_to_binary(NodeA), quoted(NodeB)},
+        Mine = [E || [_, _, N | _] = E <- events(Lines), N =:= B],
+        ct:log("~p", [Mine]),
+        %% Then B may connect again (its global server does, after A
+        %% disconnected it): only the first two are the workload's.
+        ?assertEqual([[A, <<"nodeup">>, B, <<"visible">>, <<"[]">>],
+                      [A, <<"nodedown">>, B, <<"visible">>, <<"disconnect">>]], lists:sublist(Mine, 2))
+    after
+        _ = [dtrace_test_peer:stop_peer(P) || P <- [PeerA, PeerB, PeerC]]
+    end.
+
+quoted(Atom) ->
+    iolist_to_binary(io_lib:format("~p", [Atom])).
+
+%% With nobody holding the system monitor, port__busy listened to makes
+%% automatic mode take it; a sender suspended on a busy port (a spawn
+%% port whose program does not read, past its busy limit) fires port__busy
+%% with the port; the listener gone, the system monitor is free again.
+busy_port_while_the_system_monitor_is_free(Config) ->
+    Program = "usdt:$SO:erlang:port__busy { printf(\"EV %lu busy %s\\n\", nsecs, str(arg0)); }",
+    Busy = fun() ->
+                   %% A program that never reads its standard input, and
+                   %% limits that make its port busy past 4 KB queued.
+                   P = open_port({spawn, "sleep 30"}, [binary, {busy_limits_port, {1024, 4096}}]),
+                   Data = binary:copy(<<"x">>, 65536),
+                   Sender = spawn(fun() -> _ = [port_command(P, Data) || _ <- lists:seq(1, 100)] end),
+                   ok = dtrace_test_workload:wait_until(
+                          fun() -> process_info(Sender, status) =:= {status, suspended} end, 10000),
+                   exit(Sender, kill),
+                   ok = dtrace_test_workload:close_port(P),
+                   erlang:port_to_list(P)
+           end,
+    {Sock, Lines} =
+        dtrace_test_tracer:bpftrace_window(bpftrace, ?config(peer, Config), Program, Busy,
+                                           [{contains, <<" busy ">>}], Busy,
+                                           fun(S, Ls) -> lists:member([<<"busy">>, list_to_binary(S)], events(Ls)) end),
+    ?assert(lists:member([<<"busy">>, list_to_binary(Sock)], events(Lines))),
+    ?assertEqual(ok, in_peer(Config, fun() ->
+                                             dtrace_test_workload:wait_until(
+                                               fun() -> ok = dtrace_vm:sync(),
+                                                        erlang:system_monitor() =:= undefined andalso
+                                                            maps:get(system_monitor, dtrace:vm_probes()) =:= off
+                                               end, 5000)
+                                     end)).
+
+%% An operator's system monitor (a process of theirs watching long_gc and
+%% busy_port): 50 times a tracer attaches to port__busy and leaves; the
+%% system monitor stays theirs throughout, with their options, and the
+%% status says it is taken, so port__busy is not fed.
+operators_system_monitor_untouched(Config) ->
+    Peer = ?config(peer, Config),
+    Theirs = in_peer(Config, fun() ->
+                                     Op = spawn(fun dtrace_test_workload:sink/0),
+                                     undefined = erlang:system_monitor(Op, [{long_gc, 500}, busy_port]),
+                                     erlang:system_monitor()
+                             end),
+    {Op, _} = Theirs,
+    Program = "usdt:$SO:erlang:port__busy { @n = count(); }",
+    Cycles =
+        [begin
+             Tracer = dtrace_test_tracer:bpftrace_start(dtrace_test_peer:os_pid(Peer), Program),
+             On = peer:call(Peer, erlang, apply,
+                            [fun() ->
+                                     W = dtrace_test_workload:wait_until(
+                                       fun() ->
+                                               ok = dtrace_vm:sync(),
+                                               lists:member(<<"port__busy">>, maps:get(listening, dtrace:vm_probes()))
+                                                   andalso maps:get(system_monitor, dtrace:vm_probes()) =:= {taken, Op}
+                                       end, 30000),
+                                     {W, erlang:system_monitor()}
+                             end, []], 60000),
+             _ = dtrace_test_tracer:bpftrace_stop(Tracer),
+             Off = peer:call(Peer, erlang, apply,
+                             [fun() ->
+                                      ok = dtrace_test_workload:wait_until(
+                                             fun() -> ok = dtrace_vm:sync(),
+                                                      maps:get(listening, dtrace:vm_probes()) =:= []
+                                             end, 30000),
+                                      {maps:get(system_monitor, dtrace:vm_probes()), erlang:system_monitor()}
+                              end, []], 60000),
+             {On, Off}
+         end || _ <- lists:seq(1, 50)],
+    ?assertEqual([], [C || {On, Off} = C <- Cycles, {On, Off} =/= {{ok, Theirs}, {off, Theirs}}]),
+    ?assertEqual(Theirs, peer:call(Peer, erlang, system_monitor, [])).
