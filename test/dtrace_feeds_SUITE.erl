@@ -135,12 +135,15 @@ expected(Name, Feeds) ->
     Auto = [F || #{auto := true} = F <- Rows],
     P = lists:usort(lists:append([Fl || #{on := processes, flags := Fl} <- Auto])),
     O0 = lists:usort(lists:append([Fl || #{on := ports, flags := Fl} <- Auto])),
-    %% port__command names the port as it was opened, which only the port's
-    %% open event says: automatic mode also sets `ports' for it (vm/mod.rs,
-    %% vm_listening).
-    O = case Name of
-            <<"port__command">> -> lists:usort([ports | O0]);
-            _ -> O0
+    %% port__command (and the other probes of ports' requests) names the
+    %% port as it was opened, which only the port's open event says:
+    %% automatic mode also sets `ports' for them (vm/mod.rs, vm_listening).
+    Named = [<<"port__command">>, <<"port__exit">>, <<"port__control">>, <<"port__connect">>,
+             <<"driver__output">>, <<"driver__outputv">>, <<"driver__control">>, <<"driver__call">>,
+             <<"driver__timeout">>],
+    O = case lists:member(Name, Named) of
+            true -> lists:usort([ports | O0]);
+            false -> O0
         end,
     Meta = [x || #{on := spawn_meta} <- Rows] =/= [] andalso P =:= [] andalso O =:= [],
     {P, O, Meta}.

@@ -11,7 +11,7 @@
 -export([names/0, script/2, probes/1, example/2]).
 
 -type name() :: user_probe | user_probe_n | messages | process_scheduling | spawn_exit
-              | garbage_collection | function_calls | port1
+              | garbage_collection | function_calls | port1 | memory1
               %% The library's own shipped scripts (span-latency, message-latency:
               %% .d, .bt and .stp print the same lines).
               | span_latency | message_latency.
@@ -27,7 +27,7 @@
 -spec names() -> [name()].
 names() ->
     [user_probe, user_probe_n, messages, process_scheduling, spawn_exit, garbage_collection,
-     function_calls, port1].
+     function_calls, port1, memory1].
 
 %% The script's file name in OTP's examples directory, for d or systemtap.
 -spec script(Name :: name(), Kind :: d | systemtap) -> string().
@@ -52,7 +52,8 @@ probes(process_scheduling) -> ["process-scheduled", "process-unscheduled", "proc
 probes(spawn_exit) -> ["process-spawn", "process-exit"];
 probes(garbage_collection) -> ["gc_major-start", "gc_major-end"];
 probes(function_calls) -> ["global-function-entry", "function-return", "bif-entry", "bif-return"];
-probes(port1) -> ["port-open", "port-command", "port-exit"];
+probes(port1) -> ["port-open", "port-command", "port-exit", "port-control", "port-connect", "port-busy"];
+probes(memory1) -> ["process-heap_grow", "process-heap_shrink"];
 probes(span_latency) -> ["span-end"];
 probes(message_latency) -> ["message-send", "process-scheduled"].
 
@@ -148,7 +149,10 @@ example(function_calls, Peer) ->
 %% port-command and port-exit name the port as it was opened (OTP's D
 %% script stops with "invalid address (0x0)" on a NULL name), a port opened
 %% before the tracer started too (automatic mode reads its name as it
-%% starts tracing ports).
+%% starts tracing ports); port-control (a socket's inet:port/1), port-connect
+%% (from the owner to the new one) and port-busy (a sender suspended on a
+%% port past its busy limit, from the system monitor, which nobody else
+%% holds here).
 example(port1, Peer) ->
     {Old, OldOwner} = peer:call(Peer, erlang, apply,
                                 [fun() ->
@@ -165,26 +169,67 @@ example(port1, Peer) ->
     #{ready => fun() ->
                        P = open_port({spawn, "cat >/dev/null"}, [exit_status]),
                        port_command(P, "x"),
+                       true = erlang:port_connect(P, self()),
                        dtrace_test_workload:close_port(P),
+                       {ok, L} = gen_tcp:listen(0, []),
+                       {ok, _} = inet:port(L),
+                       ok = gen_tcp:close(L),
+                       _ = busy_port(),
                        timer:sleep(100)
                end,
       work => fun() ->
                       P = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
                       true = port_command(P, <<"hi">>),
+                      {O, Ref} = spawn_monitor(fun() -> receive stop -> ok end end),
+                      true = erlang:port_connect(P, O),
                       dtrace_test_workload:close_port(P),
+                      O ! stop,
+                      receive {'DOWN', Ref, _, _, _} -> ok end,
                       true = port_command(Old, "old"),
-                      {pid_to_list(self()), erlang:port_to_list(P)}
+                      {ok, L} = gen_tcp:listen(0, []),
+                      {ok, _} = inet:port(L),
+                      ok = gen_tcp:close(L),
+                      Busy = busy_port(),
+                      {pid_to_list(self()), erlang:port_to_list(P), pid_to_list(O), erlang:port_to_list(L), Busy}
               end,
-      expect => fun({Owner, Port}) ->
+      expect => fun({Owner, Port, NewOwner, Socket, Busy}) ->
                         [iolist_to_binary(["port command pid ", Owner, " port ", erlang:port_to_list(Old),
                                            " port name cat >/dev/null command type command"]),
                          iolist_to_binary(["port open pid ", Owner, " port name cat >/dev/null port ", Port]),
                          iolist_to_binary(["port command pid ", Owner, " port ", Port,
                                            " port name cat >/dev/null command type command"]),
-                         {contains, iolist_to_binary(["port exit pid ", Owner, " port ", Port,
-                                                      " port name cat >/dev/null reason "])}]
+                         iolist_to_binary(["port connect pid ", Owner, " port ", Port,
+                                           " port name cat >/dev/null new pid ", NewOwner]),
+                         {contains, iolist_to_binary(["port exit pid ", NewOwner, " port ", Port,
+                                                      " port name cat >/dev/null reason "])},
+                         {contains, iolist_to_binary(["port control pid ", Owner, " port ", Socket,
+                                                      " port name tcp_inet command "])},
+                         iolist_to_binary(["port busy ", Busy])]
                 end,
       cleanup => fun() -> OldOwner ! stop end};
+%% A process whose heap grows as it builds a list, and shrinks when it is
+%% dead: OTP's lines for process-heap_grow and -heap_shrink (OTP says
+%% bytes; the values are words, in OTP's build too).
+example(memory1, _Peer) ->
+    Cycle = fun(N) ->
+                    {P, Ref} = spawn_monitor(fun() ->
+                                                     L = lists:seq(1, N),
+                                                     receive {go, From} ->
+                                                             From ! {len, length(L)},
+                                                             receive shrink -> erlang:garbage_collect() end
+                                                     end
+                                             end),
+                    P ! {go, self()},
+                    receive {len, N} -> ok end,
+                    P ! shrink,
+                    receive {'DOWN', Ref, _, _, _} -> ok end,
+                    pid_to_list(P)
+            end,
+    plain(fun() -> Cycle(20000), timer:sleep(50) end,
+          fun() -> Cycle(200000) end,
+          fun(P) -> [{contains, iolist_to_binary(["proc heap grow pid ", P, " "])},
+                     {contains, iolist_to_binary(["proc heap shrink pid ", P, " "])}]
+          end);
 
 %% A slow span prints as it ends, with its tag, and a failed one (it
 %% raised) with its outcome; at exit, the counts and histograms per kind,
@@ -223,6 +268,18 @@ example(message_latency, _Peer) ->
           fun(E) -> [{at_exit, <<"wait (us):">>},
                      {at_exit, {contains, iolist_to_binary(["longest wait ", E, ": "])}}]
           end).
+
+%% Opens a port whose program never reads, with busy limits of 4 KB, and
+%% a process that sends it data until the port's busyness suspends it; the
+%% port's text, once it is closed.
+busy_port() ->
+    P = open_port({spawn, "sleep 30"}, [binary, {busy_limits_port, {1024, 4096}}]),
+    Data = binary:copy(<<"x">>, 65536),
+    Sender = spawn(fun() -> _ = [port_command(P, Data) || _ <- lists:seq(1, 100)] end),
+    ok = dtrace_test_workload:wait_until(fun() -> process_info(Sender, status) =:= {status, suspended} end, 10000),
+    exit(Sender, kill),
+    ok = dtrace_test_workload:close_port(P),
+    erlang:port_to_list(P).
 
 plain(Ready, Work, Expect) ->
     #{ready => Ready, work => Work, expect => Expect, cleanup => fun() -> ok end}.

@@ -828,6 +828,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         /// The sources without trace flags that a row with a listener
         /// wants now: `spawn` (the spawn BIFs' meta patterns, `spawn_meta`
         /// rows), `node_monitor`, `system_monitor`.
+        #[allow(clippy::possible_missing_else)]
         pub(crate) fn sources_listening() -> Vec<&'static str> {
             let mut sources: Vec<&'static str> = Vec::new();
             #(#source_checks)*

@@ -178,7 +178,7 @@ provider erlang {
 #pragma dtrace_nif otp_vm erl_bif_port.c:open_port
 	probe port__open(char *process, char *port_name, char *port);
 
-	/* ports: port exited with reason; process: the one that opened it, port_name: the name it was opened with (kept from its open event; the port itself and "" when unknown). */
+	/* ports: port exited with reason; process: the one connected to it (kept from its open event and connects; OTP passes the process that closed it, most often that one), port_name: the name it was opened with (the port itself and "" when unknown). */
 #pragma dtrace_nif otp_vm io.c:erts_deliver_port_exit
 	probe port__exit(char *process, char *port, char *port_name, char *reason);
 
