@@ -37,7 +37,7 @@
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([dof_in_guest/1, dof_two_nodes_started_later/1, dof_provider/1]).
 -export([otp_user_probe/1, otp_user_probe_n/1, otp_messages/1, otp_process_scheduling/1,
-         otp_spawn_exit/1, otp_garbage_collection/1, otp_function_calls/1, otp_port1/1, otp_memory1/1,
+         otp_spawn_exit/1, otp_garbage_collection/1, otp_function_calls/1, otp_port1/1, otp_memory1/1, otp_dist/1,
          shipped_spawn_exit/1, shipped_span_latency/1, shipped_message_latency/1,
          shipped_efile_drv/1, shipped_slow_spans/1]).
 
@@ -57,7 +57,7 @@ all() ->
 
 groups() ->
     Scripts = [otp_user_probe, otp_user_probe_n, otp_messages, otp_process_scheduling,
-               otp_spawn_exit, otp_garbage_collection, otp_function_calls, otp_port1, otp_memory1,
+               otp_spawn_exit, otp_garbage_collection, otp_function_calls, otp_port1, otp_memory1, otp_dist,
                shipped_spawn_exit, shipped_span_latency, shipped_message_latency, shipped_efile_drv],
     [{stapsdt, [], Scripts ++ [shipped_slow_spans]},
      {dof, [], Scripts ++ [dof_two_nodes_started_later, dof_provider]}].
@@ -194,6 +194,9 @@ otp_port1(Config) ->
 
 otp_memory1(Config) ->
     otp_example(Config, memory1).
+
+otp_dist(Config) ->
+    otp_example(Config, dist).
 
 %% OTP's D script for Name (dtrace_test_otp_examples) in a window: its
 %% lines for the workload's values, and no message of DTrace's own.

@@ -11,7 +11,7 @@
 -export([names/0, script/2, probes/1, example/2]).
 
 -type name() :: user_probe | user_probe_n | messages | process_scheduling | spawn_exit
-              | garbage_collection | function_calls | port1 | memory1
+              | garbage_collection | function_calls | port1 | memory1 | dist
               %% The library's own shipped scripts (span-latency, message-latency:
               %% .d, .bt and .stp print the same lines).
               | span_latency | message_latency.
@@ -27,7 +27,7 @@
 -spec names() -> [name()].
 names() ->
     [user_probe, user_probe_n, messages, process_scheduling, spawn_exit, garbage_collection,
-     function_calls, port1, memory1].
+     function_calls, port1, memory1, dist].
 
 %% The script's file name in OTP's examples directory, for d or systemtap.
 -spec script(Name :: name(), Kind :: d | systemtap) -> string().
@@ -54,6 +54,7 @@ probes(garbage_collection) -> ["gc_major-start", "gc_major-end"];
 probes(function_calls) -> ["global-function-entry", "function-return", "bif-entry", "bif-return"];
 probes(port1) -> ["port-open", "port-command", "port-exit", "port-control", "port-connect", "port-busy"];
 probes(memory1) -> ["process-heap_grow", "process-heap_shrink"];
+probes(dist) -> ["dist-monitor", "dist-port_busy", "process-scheduled"];
 probes(span_latency) -> ["span-end"];
 probes(message_latency) -> ["message-send", "process-scheduled"].
 
@@ -207,6 +208,57 @@ example(port1, Peer) ->
                          iolist_to_binary(["port busy ", Busy])]
                 end,
       cleanup => fun() -> OldOwner ! stop end};
+%% The peer made a distributed node (and undone by cleanup), and another
+%% node: connecting to it, sending it 8 MB messages from four processes
+%% (a send that finds the distribution buffer over its busy limit, 1 MB by
+%% default, suspends its sender) and disconnecting print OTP's monitor
+%% lines, its port_busy line and its "blocked pid ... scheduled now" line.
+example(dist, Peer) ->
+    Cookie = "dtrace_otp_dist",
+    {PeerB, NodeB} = dtrace_test_peer:start_named_peer("dtrace_dist_b", Cookie, [dtrace_test_workload]),
+    Sink = peer:call(PeerB, erlang, apply,
+                     [fun() -> P = spawn(fun dtrace_test_workload:sink/0), register(dist_sink, P), P end, []]),
+    NodeA = peer:call(Peer, erlang, apply,
+                      [fun() ->
+                               {ok, _} = net_kernel:start([list_to_atom("dtrace_dist_a_" ++ os:getpid()), shortnames]),
+                               true = erlang:set_cookie(node(), list_to_atom(Cookie)),
+                               node()
+                       end, []]),
+    Blast = fun(N) ->
+                    Data = binary:copy(<<"x">>, 8 bsl 20),
+                    Me = self(),
+                    Senders = [spawn(fun() -> _ = [Sink ! Data || _ <- lists:seq(1, N)], Me ! {sent, self()} end)
+                               || _ <- lists:seq(1, 4)],
+                    [receive {sent, S} -> pid_to_list(S) end || S <- Senders]
+            end,
+    #{ready => fun() ->
+                       true = net_kernel:connect_node(NodeB),
+                       _ = Blast(2),
+                       true = erlang:disconnect_node(NodeB),
+                       timer:sleep(100)
+               end,
+      work => fun() ->
+                      true = net_kernel:connect_node(NodeB),
+                      Senders = Blast(4),
+                      true = erlang:disconnect_node(NodeB),
+                      {os:getpid(), Senders}
+              end,
+      expect => fun({OsPid, _Senders}) ->
+                        A = atom_to_list(NodeA),
+                        B = io_lib:format("~p", [NodeB]),
+                        Monitor = fun(What, Reason) ->
+                                          iolist_to_binary(["monitor: pid ", OsPid, ", who ", A, ", what ", What,
+                                                            ", node ", B, ", type visible, reason ", Reason])
+                                  end,
+                        [Monitor("nodeup", "[]"), Monitor("nodedown", "disconnect"),
+                         {contains, iolist_to_binary(["dist port_busy: node ", A, ", port #Port<"])},
+                         {contains, iolist_to_binary([", remote_node ", B, ", blocked pid <"])},
+                         {contains, <<"scheduled now, waited ">>}]
+                end,
+      cleanup => fun() ->
+                         _ = peer:call(Peer, net_kernel, stop, []),
+                         dtrace_test_peer:stop_peer(PeerB)
+                 end};
 %% A process whose heap grows as it builds a list, and shrinks when it is
 %% dead: OTP's lines for process-heap_grow and -heap_shrink (OTP says
 %% bytes; the values are words, in OTP's build too).

@@ -2,7 +2,7 @@
 %%% process, so that gdb stopping it never stops the test runner.
 -module(dtrace_test_peer).
 
--export([start_peer/0, start_peer/1, start_named_peer/3, stop_peer/1, os_pid/1,
+-export([start_peer/0, start_peer/1, start_named_peer/3, start_named_peer/4, stop_peer/1, os_pid/1,
          start_test_hooks_peer/0, test_hooks_nif/0]).
 
 %% A separate node to trace, so that a tracer stopping the traced OS
@@ -24,8 +24,12 @@ start_peer(ExtraArgs) ->
 %% the code paths of this library, this module and Modules, the NIF loaded.
 %% Returns {Peer, Node}. For cases that connect two nodes.
 start_named_peer(Prefix, Cookie, Modules) ->
+    start_named_peer(Prefix, Cookie, Modules, []).
+
+%% The same with ExtraArgs for erl (emulator flags such as "+zdbbl").
+start_named_peer(Prefix, Cookie, Modules, ExtraArgs) ->
     Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, ?MODULE | Modules]]),
-    Args = ["-setcookie", Cookie | lists:append([["-pa", P] || P <- Paths])],
+    Args = ["-setcookie", Cookie | lists:append([["-pa", P] || P <- Paths])] ++ ExtraArgs,
     {ok, Peer, Node} = peer:start_link(#{name => peer:random_name(Prefix), longnames => false,
                                          connection => standard_io, args => Args}),
     true = peer:call(Peer, dtrace, available, []),

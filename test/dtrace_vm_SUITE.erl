@@ -739,25 +739,26 @@ missing(Wanted, Lines) ->
                                   end
                         end, Lines)].
 
-%% OTP's D scripts for these probes (runtime_tools' examples) name probes
-%% and argument indexes this library has, except the probes a stock VM
-%% cannot feed from erl_tracer events (listed here, so that a change to
-%% the catalogue shows up).
+%% OTP's D scripts for the VM probes (runtime_tools' examples) name probes
+%% and argument indexes this library has: every probe of OTP's (the ones a
+%% stock VM cannot feed are declared too, and never fire), with the two
+%% exceptions listed here, so that a change to the catalogue shows up.
 otp_d_scripts_match_the_catalogue(_Config) ->
     Dir = filename:join(code:lib_dir(runtime_tools), "examples"),
     Scripts = ["spawn-exit.d", "messages.d", "process-scheduling.d", "garbage-collection.d",
-               "function-calls.d", "port1.d"],
+               "function-calls.d", "port1.d", "memory1.d", "dist.d", "driver1.d"],
     Catalogue = maps:from_list([{N, length(Args)} || {N, Args} <- dtrace_test_catalogue:catalogue()]),
     Uses = lists:append([d_uses(filename:join(Dir, S)) || S <- Scripts]),
     Missing = lists:usort([P || {P, _} <- Uses, not maps:is_key(P, Catalogue)]),
-    ?assertEqual([<<"aio_pool__add">>, <<"aio_pool__get">>, <<"message__receive">>,
-                  <<"nif__entry">>, <<"nif__return">>, <<"port__busy">>, <<"port__connect">>,
-                  <<"port__control">>, <<"port__not_busy">>, <<"process__exit_signal">>,
-                  <<"process__exit_signal__remote">>], Missing),
+    %% Every VM probe OTP declares is in the catalogue; port1.d also reads
+    %% the aio_pool probes, which OTP 27's erlang_dtrace.d no longer has.
+    ?assertEqual([<<"aio_pool__add">>, <<"aio_pool__get">>], Missing),
+    %% driver1.d prints arg1 of driver-finish, which has one argument (an
+    %% OTP bug): that read is past the probe's arguments in OTP's build too.
     Bad = [{P, Max, maps:get(P, Catalogue)} || {P, Max} <- Uses, maps:is_key(P, Catalogue),
                                                Max >= maps:get(P, Catalogue)],
-    ?assertEqual([], Bad),
-    ?assert(length(Uses) >= 20).
+    ?assertEqual([{<<"driver__finish">>, 1, 1}], lists:usort(Bad)),
+    ?assert(length(Uses) >= 40).
 
 %% [{ProbeNoteName, HighestArgIndexRead}] for the clauses of a D script.
 d_uses(File) ->

@@ -12,14 +12,14 @@
 
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
 -export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
-         nodes_up_and_down/1, busy_port_while_the_system_monitor_is_free/1,
+         nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
          operators_system_monitor_untouched/1]).
 
 all() ->
-    [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down,
+    [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
      busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched].
 
-init_per_testcase(nodes_up_and_down, Config) ->
+init_per_testcase(TC, Config) when TC =:= nodes_up_and_down; TC =:= busy_dist_port ->
     dtrace_test_tracer:with_tracer(bpftrace, Config);
 init_per_testcase(_TC, Config) ->
     case dtrace_test_tracer:require_tracer(bpftrace) of
@@ -209,6 +209,41 @@ nodes_up_and_down(_Config) ->
                       [A, <<"nodedown">>, B, <<"visible">>, <<"disconnect">>]], lists:sublist(Mine, 2))
     after
         _ = [dtrace_test_peer:stop_peer(P) || P <- [PeerA, PeerB, PeerC]]
+    end.
+
+%% A node whose distribution buffer is busy past 1 KB (+zdbbl 1) sending
+%% megabyte messages to another: dist__port_busy with OTP's arguments (this
+%% node, the distribution port, the other node as %T, the suspended pid).
+busy_dist_port(_Config) ->
+    {PeerA, NodeA} = dtrace_test_peer:start_named_peer("vm_busy_a", "dtrace_vm_sources", [], ["+zdbbl", "1"]),
+    {PeerB, NodeB} = dtrace_test_peer:start_named_peer("vm_busy_b", "dtrace_vm_sources", [dtrace_test_workload]),
+    try
+        {ok, _} = peer:call(PeerA, application, ensure_all_started, [dtrace]),
+        Sink = peer:call(PeerB, erlang, apply,
+                         [fun() -> P = spawn(fun dtrace_test_workload:sink/0), register(dist_sink, P), P end, []]),
+        Program = "usdt:$SO:erlang:dist__port_busy {
+                       printf(\"EV %lu %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3)); }",
+        %% Four senders of 20 one-megabyte messages each: a send that finds
+        %% the buffer over 1 KB suspends its sender.
+        Blast = fun(N) ->
+                        Data = binary:copy(<<"x">>, 1 bsl 20),
+                        Me = self(),
+                        Senders = [spawn_link(fun() -> _ = [Sink ! Data || _ <- lists:seq(1, N)], Me ! {sent, self()} end)
+                                   || _ <- lists:seq(1, 4)],
+                        _ = [receive {sent, S} -> ok end || S <- Senders],
+                        [pid_to_list(S) || S <- Senders]
+                end,
+        {Senders, Lines} =
+            dtrace_test_tracer:bpftrace_window(
+              bpftrace, PeerA, Program, fun() -> Blast(5) end, [{contains, <<"EV ">>}], fun() -> Blast(20) end,
+              fun(Ss, Ls) -> [x || [_, _, _, P] <- events(Ls), lists:member(binary_to_list(P), Ss)] =/= [] end),
+        {A, B} = {atom_to_binary(NodeA), quoted(NodeB)},
+        Mine = [E || [_, _, _, P] = E <- events(Lines), lists:member(binary_to_list(P), Senders)],
+        ct:log("~p", [Mine]),
+        ?assertNotEqual([], Mine),
+        ?assertEqual([], [E || [N, Port, R, _] = E <- Mine, {N, R} =/= {A, B} orelse binary:match(Port, <<"#Port<">>) =:= nomatch])
+    after
+        _ = [dtrace_test_peer:stop_peer(P) || P <- [PeerA, PeerB]]
     end.
 
 quoted(Atom) ->

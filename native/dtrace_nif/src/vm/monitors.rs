@@ -45,12 +45,14 @@ pub(crate) fn busy_port(e: &Event<'_>, _tag: TraceTag) {
 /// `busy_dist_port`: the tracee (a process) was suspended sending through
 /// a busy distribution port; the term is `{Port, RemoteNode | undefined,
 /// ThisNode}` (`dtrace_vm` looks the port up in
-/// `erlang:system_info(dist_ctrl)`; "" when it is not there).
+/// `erlang:system_info(dist_ctrl)`; "" when it is not there). As OTP's:
+/// this node's name, then `%T` texts.
 pub(crate) fn busy_dist_port(e: &Event<'_>, _tag: TraceTag) {
     let Ok((port, remote, this)) = e.term.decode::<(Term, Term, Term)>() else { return };
     let (mut node, mut p, mut rn, mut pid) = (TextBuf::new(), TextBuf::new(), TextBuf::new(), TextBuf::new());
+    // OTP's text of the remote node is %T (quoted where the atom needs it).
     let remote = if remote.get_type() == TermType::Atom && remote.atom_to_string().is_ok_and(|s| s != "undefined") {
-        rn.atom(e.env, remote)
+        rn.term(remote)
     } else {
         rn.literal("")
     };
