@@ -82,7 +82,7 @@
 -dialyzer({no_match, [apply_meta/2, clear_meta/1, legacy_counts/0, set_new/4, ours/1]}).
 %% The trace module exists from OTP 27 on; where it does not, these
 %% functions are never called (tracing =:= legacy).
--dialyzer({nowarn_function, [sessions/0, create_sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
+-dialyzer({nowarn_function, [sessions/0, apply_send_code/2, create_sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
                              apply_meta/2, clear_meta/1, set_pattern/4, session_counts/1]}).
 
 -type flags() :: {Processes :: [atom()], Ports :: [atom()]}.
@@ -101,6 +101,7 @@
             new = free :: free | ours | {taken, term()},
             spawn_meta = off :: off | on | {taken, term()},
             node_monitor = off :: off | on,
+            send_code = off :: off | on | {taken, term()},
             system_monitor = off :: off | on | {taken, pid() | port()}}).
 
 %% @private
@@ -242,6 +243,8 @@ handle_info(_Msg, S) ->
 %% and patterns are removed.
 terminate(Reason, #s{system_monitor = on} = S) ->
     terminate(Reason, apply_system_monitor(false, S));
+terminate(Reason, #s{send_code = on, tracing = legacy} = S) ->
+    terminate(Reason, apply_send_code(false, S));
 terminate(_Reason, #s{tracing = {session, _, _} = Tracing}) ->
     destroy_sessions(Tracing);
 terminate(_Reason, S) ->
@@ -282,10 +285,10 @@ poll(S) ->
                          {_, _} -> {lists:usort([procs | ProcFlags1]), false}
                      end,
                  S0 = apply_meta(Meta, apply_flags({ProcFlags, PortFlags}, S)),
-                 apply_system_monitor(lists:member(system_monitor, Sources),
-                                      apply_node_monitor(lists:member(node_monitor, Sources), S0));
+                 S2 = apply_node_monitor(lists:member(node_monitor, Sources), S0),
+                 apply_send_code(lists:member(send_code, Sources), apply_system_monitor(lists:member(system_monitor, Sources), S2));
              manual ->
-                 apply_system_monitor(false, apply_node_monitor(false, apply_meta(false, S)))
+                 apply_send_code(false, apply_system_monitor(false, apply_node_monitor(false, apply_meta(false, S))))
          end,
     apply_patterns(CallsListened andalso S1#s.patterns =/= [], S1).
 
@@ -302,6 +305,63 @@ apply_node_monitor(false, #s{node_monitor = on} = S) ->
     S#s{node_monitor = off};
 apply_node_monitor(_, S) ->
     S.
+
+%% dtrace_message__send_code: the send match spec whose result is the
+%% sender's process dump (the only send match-spec action that says which
+%% code sent: OTP's match_spec guide allows caller, caller_line and
+%% current_stacktrace in call tracing only). In our session (OTP 27+) it
+%% changes nothing of anyone else's. Without sessions the send match spec
+%% is the node's: set only while no other tracer traces sends (no process,
+%% nor new processes, has the send flag under another tracer) and no other
+%% send match spec is set, checked at each poll; when that changes it is
+%% removed ({taken, Why}: until then, up to one poll, another tracer's send
+%% messages carry the dump as an extra element).
+-define(SEND_CODE_MS, [{'_', [], [{message, {process_dump}}]}]).
+apply_send_code(true, #s{send_code = on, tracing = {session, _, _}} = S) ->
+    S;
+apply_send_code(true, #s{tracing = {session, Auto, _}} = S) ->
+    _ = trace:send(Auto, ?SEND_CODE_MS, []),
+    S#s{send_code = on};
+apply_send_code(true, #s{tracing = legacy, send_code = Was} = S) ->
+    case {legacy_send_taken(Was), Was} of
+        {false, on} -> S;
+        {false, _} -> _ = erlang:trace_pattern(send, ?SEND_CODE_MS, []), S#s{send_code = on};
+        {Why, on} -> _ = erlang:trace_pattern(send, true, []), S#s{send_code = {taken, Why}};
+        {Why, _} -> S#s{send_code = {taken, Why}}
+    end;
+apply_send_code(false, #s{send_code = on, tracing = {session, Auto, _}} = S) ->
+    _ = trace:send(Auto, true, []),
+    S#s{send_code = off};
+apply_send_code(false, #s{send_code = on, tracing = legacy} = S) ->
+    case erlang:trace_info(send, match_spec) of
+        {match_spec, ?SEND_CODE_MS} -> _ = erlang:trace_pattern(send, true, []);
+        _ -> ok
+    end,
+    S#s{send_code = off};
+apply_send_code(false, S) ->
+    S#s{send_code = off}.
+
+%% Without sessions: why the node's send match spec is not ours to set
+%% (another's match spec, or another tracer of sends), or false.
+legacy_send_taken(Was) ->
+    Ours = case Was of on -> ?SEND_CODE_MS; _ -> true end,
+    case erlang:trace_info(send, match_spec) of
+        {match_spec, MS} when MS =/= Ours, MS =/= true, MS =/= [] ->
+            {send_match_spec, MS};
+        _ ->
+            case [T || T <- [new_processes | processes()], other_send_tracer(T)] of
+                [] -> false;
+                [T | _] -> {send_traced, T}
+            end
+    end.
+
+other_send_tracer(T) ->
+    case erlang:trace_info(T, flags) of
+        {flags, Flags} ->
+            lists:member(send, Flags) andalso erlang:trace_info(T, tracer) =/= {tracer, ?LEGACY_TRACER};
+        _ ->
+            false
+    end.
 
 %% port__busy, dist__port_busy: the node's system monitor, which has one
 %% owner (erlang:system_monitor/2; OTP 27 has no per-session one). Taken
@@ -559,7 +619,8 @@ pattern(P) ->
 %%% Status
 
 status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active = Active, new = New,
-          spawn_meta = Meta, node_monitor = NodeMonitor, system_monitor = SystemMonitor, tracing = Tracing}) ->
+          spawn_meta = Meta, node_monitor = NodeMonitor, system_monitor = SystemMonitor, send_code = SendCode,
+          tracing = Tracing}) ->
     {ListenP, ListenO, Probes, _} = dtrace_nif:vm_listening(),
     {Ours, Others} = case Tracing of
                          {session, Auto, _} -> session_counts(Auto);
@@ -575,6 +636,7 @@ status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active 
       spawn_meta => Meta,
       node_monitor => NodeMonitor,
       system_monitor => SystemMonitor,
+      send_code => SendCode,
       traced => Ours,
       skipped => Others,
       function_patterns => [external(Pt) || Pt <- Patterns],

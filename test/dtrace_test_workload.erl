@@ -3,7 +3,7 @@
 %%% and small processes and functions for the VM-probe suites.
 -module(dtrace_test_workload).
 
--export([wait_hibernating/1, close_port/1]).
+-export([send_large/3, wait_hibernating/1, close_port/1]).
 -export([fire_until_true/1, fire_until_true/2, count_trues/2, start_ready_loop/1,
          stop_ready_loop_and_run/1, gdb_workload/1]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
@@ -274,6 +274,15 @@ wait_hibernating(P) ->
     ok = wait_until(
            fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
            5000).
+
+%% Sends To N messages Msg, yielding after each (a function with a stack
+%% frame of its own): the code priv/large-messages.bt names.
+send_large(_To, _Msg, 0) ->
+    ok;
+send_large(To, Msg, N) ->
+    To ! Msg,
+    erlang:yield(),
+    send_large(To, Msg, N - 1).
 
 %% Closes port P; a port that already exited (port_close/1 then raises
 %% badarg) is fine too. (The ports here are opened with exit_status: without

@@ -13,11 +13,12 @@
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
 -export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
          nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
-         operators_system_monitor_untouched/1]).
+         operators_system_monitor_untouched/1, large_messages_name_their_code/1]).
 
 all() ->
     [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
-     busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched].
+     busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched,
+     large_messages_name_their_code].
 
 init_per_testcase(TC, Config) when TC =:= nodes_up_and_down; TC =:= busy_dist_port ->
     dtrace_test_tracer:with_tracer(bpftrace, Config);
@@ -246,6 +247,11 @@ busy_dist_port(_Config) ->
         _ = [dtrace_test_peer:stop_peer(P) || P <- [PeerA, PeerB]]
     end.
 
+%% Is the node's send match spec (OTP 25, 26) the default again? (With
+%% sessions, ours was in our session, which trace_info/2 does not show.)
+send_pattern_default() ->
+    erlang:trace_info(send, match_spec) =:= {match_spec, true}.
+
 quoted(Atom) ->
     iolist_to_binary(io_lib:format("~p", [Atom])).
 
@@ -319,3 +325,49 @@ operators_system_monitor_untouched(Config) ->
          end || _ <- lists:seq(1, 50)],
     ?assertEqual([], [C || {On, Off} = C <- Cycles, {On, Off} =/= {{ok, Theirs}, {off, Theirs}}]),
     ?assertEqual(Theirs, peer:call(Peer, erlang, system_monitor, [])).
+
+%% priv/large-messages.bt (its default thresholds: 8192 words, 1 MB of
+%% binaries) names the code that sent large messages: a tuple of 3000
+%% floats (9001 words) and a 2 MB binary, sent by
+%% dtrace_test_workload:send_large/3, are printed with that function and
+%% counted for it at exit; a small message is not printed. The send match
+%% spec that gives the code is gone once the script is.
+large_messages_name_their_code(Config) ->
+    Peer = ?config(peer, Config),
+    Script = filename:join(code:priv_dir(dtrace), "large-messages.bt"),
+    Big = list_to_tuple([float(I) || I <- lists:seq(1, 3000)]),
+    Bin = binary:copy(<<"b">>, 2 bsl 20),
+    {{Me, Sink}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, Peer, {file, Script},
+          fun() -> dtrace_test_workload:send_large(self(), {ready, Big}, 1),
+                   receive {ready, _} -> ok end end,
+          [{contains, <<"large: ">>}],
+          fun() ->
+                  S = spawn(fun dtrace_test_workload:sink/0),
+                  ok = dtrace_test_workload:send_large(S, Big, 3),
+                  ok = dtrace_test_workload:send_large(S, Bin, 2),
+                  ok = dtrace_test_workload:send_large(S, small, 5),
+                  S ! stop,
+                  {pid_to_list(self()), pid_to_list(S)}
+          end,
+          fun({M, S}, Ls) ->
+                  length([L || L <- Ls, binary:match(L, iolist_to_binary(["large: ", M, " -> ", S])) =/= nomatch]) >= 5
+          end),
+    ct:log("~p", [Lines]),
+    Mine = [L || L <- Lines, binary:match(L, iolist_to_binary(["large: ", Me, " -> ", Sink, ": "])) =/= nomatch],
+    Code = <<" from dtrace_test_workload:send_large/3">>,
+    ?assertEqual(3, length([L || L <- Mine, binary:match(L, <<": 9001 words, 0 binary bytes,", Code/binary>>) =/= nomatch])),
+    ?assertEqual(2, length([L || L <- Mine, binary:match(L, <<" binary bytes,", Code/binary>>) =/= nomatch,
+                                 binary:match(L, integer_to_binary(2 bsl 20)) =/= nomatch])),
+    ?assertEqual(5, length(Mine)),
+    %% At exit: the count per code, the workload's five among them.
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"@large_messages[dtrace_test_workload:send_large/3">>) =/= nomatch end,
+                      Lines)),
+    ?assertEqual(ok, in_peer(Config, fun() ->
+                                             dtrace_test_workload:wait_until(
+                                               fun() -> ok = dtrace_vm:sync(),
+                                                        maps:get(send_code, dtrace:vm_probes()) =:= off andalso
+                                                            send_pattern_default()
+                                               end, 5000)
+                                     end)).

@@ -336,6 +336,9 @@ provider erlang {
 #pragma dtrace_nif otp_vm ../sys/common/erl_check_io.c:driver_select not_fed no event when check I/O stops a select
 	probe driver__stop_select(char *name);
 
+	/* Not OTP's. send, while it listens (dtrace_vm then sets the send match spec [{'_', [], [{message, {process_dump}}]}]): sender sent a message of size words (message__send's size; -1 when not counted) holding binaries of binary_bytes bytes to receiver; code: the functions on the sender's stack, innermost first, joined by " <- " (up to 4; "<unknown>" when the dump has none). Costs a process dump per send while it listens. */
+	probe dtrace_message__send_code(char *sender, char *receiver, int64_t size, int64_t binary_bytes, char *code);
+
 	/* Not OTP's. procs: p and other were linked or unlinked; kind is link, unlink, getting_linked or getting_unlinked. */
 	probe dtrace_process__link(char *p, char *other, char *kind);
 
@@ -443,6 +446,7 @@ provider org_erlang_dyntrace {
  * The most frequent events first: the tags are looked up in this order.
  */
 #pragma dtrace_nif feed on=processes flags=send tags=send,send_to_non_existing_process sdt=message__send,message__send__remote lttng=message_send fmt=send
+#pragma dtrace_nif feed on=processes flags=send tags=send,send_to_non_existing_process sdt=dtrace_message__send_code fmt=send_code
 #pragma dtrace_nif feed on=processes flags=receive tags=receive sdt=message__queued lttng=message_receive fmt=queued
 #pragma dtrace_nif feed on=processes flags=running,exiting tags=in,in_exiting sdt=process__scheduled lttng=process_scheduled fmt=scheduled
 #pragma dtrace_nif feed on=processes flags=running,exiting tags=out,out_exiting,out_exited sdt=process__unscheduled,process__hibernate lttng=process_scheduled fmt=unscheduled

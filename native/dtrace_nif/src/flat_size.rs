@@ -77,6 +77,19 @@ const MAX_SMALL: i64 = (1 << 59) - 1;
 /// The flat size of `term` in words, or `None` where it cannot be told
 /// exactly enough or over the bounds (see the module doc).
 pub fn flat_size(term: Term<'_>) -> Option<u64> {
+    walk(term, &mut 0)
+}
+
+/// The flat size of `term` in words and the bytes of the binaries in it
+/// (a large binary's bytes are not in its flat size: it is shared, not
+/// copied, by a local send), in one walk with the same bounds; `None` as
+/// for [`flat_size`].
+pub fn size_and_binary_bytes(term: Term<'_>) -> Option<(u64, u64)> {
+    let mut bytes = 0;
+    walk(term, &mut bytes).map(|words| (words, bytes))
+}
+
+fn walk(term: Term<'_>, binary_bytes: &mut u64) -> Option<u64> {
     let env = term.get_env();
     let raw_env = env.as_c_arg();
     let mut pending: ArrayVec<Pending, MAX_PENDING> = ArrayVec::new();
@@ -122,6 +135,7 @@ pub fn flat_size(term: Term<'_>) -> Option<u64> {
             TermType::Fun | TermType::Unknown => return None,
             TermType::Binary => {
                 let bytes = Binary::from_term(t).ok()?.len() as u64;
+                *binary_bytes += bytes;
                 if bytes <= 64 { 2 + bytes.div_ceil(8) } else { REFC_BINARY_WORDS.load(Relaxed) }
             }
             TermType::Tuple => {

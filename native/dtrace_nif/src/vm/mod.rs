@@ -45,7 +45,7 @@ mod spans;
 mod fmt {
     pub(super) use super::calls::{call, call_return};
     pub(super) use super::gc::{gc, heap_size};
-    pub(super) use super::messages::{port_command, queued, send};
+    pub(super) use super::messages::{port_command, queued, send, send_code};
     pub(super) use super::monitors::{busy_dist_port, busy_port, dist_monitor};
     pub(super) use super::ports::{port_exit, port_link, port_open, port_receive, port_scheduled};
     pub(super) use super::procs::{exit, link, register, spawn, spawn_meta, unlink};
@@ -184,11 +184,17 @@ fn port_names_wanted() -> bool {
 /// library's probes and events that have a listener (SDT note names, and
 /// LTTng events as `provider:event`), and the sources without trace flags
 /// whose rows have one: `spawn` (the spawn BIFs' meta patterns),
-/// `node_monitor`, `system_monitor`.
+/// `node_monitor`, `system_monitor`, and `send_code` (the send match spec
+/// of `dtrace_message__send_code`).
 #[rustler::nif]
 fn vm_listening(env: Env<'_>) -> Term<'_> {
     let atoms = |flags: Vec<&str>| -> Vec<Atom> { flags.iter().filter_map(|f| Atom::from_str(env, f).ok()).collect() };
-    let meta: Vec<Atom> = atoms(sources_listening());
+    let mut sources = sources_listening();
+    if crate::probes::dtrace_message__send_code::enabled() {
+        // The send match spec that gives the sender's stack (dtrace_vm).
+        sources.push("send_code");
+    }
+    let meta: Vec<Atom> = atoms(sources);
     let mut port_flags = wanted_flags(Target::Ports);
     if port_names_wanted() && !port_flags.contains(&"ports") {
         // port__command's port name comes from the port's `open` event.
