@@ -81,14 +81,26 @@
 %% and pn/N clause, only that clause's variables are kept across the first
 %% call (a function would keep all eight arguments, which cost the
 %% disabled path ~4 ns).
+%% `stack': the probe fired and dtrace_user__stack listens
+%% (dtrace_tag:fire_stack/1 fires it and returns true).
 -define(FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4),
         case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
-            adopt -> dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted());
+            adopt ->
+                case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted()) of
+                    stack -> dtrace_tag:fire_stack(user_trace__i4s4);
+                    Adopted__ -> Adopted__
+                end;
+            stack -> dtrace_tag:fire_stack(user_trace__i4s4);
             Fired__ -> Fired__
         end).
 -define(FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4),
         case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
-            adopt -> dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted());
+            adopt ->
+                case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted()) of
+                    stack -> dtrace_tag:fire_stack({user_trace__n, Label});
+                    Adopted__ -> Adopted__
+                end;
+            stack -> dtrace_tag:fire_stack({user_trace__n, Label});
             Fired__ -> Fired__
         end).
 

@@ -49,6 +49,7 @@
 -export([span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
          slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
+-export([user_stack/3]).
 -export([vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3, vm_monitor_event/4]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
@@ -62,7 +63,7 @@
        span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
        slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1,
        efile_enabled/0, efile_entry/10, efile_return/6,
-       vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3, vm_monitor_event/4,
+       user_stack/3, vm_listening/0, vm_flags/0, vm_call_probes/2, vm_port_name/3, vm_monitor_event/4,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
        provider_probe/2, provider_path/1, provider_delete/1,
@@ -120,11 +121,13 @@ user_trace_i4s4(_UserTag, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4) ->
     stub(false).
 
 %% user_trace_i4s4/9 with the tag last (as p/N calls it); `adopt' when
-%% enabled and the caller has no tag of its own (UserTag = undefined).
+%% enabled and the caller has no tag of its own (UserTag = adopt); `stack'
+%% when it fired and dtrace_user__stack listens (p/N then calls
+%% user_stack/3).
 -spec i4s4(I1 :: integer_maybe(), I2 :: integer_maybe(), I3 :: integer_maybe(),
            I4 :: integer_maybe(), S1 :: iolist_maybe(), S2 :: iolist_maybe(),
            S3 :: iolist_maybe(), S4 :: iolist_maybe(), UserTag :: iolist_maybe()) ->
-          boolean() | adopt.
+          boolean() | adopt | stack.
 i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
     stub(false).
 
@@ -134,7 +137,7 @@ i4s4(_I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
                    I3 :: integer_maybe(), I4 :: integer_maybe(), S1 :: iolist_maybe(),
                    S2 :: iolist_maybe(), S3 :: iolist_maybe(), S4 :: iolist_maybe(),
                    UserTag :: iolist_maybe()) ->
-          boolean() | error | badarg | adopt.
+          boolean() | error | badarg | adopt | stack.
 user_trace_n(_Label, _I1, _I2, _I3, _I4, _S1, _S2, _S3, _S4, _UserTag) ->
     stub(false).
 
@@ -222,6 +225,13 @@ efile_entry(_ThreadId, _Command, _S1, _S2, _I1, _I2, _I3, _I4, _UserTag, _Device
                    UserTag :: iolist_maybe(), Success :: boolean(), Reason :: term()) -> ok.
 efile_return(_ThreadId, _OpId, _Command, _UserTag, _Success, _Reason) ->
     stub(ok).
+
+%% Fires dtrace_user__stack (user.rs): Probe is the user probe's note name
+%% (an atom), Stack the caller's stack as text (iodata), UserTag a binary
+%% or undefined; false while nobody listens.
+-spec user_stack(Probe :: atom(), Stack :: iodata(), UserTag :: binary() | undefined) -> boolean().
+user_stack(_Probe, _Stack, _UserTag) ->
+    stub(false).
 
 %%%===================================================================
 %%% VM probes (vm/): see dtrace_vm

@@ -16,7 +16,7 @@
 %%% @end
 -module(dtrace_tag).
 
--export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1, adopted/0]).
+-export([put_tag/1, get_tag/0, get_tag_data/0, spread_tag/1, restore_tag/1, adopted/0, fire_stack/1]).
 
 -include("dtrace_tag.hrl").
 
@@ -125,3 +125,37 @@ clear_token() ->
         {label, {?TOKEN_LABEL, _}} -> _ = seq_trace:set_token([]), true;
         _ -> false
     end.
+
+%% @private Fires dtrace_user__stack after the user probe Probe fired
+%% (its NIF answered `stack': the companion probe listens) with the
+%% caller's Erlang stack (process_info/2's current_stacktrace, whose depth
+%% the backtrace_depth system flag caps), innermost first, without the
+%% frames of dtrace's own modules, as "m:f/a:line <- ..."; the tag as the
+%% user probe's (own, else adopted). Returns true: the user probe fired.
+-spec fire_stack(Probe :: atom() | {user_trace__n, 0..950}) -> true.
+fire_stack(Probe) ->
+    {current_stacktrace, Stack} = process_info(self(), current_stacktrace),
+    Frames = [frame(F) || {M, _, _, _} = F <- Stack, M =/= dtrace, M =/= dtrace_tag, M =/= 'Elixir.DTrace'],
+    Tag = case get(?TAG_KEY) of
+              undefined -> adopted();
+              Own -> Own
+          end,
+    Name = case Probe of
+               {user_trace__n, Label} -> list_to_atom("user_trace__n" ++ integer_to_list(Label));
+               _ -> Probe
+           end,
+    _ = dtrace_nif:user_stack(Name, cut(lists:join(" <- ", Frames), 1024), Tag),
+    true.
+
+frame({M, F, A, Info}) ->
+    Arity = if is_list(A) -> length(A); true -> A end,
+    Where = case proplists:get_value(line, Info) of
+                undefined -> "";
+                Line -> [$: | integer_to_list(Line)]
+            end,
+    [atom_to_list(M), $:, atom_to_list(F), $/, integer_to_list(Arity) | Where].
+
+%% The first Max bytes of an iolist of latin-1 text.
+cut(IoList, Max) ->
+    Bin = iolist_to_binary(IoList),
+    binary:part(Bin, 0, min(byte_size(Bin), Max)).

@@ -169,6 +169,9 @@ nif(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andal
 nif(vm_flags, [], {ok, {P, O}}) -> is_list(P) andalso is_list(O);
 nif(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
 nif(vm_port_name, [_, _, _], {ok, R}) -> is_boolean(R);
+%% Monitor messages passed on (dtrace_vm): fires only a row that listens.
+nif(vm_monitor_event, [_, _, _, _], {ok, R}) -> is_boolean(R);
+nif(user_stack, [_, _, _], {ok, R}) -> is_boolean(R);
 nif(span_vm_flags, [], {ok, Flags}) -> is_list(Flags) andalso lists:all(fun is_atom/1, Flags);
 %% vm_mode/1 takes a boolean (badarg otherwise) and says whether it fired.
 nif(vm_mode, [M], {ok, R}) -> is_boolean(M) andalso is_boolean(R);

@@ -3,7 +3,7 @@
 %%% and small processes and functions for the VM-probe suites.
 -module(dtrace_test_workload).
 
--export([send_large/3, wait_hibernating/1, close_port/1]).
+-export([fire_user_probe/1, send_large/3, wait_hibernating/1, close_port/1]).
 -export([fire_until_true/1, fire_until_true/2, count_trues/2, start_ready_loop/1,
          stop_ready_loop_and_run/1, gdb_workload/1]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
@@ -274,6 +274,12 @@ wait_hibernating(P) ->
     ok = wait_until(
            fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
            5000).
+
+%% Fires dtrace:p(I) from a frame of its own (not a tail call): the
+%% function a dtrace_user__stack test finds on the stack.
+fire_user_probe(I) ->
+    Fired = dtrace:p(I),
+    {fired, Fired}.
 
 %% Sends To N messages Msg, yielding after each (a function with a stack
 %% frame of its own): the code priv/large-messages.bt names.

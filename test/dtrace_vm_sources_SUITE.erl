@@ -13,12 +13,12 @@
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
 -export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
          nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
-         operators_system_monitor_untouched/1, large_messages_name_their_code/1]).
+         operators_system_monitor_untouched/1, large_messages_name_their_code/1, user_probe_stack/1]).
 
 all() ->
     [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
      busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched,
-     large_messages_name_their_code].
+     large_messages_name_their_code, user_probe_stack].
 
 init_per_testcase(TC, Config) when TC =:= nodes_up_and_down; TC =:= busy_dist_port ->
     dtrace_test_tracer:with_tracer(bpftrace, Config);
@@ -371,3 +371,40 @@ large_messages_name_their_code(Config) ->
                                                             send_pattern_default()
                                                end, 5000)
                                      end)).
+
+%% dtrace_user__stack, while it listens: right after user_trace__i4s4 (and
+%% user_trace__n<L>), in the same process and with the same tag, the
+%% caller's stack, innermost first, dtrace's own frames left out; the
+%% user probe still returns true. Without its listener, p/N returns true
+%% and nothing more fires.
+user_probe_stack(Config) ->
+    Program = "
+        usdt:$SO:erlang:user_trace__i4s4 { printf(\"EV %lu probe %s %ld\\n\", nsecs, str(arg0), arg2); }
+        usdt:$SO:erlang:user_trace__n7 { printf(\"EV %lu probe %s %ld\\n\", nsecs, str(arg0), arg2); }
+        usdt:$SO:erlang:dtrace_user__stack { printf(\"EV %lu stack %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3)); }",
+    {{Me, Results}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config), Program,
+          fun() -> dtrace_test_workload:fire_user_probe(-1), dtrace:pn(7, -1) end,
+          [{contains, <<" probe ">>}, {contains, <<" stack ">>}],
+          fun() ->
+                  dtrace:put_tag(<<"stacktag">>),
+                  R1 = dtrace_test_workload:fire_user_probe(42),
+                  R2 = dtrace:pn(7, 43),
+                  dtrace:put_tag(undefined),
+                  {pid_to_list(self()), [R1, R2]}
+          end,
+          fun({P, _}, Ls) -> length([x || [<<"stack">>, Pr | _] <- events(Ls), Pr =:= list_to_binary(P)]) >= 2 end),
+    ?assertEqual([{fired, true}, true], Results),
+    P = list_to_binary(Me),
+    Mine = [E || [_, Pr | _] = E <- events(Lines), Pr =:= P],
+    ct:log("~p", [Mine]),
+    %% The stack's words (" <- " between frames; bpftrace's str() keeps
+    %% 64 bytes): the innermost frame is the caller's, with its line.
+    ?assertMatch([[<<"probe">>, P, <<"42">>],
+                  [<<"stack">>, P, <<"stacktag">>, <<"user_trace__i4s4">>,
+                   <<"dtrace_test_workload:fire_user_probe/1:", _/binary>>, <<"<-">> | _],
+                  [<<"probe">>, P, <<"43">>],
+                  [<<"stack">>, P, <<"stacktag">>, <<"user_trace__n7">>,
+                   <<"dtrace_vm_sources_SUITE:-user_probe_stack/1-fun-", _/binary>> | _]], Mine),
+    ?assertEqual(true, in_peer(Config, fun() -> dtrace:p(1) orelse true end)).

@@ -336,6 +336,9 @@ provider erlang {
 #pragma dtrace_nif otp_vm ../sys/common/erl_check_io.c:driver_select not_fed no event when check I/O stops a select
 	probe driver__stop_select(char *name);
 
+	/* Not OTP's. dtrace:p/N and pn/N, while it listens: fired right after the user probe (probe: its note name), in the same process, with the caller's Erlang stack (process_info(self(), current_stacktrace), innermost first, m:f/arity:line joined by " <- ", cut at 255 bytes); user_tag as the user probe's. */
+	probe dtrace_user__stack(char *proc, char *user_tag, char *probe, char *stack);
+
 	/* Not OTP's. send, while it listens (dtrace_vm then sets the send match spec [{'_', [], [{message, {process_dump}}]}]): sender sent a message of size words (message__send's size; -1 when not counted) holding binaries of binary_bytes bytes to receiver; code: the functions on the sender's stack, innermost first, joined by " <- " (up to 4; "<unknown>" when the dump has none). Costs a process dump per send while it listens. */
 	probe dtrace_message__send_code(char *sender, char *receiver, int64_t size, int64_t binary_bytes, char *code);
 

@@ -16,6 +16,10 @@ rustler::atoms! {
     /// enabled and the caller has no tag of its own: the Erlang side looks
     /// for an adopted (spread) tag and calls again.
     adopt,
+    /// Returned by the NIFs behind `p/N` and `pn/N` when the probe fired
+    /// and `dtrace_user__stack` listens: the Erlang side fires it with the
+    /// caller's stack (`user_stack/3`) and returns `true`.
+    stack,
     /// Keys of `dtrace:sinks/0`.
     sdt,
     lttng,

@@ -185,12 +185,13 @@ fn user_trace_i4s4(call: NifCall) -> ErlNifTerm {
         Some(a) => fire_i4s4(
             env,
             I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] },
+            false,
         ),
         None => false_().to_term(env),
     })
 }
 
-/// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false | adopt`:
+/// `i4s4(I1, I2, I3, I4, S1, S2, S3, S4, UserTag) -> true | false | adopt | stack`:
 /// the same with the tag last, as `p/N` calls it. `UserTag` = `adopt`
 /// means the caller has no tag of its own: when the probe is enabled this
 /// returns `adopt` without firing, and `p/N` calls again with the tag the
@@ -208,23 +209,49 @@ fn i4s4(call: NifCall) -> ErlNifTerm {
         Some(a) => fire_i4s4(
             env,
             I4s4Terms { user_tag: a.user_tag, ints: [a.i1, a.i2, a.i3, a.i4], strs: [a.s1, a.s2, a.s3, a.s4] },
+            true,
         ),
         None => false_().to_term(env),
     })
 }
 
-/// Converts and fires `user_trace__i4s4`; `true`.
-fn fire_i4s4<'a>(env: Env<'a>, terms: I4s4Terms<'a>) -> Term<'a> {
+/// Converts and fires `user_trace__i4s4`; `true`, or (when `stack_ok`,
+/// the caller being `p/N`) what [`fired`] says.
+fn fire_i4s4<'a>(env: Env<'a>, terms: I4s4Terms<'a>, stack_ok: bool) -> Term<'a> {
     let mut bufs = I4s4Bufs::default();
     let a = bufs.convert(env, &terms);
     let [i1, i2, i3, i4] = a.ints;
     let [s1, s2, s3, s4] = a.strs;
     user_trace__i4s4::fire(a.pid, a.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
-    true_().to_term(env)
+    if stack_ok { fired(env) } else { true_().to_term(env) }
 }
 
-/// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg | adopt`
-/// (tag last, as `pn/N` calls it; `adopt` as for [`i4s4`]).
+/// What a user probe that fired returns: `true`, or `stack` while
+/// `dtrace_user__stack` listens (the caller then fires it, `user_stack/3`).
+/// One semaphore read, only after a probe fired.
+fn fired(env: Env<'_>) -> Term<'_> {
+    if probes::dtrace_user__stack::enabled() { atoms::stack().to_term(env) } else { true_().to_term(env) }
+}
+
+/// `user_stack(Probe, Stack, UserTag) -> boolean()`: fires
+/// `dtrace_user__stack` with the calling process, `UserTag` (a binary, or
+/// `undefined`: NULL), the probe's name (an atom) and the stack's text (an
+/// iolist: NULL if it is not one of at most 1024 bytes); `false` when
+/// nobody listens.
+#[rustler::nif]
+fn user_stack<'a>(env: Env<'a>, probe: Term<'a>, stack: Term<'a>, user_tag: Term<'a>) -> bool {
+    if !probes::dtrace_user__stack::enabled() {
+        return false;
+    }
+    let (mut pid, mut name) = (TextBuf::new(), TextBuf::new());
+    let (mut tag, mut text) = (StrBuf::new(), StrBuf::new());
+    let probe = if probe.get_type() == rustler::TermType::Atom { name.atom(env, probe) } else { name.literal("") };
+    probes::dtrace_user__stack::fire(pid.self_pid(env), tag.iolist_or_null(user_tag), probe, text.iolist_or_null(stack));
+    true
+}
+
+/// `user_trace_n(Label, I1..I4, S1..S4, UserTag) -> true | false | error | badarg | adopt | stack`
+/// (tag last, as `pn/N` calls it; `adopt` and `stack` as for [`i4s4`]).
 /// A label that is not an integer in 0..1023 returns `badarg`, one in
 /// 951..1023 returns `error`, both before the enabled check (OTP's order).
 fn user_trace_n(call: NifCall) -> ErlNifTerm {
@@ -249,6 +276,6 @@ fn user_trace_n(call: NifCall) -> ErlNifTerm {
         let [i1, i2, i3, i4] = c.ints;
         let [s1, s2, s3, s4] = c.strs;
         user_trace__n::fire(label, c.pid, c.user_tag, i1, i2, i3, i4, s1, s2, s3, s4);
-        true_().to_term(env)
+        fired(env)
     })
 }
