@@ -558,7 +558,7 @@ apply_patterns(true, #s{patterns = P, tracing = T} = S) ->
     S1 = clear_patterns(S),
     _ = [code:ensure_loaded(M) || M <- lists:usort([M || {M, _, _, _} <- P])],
     _ = [set_pattern(T, {M, F, A}, ?MS, Kind) || {M, F, A, Kind} <- P],
-    ok = dtrace_nif:vm_call_probes(P, bifs(P)),
+    ok = dtrace_nif:vm_call_probes(P, bifs(P), nifs(P)),
     S1#s{active = P};
 apply_patterns(false, #s{active = []} = S) ->
     S;
@@ -567,7 +567,7 @@ apply_patterns(false, S) ->
 
 clear_patterns(#s{active = Active, tracing = T} = S) ->
     _ = [set_pattern(T, {M, F, A}, false, Kind) || {M, F, A, Kind} <- Active],
-    _ = dtrace_nif:vm_call_probes([], []),
+    _ = dtrace_nif:vm_call_probes([], [], []),
     S#s{active = []}.
 
 %% A call-trace pattern: in our session (an operator's patterns on the
@@ -585,6 +585,15 @@ bifs(Patterns) ->
                               PF =:= '_' orelse PF =:= F,
                               PA =:= '_' orelse PA =:= A,
                               erlang:is_builtin(M, F, A)]).
+
+%% The NIFs the patterns name (Module:module_info(nifs), OTP 21 and
+%% later; their calls fire nif__entry/nif__return).
+nifs(Patterns) ->
+    lists:usort([{M, F, A} || {M, PF, PA, _} <- Patterns,
+                              erlang:module_loaded(M),
+                              {F, A} <- M:module_info(nifs),
+                              PF =:= '_' orelse PF =:= F,
+                              PA =:= '_' orelse PA =:= A]).
 
 %% {M, F, A} (global calls) or {M, F, A, local} (all calls); M an atom
 %% (not '_'), F an atom or '_', A an arity or '_'.

@@ -167,7 +167,7 @@ nif(efile_entry, _, {ok, OpId}) -> is_integer(OpId) andalso OpId >= 0;
 nif(efile_return, _, {ok, ok}) -> true;
 nif(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andalso is_list(L) andalso is_list(M);
 nif(vm_flags, [], {ok, {P, O}}) -> is_list(P) andalso is_list(O);
-nif(vm_call_probes, [_, _], {ok, R}) -> R =:= ok;
+nif(vm_call_probes, [_, _, _], {ok, R}) -> R =:= ok;
 nif(vm_port_name, [_, _, _], {ok, R}) -> is_boolean(R);
 %% Monitor messages passed on (dtrace_vm): fires only a row that listens.
 nif(vm_monitor_event, [_, _, _, _], {ok, R}) -> is_boolean(R);

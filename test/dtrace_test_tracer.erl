@@ -209,16 +209,23 @@ seen(Line, [{contains, Part} = W | Rest]) ->
 seen(Line, [W | Rest]) -> [W | seen(Line, Rest)];
 seen(_Line, []) -> [].
 
-collect_lines(_Port, [], Acc) ->
-    Acc;
 collect_lines(Port, Wanted, Acc) ->
+    collect_lines(Port, Wanted, lists:reverse(Acc), erlang:monotonic_time(millisecond) + ?TIMEOUT).
+
+%% Within one deadline for all the lines (a tracer printing other lines
+%% all the time does not push it back); Rev: the lines so far, newest
+%% first.
+collect_lines(_Port, [], Rev, _Deadline) ->
+    lists:reverse(Rev);
+collect_lines(Port, Wanted, Rev, Deadline) ->
     receive
         {Port, {data, {eol, Line}}} ->
-            collect_lines(Port, seen(Line, Wanted), Acc ++ [Line]);
+            collect_lines(Port, seen(Line, Wanted), [Line | Rev], Deadline);
         {Port, {exit_status, Status}} ->
-            ct:fail("bpftrace exited (~p) before it saw ~p: ~p", [Status, Wanted, Acc])
-    after ?TIMEOUT ->
-            ct:fail("bpftrace did not see ~p within ~p ms: ~p", [Wanted, ?TIMEOUT, Acc])
+            ct:fail("bpftrace exited (~p) before it saw ~p: ~p", [Status, Wanted, lists:reverse(Rev)])
+    after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+            ct:fail("bpftrace did not see ~p within ~p ms: ~p",
+                    [Wanted, ?TIMEOUT, lists:sublist(lists:reverse(Rev), 200)])
     end.
 
 %% Runs gdb in batch mode with Script attached to OsPid, while Workload()

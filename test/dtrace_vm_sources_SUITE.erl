@@ -13,12 +13,13 @@
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
 -export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
          nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
-         operators_system_monitor_untouched/1, large_messages_name_their_code/1, user_probe_stack/1]).
+         operators_system_monitor_untouched/1, large_messages_name_their_code/1, user_probe_stack/1,
+         nif_calls/1]).
 
 all() ->
     [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
      busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched,
-     large_messages_name_their_code, user_probe_stack].
+     large_messages_name_their_code, user_probe_stack, nif_calls].
 
 init_per_testcase(TC, Config) when TC =:= nodes_up_and_down; TC =:= busy_dist_port ->
     dtrace_test_tracer:with_tracer(bpftrace, Config);
@@ -408,3 +409,34 @@ user_probe_stack(Config) ->
                   [<<"stack">>, P, <<"stacktag">>, <<"user_trace__n7">>,
                    <<"dtrace_vm_sources_SUITE:-user_probe_stack/1-fun-", _/binary>> | _]], Mine),
     ?assertEqual(true, in_peer(Config, fun() -> dtrace:p(1) orelse true end)).
+
+%% Function probes on functions of a module with NIFs (dtrace_nif, a NIF
+%% library like any: slow_span_threshold/0 is in its module_info(nifs),
+%% stub/1 is Erlang): a NIF's calls fire nif__entry and nif__return, not
+%% the function probes, which the Erlang function fires. (A preloaded
+%% module's NIFs, prim_file's, cannot be call-traced at all:
+%% erlang:trace_pattern/3 sets no pattern on them.)
+nif_calls(Config) ->
+    ok = in_peer(Config, fun() -> dtrace:function_probes([{dtrace_nif, slow_span_threshold, 0},
+                                                          {dtrace_test_workload, double, 1}]) end),
+    Program = "
+        usdt:$SO:erlang:nif__entry { printf(\"EV %lu nif_entry %s %s\\n\", nsecs, str(arg0), str(arg1)); }
+        usdt:$SO:erlang:nif__return { printf(\"EV %lu nif_return %s %s\\n\", nsecs, str(arg0), str(arg1)); }
+        usdt:$SO:erlang:global__function__entry { printf(\"EV %lu entry %s %s\\n\", nsecs, str(arg0), str(arg1)); }",
+    {Me, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config), Program,
+          fun() -> dtrace_nif:slow_span_threshold(), dtrace_test_workload:double(1) end,
+          [{contains, <<" nif_entry ">>}, {contains, <<" nif_return ">>}, {contains, <<" entry ">>}],
+          fun() ->
+                  2 = dtrace_test_workload:double(1),
+                  _ = dtrace_nif:slow_span_threshold(),
+                  pid_to_list(self())
+          end,
+          fun(P, Ls) -> length([x || [_, Pr | _] <- events(Ls), Pr =:= list_to_binary(P)]) >= 3 end),
+    P = list_to_binary(Me),
+    ?assertEqual([[<<"entry">>, P, <<"dtrace_test_workload:double/1">>],
+                  [<<"nif_entry">>, P, <<"dtrace_nif:slow_span_threshold/0">>],
+                  [<<"nif_return">>, P, <<"dtrace_nif:slow_span_threshold/0">>]],
+                 [E || [_, Pr | _] = E <- events(Lines), Pr =:= P]),
+    ok = in_peer(Config, fun() -> dtrace:function_probes([]) end).

@@ -158,6 +158,14 @@ provider erlang {
 #pragma dtrace_nif otp_vm beam_common.h:DTRACE_BIF_RETURN
 	probe bif__return(char *p, char *mfa);
 
+	/* call (dtrace:function_probes/1 patterns that cover NIFs, Module:module_info(nifs)): p calls the NIF mfa (OTP's JIT fires it for dirty NIFs only; here for every traced call). */
+#pragma dtrace_nif otp_vm beam_common.c:erts_dirty_process_main
+	probe nif__entry(char *p, char *mfa);
+
+	/* call: the NIF mfa returns to p, or raised. */
+#pragma dtrace_nif otp_vm beam_common.c:erts_dirty_process_main
+	probe nif__return(char *p, char *mfa);
+
 	/* garbage_collection: a major collection of p starts; need in words. */
 #pragma dtrace_nif otp_vm erl_gc.c:garbage_collect
 	probe gc_major__start(char *p, int64_t need);
@@ -255,13 +263,7 @@ provider erlang {
 #pragma dtrace_nif otp_vm copy.c:copy_object_x not_fed no event for copying a term
 	probe copy__object(char *proc, int64_t size);
 
-	/* Never fires yet: OTP's JIT fires it only for dirty NIFs. */
-#pragma dtrace_nif otp_vm beam_common.h:DTRACE_NIF_ENTRY not_fed not fed yet: call trace on the NIFs of named modules (Mod:module_info(nifs)) would feed it
-	probe nif__entry(char *p, char *mfa);
 
-	/* Never fires yet. */
-#pragma dtrace_nif otp_vm beam_common.h:DTRACE_NIF_RETURN not_fed not fed yet: call trace on the NIFs of named modules would feed it
-	probe nif__return(char *p, char *mfa);
 
 	/* Never fires yet. */
 #pragma dtrace_nif otp_vm erl_proc_sig_queue.c:sig_enqueue_trace not_fed not fed yet: meta tracing of erlang:exit/2 would feed exit/2's signals (link exits have no event)
@@ -453,8 +455,8 @@ provider org_erlang_dyntrace {
 #pragma dtrace_nif feed on=processes flags=receive tags=receive sdt=message__queued lttng=message_receive fmt=queued
 #pragma dtrace_nif feed on=processes flags=running,exiting tags=in,in_exiting sdt=process__scheduled lttng=process_scheduled fmt=scheduled
 #pragma dtrace_nif feed on=processes flags=running,exiting tags=out,out_exiting,out_exited sdt=process__unscheduled,process__hibernate lttng=process_scheduled fmt=unscheduled
-#pragma dtrace_nif feed on=processes flags=call,arity tags=call sdt=global__function__entry,local__function__entry,bif__entry lttng=function_call fmt=call
-#pragma dtrace_nif feed on=processes flags=call,arity tags=return_from,exception_from sdt=function__return,bif__return lttng=function_return,function_exception fmt=call_return
+#pragma dtrace_nif feed on=processes flags=call,arity tags=call sdt=global__function__entry,local__function__entry,bif__entry,nif__entry lttng=function_call fmt=call
+#pragma dtrace_nif feed on=processes flags=call,arity tags=return_from,exception_from sdt=function__return,bif__return,nif__return lttng=function_return,function_exception fmt=call_return
 #pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_minor_start sdt=gc_minor__start lttng=gc_minor_start fmt=gc
 #pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_minor_end sdt=gc_minor__end lttng=gc_minor_end fmt=gc
 #pragma dtrace_nif feed on=processes flags=garbage_collection tags=gc_major_start sdt=gc_major__start lttng=gc_major_start fmt=gc

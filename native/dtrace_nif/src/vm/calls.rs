@@ -1,7 +1,7 @@
 //! Function calls (the `call` and `arity` flags, with the patterns
 //! `dtrace:function_probes/1` set): entries, returns and exceptions, told
-//! apart as BIF, global or local calls by the table `dtrace_vm` gives
-//! (`vm_call_probes/2`).
+//! apart as BIF, NIF, global or local calls by the table `dtrace_vm` gives
+//! (`vm_call_probes/3`).
 
 use std::sync::RwLock;
 
@@ -11,7 +11,10 @@ use rustler::{Atom, Env, Term};
 
 use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED, mfa_parts, mfa_text};
 use crate::probes::org_erlang_dyntrace::{function_call, function_exception, function_return};
-use crate::probes::{bif__entry, bif__return, function__return, global__function__entry, local__function__entry};
+use crate::probes::{
+    bif__entry, bif__return, function__return, global__function__entry, local__function__entry, nif__entry,
+    nif__return,
+};
 use crate::text::TextBuf;
 
 mod atoms {
@@ -26,20 +29,24 @@ struct CallTable {
     patterns: Vec<(ErlNifTerm, Option<ErlNifTerm>, Option<u32>, bool)>,
     /// Call-traced BIFs, `{Module, Function, Arity}`.
     bifs: Vec<(ErlNifTerm, ErlNifTerm, u32)>,
+    /// Call-traced NIFs (`Module:module_info(nifs)`), `{Module, Function, Arity}`.
+    nifs: Vec<(ErlNifTerm, ErlNifTerm, u32)>,
 }
 
-static CALLS: RwLock<CallTable> = RwLock::new(CallTable { patterns: Vec::new(), bifs: Vec::new() });
+static CALLS: RwLock<CallTable> =
+    RwLock::new(CallTable { patterns: Vec::new(), bifs: Vec::new(), nifs: Vec::new() });
 
-/// The most patterns, and the most BIFs, the call table keeps.
+/// The most patterns, BIFs and NIFs the call table keeps.
 const MAX_CALL_ENTRIES: usize = 4096;
 
-/// `vm_call_probes(Patterns, Bifs) -> ok`: `Patterns` is a list of
+/// `vm_call_probes(Patterns, Bifs, Nifs) -> ok`: `Patterns` is a list of
 /// `{Module, Function | '_', Arity | '_', global | local}` (atoms, arity an
-/// integer), `Bifs` a list of `{Module, Function, Arity}`: a call of a BIF
-/// fires `bif__entry`, another call `global__` or `local__function__entry`
-/// as its pattern says. Anything malformed is left out.
+/// integer), `Bifs` and `Nifs` lists of `{Module, Function, Arity}`: a
+/// call of a BIF fires `bif__entry`, of a NIF `nif__entry`, another call
+/// `global__` or `local__function__entry` as its pattern says. Anything
+/// malformed is left out.
 #[rustler::nif]
-fn vm_call_probes<'a>(env: Env<'a>, patterns: Term<'a>, bifs: Term<'a>) -> Term<'a> {
+fn vm_call_probes<'a>(env: Env<'a>, patterns: Term<'a>, bifs: Term<'a>, nifs: Term<'a>) -> Term<'a> {
     let mut table = CallTable::default();
     for_each_element(patterns, MAX_CALL_ENTRIES, |p| {
         if let Ok((m, f, a, kind)) = p.decode::<(Atom, Term, Term, Atom)>() {
@@ -55,6 +62,11 @@ fn vm_call_probes<'a>(env: Env<'a>, patterns: Term<'a>, bifs: Term<'a>) -> Term<
     for_each_element(bifs, MAX_CALL_ENTRIES, |b| {
         if let Ok((m, f, a)) = b.decode::<(Atom, Atom, u32)>() {
             table.bifs.push((m.as_c_arg(), f.as_c_arg(), a));
+        }
+    });
+    for_each_element(nifs, MAX_CALL_ENTRIES, |n| {
+        if let Ok((m, f, a)) = n.decode::<(Atom, Atom, u32)>() {
+            table.nifs.push((m.as_c_arg(), f.as_c_arg(), a));
         }
     });
     if let Ok(mut calls) = CALLS.write() {
@@ -82,6 +94,7 @@ fn for_each_element<'a>(list: Term<'a>, max: usize, mut f: impl FnMut(Term<'a>))
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum CallKind {
     Bif,
+    Nif,
     Global,
     Local,
 }
@@ -90,6 +103,9 @@ fn call_kind(m: ErlNifTerm, f: ErlNifTerm, a: u32) -> CallKind {
     let Ok(calls) = CALLS.read() else { return CallKind::Global };
     if calls.bifs.iter().any(|&(bm, bf, ba)| bm == m && bf == f && ba == a) {
         return CallKind::Bif;
+    }
+    if calls.nifs.iter().any(|&(nm, nf, na)| nm == m && nf == f && na == a) {
+        return CallKind::Nif;
     }
     let global = calls
         .patterns
@@ -108,6 +124,7 @@ pub(crate) fn call(e: &Event<'_>, _tag: TraceTag) {
         let mut mfa = TextBuf::new();
         match call_kind(m.as_c_arg(), f.as_c_arg(), a) {
             CallKind::Bif if bif__entry::enabled() => bif__entry::fire(pid, mfa.mfa(m, f, a)),
+            CallKind::Nif if nif__entry::enabled() => nif__entry::fire(pid, mfa.mfa(m, f, a)),
             CallKind::Global if global__function__entry::enabled() => {
                 global__function__entry::fire(pid, mfa.mfa(m, f, a), UNAVAILABLE)
             }
@@ -131,12 +148,13 @@ pub(crate) fn call_return(e: &Event<'_>, tag: TraceTag) {
     let pid = e.tracee(&mut pid);
     if let Some((m, f, a)) = mfa_parts(e.term) {
         let mut mfa = TextBuf::new();
-        if call_kind(m.as_c_arg(), f.as_c_arg(), a) == CallKind::Bif {
-            if bif__return::enabled() {
-                bif__return::fire(pid, mfa.mfa(m, f, a));
+        match call_kind(m.as_c_arg(), f.as_c_arg(), a) {
+            CallKind::Bif if bif__return::enabled() => bif__return::fire(pid, mfa.mfa(m, f, a)),
+            CallKind::Nif if nif__return::enabled() => nif__return::fire(pid, mfa.mfa(m, f, a)),
+            CallKind::Global | CallKind::Local if function__return::enabled() => {
+                function__return::fire(pid, mfa.mfa(m, f, a), UNAVAILABLE)
             }
-        } else if function__return::enabled() {
-            function__return::fire(pid, mfa.mfa(m, f, a), UNAVAILABLE);
+            _ => {}
         }
     }
     let mut mfa = TextBuf::new();
