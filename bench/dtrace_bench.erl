@@ -411,6 +411,9 @@ family_rows(ok) ->
                                   end, lists:seq(1, N))
             end,
     Calls = fun(N) -> calls(N, 0) end,
+    Port = open_port({spawn, "cat >/dev/null"}, [binary, exit_status]),
+    PortCommands = fun(N) -> _ = [port_command(Port, <<"x">>) || _ <- lists:seq(1, N)], ok end,
+    Deep = fun(N) -> deep(5, N) end,
     %% In a fresh process: its heap is small (the bench process holds the
     %% 1 MB rows' terms).
     Gcs = fun(N) ->
@@ -439,7 +442,26 @@ family_rows(ok) ->
          {"gc: a forced major collection of a small heap, per collection (gc_major__start, gc_major__end)",
           ["gc_major__start", "gc_major__end"],
           fun(#{flags := #{processes := P}}) -> lists:member(garbage_collection, P) end,
-          fun() -> Gcs(200000) / 200000 end, 200000, fun() -> Gcs(10) end}],
+          fun() -> Gcs(200000) / 200000 end, 200000, fun() -> Gcs(10) end},
+         %% The heap probes: the GC events' callbacks, and a probe only when
+         %% the size changed (here: never, the heap stays small).
+         {"heap: a forced major collection of a small heap, per collection (process__heap_grow, process__heap_shrink)",
+          ["process__heap_grow", "process__heap_shrink"],
+          fun(#{flags := #{processes := P}}) -> lists:member(garbage_collection, P) end,
+          fun() -> Gcs(200000) / 200000 end, 200000,
+          fun() -> _ = [spawn(fun() -> _ = lists:seq(1, 10000), erlang:garbage_collect() end) || _ <- [1, 2]] end},
+         {"ports: a command to a port, per command (port__command, driver__output)",
+          ["port__command", "driver__output"],
+          fun(#{flags := #{ports := O}}) -> lists:member('receive', O) end,
+          fun() -> per_op(fun() -> PortCommands(100000) end, 100000) end, 100000, fun() -> PortCommands(10) end},
+         {"send code: ping-pong, per message (dtrace_message__send_code: a process dump per send)",
+          ["dtrace_message__send_code"],
+          fun(#{send_code := Code}) -> Code =:= on end,
+          fun() -> pingpong() end, 2 * ?PINGPONG, fun() -> pingpong() end},
+         {"user stack: dtrace:p/1 from a process 5 calls deep, per call (user_trace__i4s4, dtrace_user__stack)",
+          ["user_trace__i4s4", "dtrace_user__stack"],
+          fun(_) -> true end,
+          fun() -> per_op(fun() -> Deep(100000) end, 100000) end, 100000, fun() -> Deep(10) end}],
     ok = dtrace:function_probes([{dtrace_bench, work, 1}]),
     Rows = [begin
                 Untraced = stats([Run() || _ <- lists:seq(1, 5)]),
@@ -450,7 +472,12 @@ family_rows(ok) ->
                 Row
             end || {Name, Probes, Ready, Run, PerRun, Warm} <- Families],
     ok = dtrace:function_probes([]),
+    catch port_close(Port),
     Rows.
+
+%% dtrace:p/1 N times, Depth calls down the stack.
+deep(0, N) -> _ = [dtrace:p(I) || I <- lists:seq(1, N)], ok;
+deep(Depth, N) -> ok = deep(Depth - 1, N), ok.
 
 gcs(0) -> ok;
 gcs(N) -> true = erlang:garbage_collect(), gcs(N - 1).
@@ -994,6 +1021,10 @@ figures(#{disabled := Dis, floors := Floors, enabled := En, vm := Vm, families :
          {"procs_per_process", Family("procs")},
          {"function_per_call", Family("function")},
          {"gc_per_collection", Family("gc")},
+         {"heap_per_collection", Family("heap")},
+         {"ports_per_command", Family("ports")},
+         {"send_code_per_message", Family("send code")},
+         {"user_stack_per_call", Family("user stack")},
          {"p4_lttng_session", Ns(Med(Lttng, "dtrace:p/4 (2 ints, 2 strings), LTTng"))},
          {"p4_disabled_node_a", Ns(Med(Lttng, "dtrace:p/4 disabled, LTTng sink built in (node A)"))},
          {"p4_disabled_dof", Ns(Med(Lttng, "dtrace:p/4 disabled, DOF registered: is-enabled site asked too (node C)"))}],
