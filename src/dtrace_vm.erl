@@ -75,6 +75,9 @@
 %% library keeps at most 1024).
 -define(PORT_NAMES, 1024).
 -define(META_MS, [{'_', [], [{return_trace}]}]).
+%% dtrace_message__send_code: the send match spec whose result is the
+%% sender's process dump (apply_send_code/2).
+-define(SEND_CODE_MS, [{'_', [], [{message, {process_dump}}]}]).
 
 %% OTP 25's spec of erlang:trace_info/2 says a tracer module comes back as
 %% {tracer, Module, State}; the VM returns {tracer, {Module, State}} (and
@@ -316,7 +319,6 @@ apply_node_monitor(_, S) ->
 %% send match spec is set, checked at each poll; when that changes it is
 %% removed ({taken, Why}: until then, up to one poll, another tracer's send
 %% messages carry the dump as an extra element).
--define(SEND_CODE_MS, [{'_', [], [{message, {process_dump}}]}]).
 apply_send_code(true, #s{send_code = on, tracing = {session, _, _}} = S) ->
     S;
 apply_send_code(true, #s{tracing = {session, Auto, _}} = S) ->
@@ -500,9 +502,13 @@ clear_flags(#s{flags = {P, O}, tracing = T} = S) ->
     S#s{flags = {[], []}, new = free}.
 
 %% Without sessions: every flag the tracer {dtrace, []} may hold (the feed
-%% table's, from the NIF), and our meta patterns.
+%% table's, from the NIF), our meta patterns, and our send match spec.
 clear_all() ->
     _ = (catch clear_meta(legacy)),
+    _ = case erlang:trace_info(send, match_spec) of
+            {match_spec, ?SEND_CODE_MS} -> erlang:trace_pattern(send, true, []);
+            _ -> ok
+        end,
     {Procs, Ports} = dtrace_nif:vm_flags(),
     _ = (catch set(legacy, existing_processes, Procs, [])),
     _ = (catch set(legacy, existing_ports, Ports, [])),
