@@ -757,10 +757,16 @@ pub fn parse(src: &str) -> Result<Catalogue, ParseError> {
         let fed = checked.iter().any(|f| f.sdt.contains(&probe.name));
         match (&otp.not_fed, fed) {
             (Some(_), true) => {
-                return Err(ParseError { line: 0, message: format!("{} is marked not_fed but a feed names it", probe.name) });
+                return Err(ParseError {
+                    line: 0,
+                    message: format!("{} is marked not_fed but a feed names it", probe.name),
+                });
             }
             (None, false) => {
-                return Err(ParseError { line: 0, message: format!("{} is one of OTP's VM probes, fed, but no feed names it", probe.name) });
+                return Err(ParseError {
+                    line: 0,
+                    message: format!("{} is one of OTP's VM probes, fed, but no feed names it", probe.name),
+                });
             }
             _ => {}
         }
@@ -893,7 +899,11 @@ fn parse_provider(p: &mut Parser) -> Result<Provider, ParseError> {
                     let not_fed = match rest {
                         [] => None,
                         [nf, reason @ ..] if nf == "not_fed" && !reason.is_empty() => Some(reason.join(" ")),
-                        _ => return p.err(format!("expected '#pragma dtrace_nif otp_vm SITE [not_fed REASON]', found {words:?}")),
+                        _ => {
+                            return p.err(format!(
+                                "expected '#pragma dtrace_nif otp_vm SITE [not_fed REASON]', found {words:?}"
+                            ));
+                        }
                     };
                     otp_vm = Some(OtpVm { site: site.clone(), not_fed });
                 }

@@ -246,7 +246,12 @@ fn user_stack<'a>(env: Env<'a>, probe: Term<'a>, stack: Term<'a>, user_tag: Term
     let (mut pid, mut name) = (TextBuf::new(), TextBuf::new());
     let (mut tag, mut text) = (StrBuf::new(), StrBuf::new());
     let probe = if probe.get_type() == rustler::TermType::Atom { name.atom(env, probe) } else { name.literal("") };
-    probes::dtrace_user__stack::fire(pid.self_pid(env), tag.iolist_or_null(user_tag), probe, text.iolist_or_null(stack));
+    probes::dtrace_user__stack::fire(
+        pid.self_pid(env),
+        tag.iolist_or_null(user_tag),
+        probe,
+        text.iolist_or_null(stack),
+    );
     true
 }
 

@@ -12,8 +12,7 @@ use rustler::{Atom, Env, Term};
 use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED, mfa_parts, mfa_text};
 use crate::probes::org_erlang_dyntrace::{function_call, function_exception, function_return};
 use crate::probes::{
-    bif__entry, bif__return, function__return, global__function__entry, local__function__entry, nif__entry,
-    nif__return,
+    bif__entry, bif__return, function__return, global__function__entry, local__function__entry, nif__entry, nif__return,
 };
 use crate::text::TextBuf;
 
@@ -33,8 +32,7 @@ struct CallTable {
     nifs: Vec<(ErlNifTerm, ErlNifTerm, u32)>,
 }
 
-static CALLS: RwLock<CallTable> =
-    RwLock::new(CallTable { patterns: Vec::new(), bifs: Vec::new(), nifs: Vec::new() });
+static CALLS: RwLock<CallTable> = RwLock::new(CallTable { patterns: Vec::new(), bifs: Vec::new(), nifs: Vec::new() });
 
 /// The most patterns, BIFs and NIFs the call table keeps.
 const MAX_CALL_ENTRIES: usize = 4096;

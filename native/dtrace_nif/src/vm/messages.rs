@@ -112,7 +112,8 @@ pub(crate) fn send_code(e: &Event<'_>, _tag: TraceTag) {
     let Some(to) = e.extra() else { return };
     let (size, bytes) = size_and_binary_bytes(e.term).map_or((UNAVAILABLE, UNAVAILABLE), |(w, b)| (w as i64, b as i64));
     let (mut sender, mut receiver, mut code) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
-    let dump = e.opts.map_get(atoms::match_spec_result().to_term(e.env)).ok().and_then(|d| d.decode::<rustler::Binary>().ok());
+    let dump =
+        e.opts.map_get(atoms::match_spec_result().to_term(e.env)).ok().and_then(|d| d.decode::<rustler::Binary>().ok());
     let code = match dump.map(|d| sender_code(d.as_slice(), &mut code)) {
         Some(true) => code.get(),
         _ => code.literal(UNKNOWN_MFA),

@@ -257,7 +257,8 @@ fn vm_monitor_event<'a>(env: Env<'a>, source: Term<'a>, tag: Term<'a>, subject: 
     if !listens(target, t) {
         return false;
     }
-    let event = Event { env, trace_tag: tag, tracer_state: source, tracee: subject, term: info, opts: Term::map_new(env) };
+    let event =
+        Event { env, trace_tag: tag, tracer_state: source, tracee: subject, term: info, opts: Term::map_new(env) };
     dispatch(target, t, &event);
     true
 }
