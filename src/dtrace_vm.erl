@@ -84,8 +84,11 @@
 %% {meta, {Module, State}}), which is what these functions match.
 -dialyzer({no_match, [apply_meta/2, clear_meta/1, legacy_counts/0, set_new/4, ours/1]}).
 %% The trace module exists from OTP 27 on; where it does not, these
-%% functions are never called (tracing =:= legacy).
--dialyzer({nowarn_function, [sessions/0, apply_send_code/2, create_sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
+%% functions are never called (tracing =:= legacy). OTP 25's spec of
+%% erlang:trace_pattern/3 leaves out `send' (send_pattern/1), so dialyzer
+%% takes the send match spec's functions for dead code there.
+-dialyzer({nowarn_function, [sessions/0, apply_send_code/2, send_pattern/1, clear_all/0, legacy_send_taken/1,
+                             other_send_tracer/1, create_sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
                              apply_meta/2, clear_meta/1, set_pattern/4, session_counts/1]}).
 
 -type flags() :: {Processes :: [atom()], Ports :: [atom()]}.
@@ -327,8 +330,8 @@ apply_send_code(true, #s{tracing = {session, Auto, _}} = S) ->
 apply_send_code(true, #s{tracing = legacy, send_code = Was} = S) ->
     case {legacy_send_taken(Was), Was} of
         {false, on} -> S;
-        {false, _} -> _ = erlang:trace_pattern(send, ?SEND_CODE_MS, []), S#s{send_code = on};
-        {Why, on} -> _ = erlang:trace_pattern(send, true, []), S#s{send_code = {taken, Why}};
+        {false, _} -> _ = send_pattern(?SEND_CODE_MS), S#s{send_code = on};
+        {Why, on} -> _ = send_pattern(true), S#s{send_code = {taken, Why}};
         {Why, _} -> S#s{send_code = {taken, Why}}
     end;
 apply_send_code(false, #s{send_code = on, tracing = {session, Auto, _}} = S) ->
@@ -336,12 +339,17 @@ apply_send_code(false, #s{send_code = on, tracing = {session, Auto, _}} = S) ->
     S#s{send_code = off};
 apply_send_code(false, #s{send_code = on, tracing = legacy} = S) ->
     case erlang:trace_info(send, match_spec) of
-        {match_spec, ?SEND_CODE_MS} -> _ = erlang:trace_pattern(send, true, []);
+        {match_spec, ?SEND_CODE_MS} -> _ = send_pattern(true);
         _ -> ok
     end,
     S#s{send_code = off};
 apply_send_code(false, S) ->
     S#s{send_code = off}.
+
+%% The node's send match spec (OTP 25's spec of erlang:trace_pattern/3
+%% leaves out `send', which the function takes since OTP 19).
+send_pattern(MS) ->
+    erlang:trace_pattern(send, MS, []).
 
 %% Without sessions: why the node's send match spec is not ours to set
 %% (another's match spec, or another tracer of sends), or false.
@@ -394,7 +402,7 @@ apply_system_monitor(true, S) ->
             S#s{system_monitor = {taken, Other}}
     end;
 apply_system_monitor(false, #s{system_monitor = on} = S) ->
-    case erlang:system_monitor() of
+    _ = case erlang:system_monitor() of
         {Me, _} when Me =:= self() ->
             case erlang:system_monitor(undefined) of
                 {Me, _} -> ok;
@@ -506,7 +514,7 @@ clear_flags(#s{flags = {P, O}, tracing = T} = S) ->
 clear_all() ->
     _ = (catch clear_meta(legacy)),
     _ = case erlang:trace_info(send, match_spec) of
-            {match_spec, ?SEND_CODE_MS} -> erlang:trace_pattern(send, true, []);
+            {match_spec, ?SEND_CODE_MS} -> send_pattern(true);
             _ -> ok
         end,
     {Procs, Ports} = dtrace_nif:vm_flags(),

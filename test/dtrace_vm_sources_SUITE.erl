@@ -64,9 +64,13 @@ port_requests_fire_otps_port_probes(Config) ->
         usdt:$SO:erlang:port__control { printf(\"EV %lu control %s %s %s %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3); }
         usdt:$SO:erlang:driver__control { printf(\"EV %lu dcontrol %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }
         usdt:$SO:erlang:driver__timeout { printf(\"EV %lu timeout %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2)); }
-        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3)); }",
+        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3)); }
+        usdt:$SO:erlang:driver__call { printf(\"EV %lu call %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }",
+    %% A driver with a call callback (none of OTP's has one).
+    Drivers = call_driver(Config),
     %% The ready loop's own port and sockets, opened once.
     ok = in_peer(Config, fun() ->
+                                 ok = erl_ddll:load_driver(Drivers, "dtrace_call_drv"),
                                  Self = self(),
                                  H = spawn(fun() ->
                                                    {ok, L} = gen_tcp:listen(0, [binary, {active, false}]),
@@ -74,7 +78,8 @@ port_requests_fire_otps_port_probes(Config) ->
                                                    {ok, C} = gen_tcp:connect("localhost", N, [binary, {active, false}]),
                                                    {ok, _A} = gen_tcp:accept(L),
                                                    P = open_port({spawn, "cat"}, [binary]),
-                                                   persistent_term:put(ready_ports, {C, P}),
+                                                   D = open_port({spawn_driver, "dtrace_call_drv"}, []),
+                                                   persistent_term:put(ready_ports, {C, P, D}),
                                                    Self ! ready,
                                                    receive stop -> ok end
                                            end),
@@ -82,18 +87,20 @@ port_requests_fire_otps_port_probes(Config) ->
                                  receive ready -> ok end
                          end),
     Ready = fun() ->
-                    {C, P} = persistent_term:get(ready_ports),
+                    {C, P, D} = persistent_term:get(ready_ports),
+                    ready = erlang:port_call(D, 1, ready),
                     {ok, _} = inet:port(C),
                     ok = gen_tcp:send(C, <<"r">>),
                     {error, timeout} = gen_tcp:recv(C, 0, 1),
                     true = port_command(P, <<"r">>),
                     true = erlang:port_connect(P, whereis(ready_ports_holder))
             end,
-    {{Me, Cat, Sock, Other, PortNo}, Lines} =
+    {{Me, Cat, Sock, Other, Extra}, Lines} =
         dtrace_test_tracer:bpftrace_window(
           bpftrace, ?config(peer, Config), Program, Ready,
           [{contains, <<" output ">>}, {contains, <<" outputv ">>}, {contains, <<" control ">>},
-           {contains, <<" dcontrol ">>}, {contains, <<" timeout ">>}, {contains, <<" connect ">>}],
+           {contains, <<" dcontrol ">>}, {contains, <<" timeout ">>}, {contains, <<" connect ">>},
+           {contains, <<" call ">>}],
           fun() ->
                   {ok, L} = gen_tcp:listen(0, [binary, {active, false}]),
                   {ok, N} = inet:port(L),
@@ -109,20 +116,29 @@ port_requests_fire_otps_port_probes(Config) ->
                   O ! stop,
                   receive {'DOWN', Ref, _, _, _} -> ok end,
                   _ = [gen_tcp:close(S) || S <- [A, C, L]],
-                  {pid_to_list(self()), erlang:port_to_list(P), erlang:port_to_list(C), pid_to_list(O), N2}
+                  D = open_port({spawn_driver, "dtrace_call_drv"}, []),
+                  {hello, 42} = erlang:port_call(D, 7, {hello, 42}),
+                  port_close(D),
+                  {pid_to_list(self()), erlang:port_to_list(P), erlang:port_to_list(C), pid_to_list(O),
+                   {N2, erlang:port_to_list(D)}}
           end,
-          fun({_, P, S, _, _}, Ls) ->
-                  Mine = [E || [_, _, Pt | _] = E <- events(Ls), Pt =:= list_to_binary(P) orelse Pt =:= list_to_binary(S)],
-                  length(lists:usort([K || [K | _] <- Mine])) >= 6
+          fun({_, P, S, _, {_, D}}, Ls) ->
+                  Mine = [E || [_, _, Pt | _] = E <- events(Ls), lists:member(binary_to_list(Pt), [P, S, D])],
+                  length(lists:usort([K || [K | _] <- Mine])) >= 7
           end),
     ct:log("~p", [Lines]),
-    {M, C, S, O} = {list_to_binary(Me), list_to_binary(Cat), list_to_binary(Sock), list_to_binary(Other)},
-    Mine = [E || [_, _, Pt | _] = E <- events(Lines), Pt =:= C orelse Pt =:= S],
+    {PortNo, Drv} = Extra,
+    {M, C, S, O, Dr} = {list_to_binary(Me), list_to_binary(Cat), list_to_binary(Sock), list_to_binary(Other),
+                        list_to_binary(Drv)},
+    Mine = [E || [_, _, Pt | _] = E <- events(Lines), Pt =:= C orelse Pt =:= S orelse Pt =:= Dr],
     ct:log("workload's events: ~p", [Mine]),
     ?assert(lists:member([<<"output">>, M, C, <<"cat">>, <<"5">>], Mine)),
     ?assert(lists:member([<<"outputv">>, M, S, <<"tcp_inet">>, <<"5">>], Mine)),
     ?assert(lists:member([<<"timeout">>, M, S, <<"tcp_inet">>], Mine)),
     ?assert(lists:member([<<"connect">>, M, C, <<"cat">>, O], Mine)),
+    %% port_call/3's data is {hello, 42} in the external term format.
+    ?assert(lists:member([<<"call">>, M, Dr, <<"dtrace_call_drv">>, <<"7">>,
+                          integer_to_binary(byte_size(term_to_binary({hello, 42})))], Mine)),
     %% inet:port/1's control: the same command in both probes, data bytes >= 0.
     Controls = [Cmd || [<<"control">>, M1, S1, <<"tcp_inet">>, Cmd] <- Mine, M1 =:= M, S1 =:= S],
     DControls = [Cmd || [<<"dcontrol">>, M1, S1, <<"tcp_inet">>, Cmd, Bytes] <- Mine, M1 =:= M, S1 =:= S,
@@ -130,6 +146,18 @@ port_requests_fire_otps_port_probes(Config) ->
     ?assertNotEqual([], Controls),
     ?assertEqual(Controls, DControls),
     ?assert(is_integer(PortNo)).
+
+
+%% Builds test/drivers/dtrace_call_drv.c with the VM's erl_driver.h into
+%% the case's priv_dir; the directory, for erl_ddll:load_driver/2.
+call_driver(Config) ->
+    Dir = ?config(priv_dir, Config),
+    C = filename:join([filename:dirname(filename:dirname(?FILE)), "test", "drivers", "dtrace_call_drv.c"]),
+    Include = filename:join([code:root_dir(), "usr", "include"]),
+    {0, Out} = dtrace_test_tracer:run("cc", ["-shared", "-fPIC", "-I", Include, "-o",
+                                             filename:join(Dir, "dtrace_call_drv.so"), C]),
+    ct:log("cc: ~p", [Out]),
+    Dir.
 
 %% A process whose heap grows as it builds a list, and shrinks when a
 %% collection finds it dead: process__heap_grow and process__heap_shrink,
