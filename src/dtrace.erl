@@ -140,8 +140,10 @@
           flags := #{processes := [atom()], ports := [atom()]},
           new_processes := ours | free | {taken, term()},
           spawn_meta := on | off | {taken, term()},
+          exit_meta := on | off | {taken, term()},
           node_monitor := on | off,
           system_monitor := on | off | {taken, pid() | port()},
+          send_code := on | off | {taken, term()},
           traced := non_neg_integer(),
           skipped := non_neg_integer(),
           function_patterns := [function_pattern()],
@@ -283,6 +285,13 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %% <li>`spawn_meta': `on' while `process__spawn' is fed by meta tracing of
 %%   the spawn BIFs, `off', or `{taken, Tracer}' (another tracer has a meta
 %%   pattern on one of them: left alone);</li>
+%% <li>`exit_meta': `on' while `process__exit_signal' is fed by meta
+%%   tracing of `erlang:exit/2', `off', or `{taken, Tracer}' (another
+%%   tracer has a meta pattern on it: left alone);</li>
+%% <li>`send_code': `on' while `dtrace_message__send_code' has the send
+%%   match spec that gives each send its sender's process dump, `off', or
+%%   (OTP 25, 26, where that match spec is the node's) `{taken, Why}':
+%%   another tracer traces sends, or set its own send match spec;</li>
 %% <li>`node_monitor': `on' while `dist__monitor' is fed by a
 %%   `net_kernel:monitor_nodes/2' subscription, else `off';</li>
 %% <li>`system_monitor': `on' while `port__busy' and `dist__port_busy' are

@@ -64,6 +64,12 @@
 -define(SESSION_TRACER, {dtrace, auto}).
 -define(SESSION, dtrace_auto).
 -define(META_SESSION, dtrace_spawn_meta).
+%% process__exit_signal: meta tracing of erlang:exit/2, in a session of its
+%% own (OTP 27+; its handle in persistent_term, as the span session's).
+-define(EXIT_SESSION, dtrace_exit_meta).
+-define(EXIT_SESSION_KEY, {?MODULE, exit_meta_session}).
+-define(EXIT_META, {dtrace, exit_meta}).
+-define(EXIT_BIF, {erlang, exit, 2}).
 -define(SPAN_SESSION, dtrace_span).
 -define(MS, [{'_', [], [{exception_trace}]}]).
 %% process__spawn in automatic mode: meta tracing of the BIFs every local
@@ -82,14 +88,15 @@
 %% OTP 25's spec of erlang:trace_info/2 says a tracer module comes back as
 %% {tracer, Module, State}; the VM returns {tracer, {Module, State}} (and
 %% {meta, {Module, State}}), which is what these functions match.
--dialyzer({no_match, [apply_meta/2, clear_meta/1, legacy_counts/0, set_new/4, ours/1]}).
+-dialyzer({no_match, [apply_meta/2, clear_meta/1, apply_exit_meta/2, clear_exit_meta/1, legacy_counts/0, set_new/4, ours/1]}).
 %% The trace module exists from OTP 27 on; where it does not, these
 %% functions are never called (tracing =:= legacy). OTP 25's spec of
 %% erlang:trace_pattern/3 leaves out `send' (send_pattern/1), so dialyzer
 %% takes the send match spec's functions for dead code there.
 -dialyzer({nowarn_function, [sessions/0, apply_send_code/2, send_pattern/1, clear_all/0, legacy_send_taken/1,
                              other_send_tracer/1, create_sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
-                             apply_meta/2, clear_meta/1, set_pattern/4, session_counts/1]}).
+                             apply_meta/2, clear_meta/1, set_pattern/4, session_counts/1, apply_exit_meta/2,
+                             clear_exit_meta/1]}).
 
 -type flags() :: {Processes :: [atom()], Ports :: [atom()]}.
 -type pattern() :: {module(), atom(), arity() | '_', global | local}.
@@ -106,6 +113,7 @@
             active = [] :: [pattern()],
             new = free :: free | ours | {taken, term()},
             spawn_meta = off :: off | on | {taken, term()},
+            exit_meta = off :: off | on | {taken, term()},
             node_monitor = off :: off | on,
             send_code = off :: off | on | {taken, term()},
             system_monitor = off :: off | on | {taken, pid() | port()}}).
@@ -291,12 +299,49 @@ poll(S) ->
                          {_, _} -> {lists:usort([procs | ProcFlags1]), false}
                      end,
                  S0 = apply_meta(Meta, apply_flags({ProcFlags, PortFlags}, S)),
-                 S2 = apply_node_monitor(lists:member(node_monitor, Sources), S0),
+                 SExit = apply_exit_meta(lists:member(exit_meta, Sources), S0),
+                 S2 = apply_node_monitor(lists:member(node_monitor, Sources), SExit),
                  apply_send_code(lists:member(send_code, Sources), apply_system_monitor(lists:member(system_monitor, Sources), S2));
              manual ->
-                 apply_send_code(false, apply_system_monitor(false, apply_node_monitor(false, apply_meta(false, S))))
+                 apply_send_code(false, apply_system_monitor(false, apply_node_monitor(false, apply_exit_meta(false, apply_meta(false, S)))))
          end,
     apply_patterns(CallsListened andalso S1#s.patterns =/= [], S1).
+
+%% process__exit_signal: a meta pattern on erlang:exit/2 (the tracer
+%% {dtrace, exit_meta}: no trace flag on any process), only while it
+%% listens. Without sessions, another tracer's meta pattern on it is left
+%% alone ({taken, Tracer}).
+apply_exit_meta(true, #s{exit_meta = on} = S) ->
+    S;
+apply_exit_meta(true, #s{tracing = {session, _, _}} = S) ->
+    case persistent_term:get(?EXIT_SESSION_KEY, undefined) of
+        undefined -> S;
+        Session -> _ = trace:function(Session, ?EXIT_BIF, [{'_', [], []}], [meta]), S#s{exit_meta = on}
+    end;
+apply_exit_meta(true, #s{tracing = legacy} = S) ->
+    case erlang:trace_info(?EXIT_BIF, meta) of
+        {meta, T} when T =:= false; T =:= ?EXIT_META ->
+            _ = erlang:trace_pattern(?EXIT_BIF, [{'_', [], []}], [{meta, dtrace, exit_meta}]),
+            S#s{exit_meta = on};
+        {meta, Other} ->
+            S#s{exit_meta = {taken, Other}}
+    end;
+apply_exit_meta(false, #s{exit_meta = on, tracing = Tracing} = S) ->
+    clear_exit_meta(Tracing),
+    S#s{exit_meta = off};
+apply_exit_meta(false, S) ->
+    S#s{exit_meta = off}.
+
+clear_exit_meta({session, _, _}) ->
+    case persistent_term:get(?EXIT_SESSION_KEY, undefined) of
+        undefined -> ok;
+        Session -> _ = trace:function(Session, ?EXIT_BIF, false, [meta]), ok
+    end;
+clear_exit_meta(legacy) ->
+    case erlang:trace_info(?EXIT_BIF, meta) of
+        {meta, ?EXIT_META} -> _ = erlang:trace_pattern(?EXIT_BIF, false, [meta]), ok;
+        _ -> ok
+    end.
 
 %% dist__monitor: a net_kernel:monitor_nodes/2 subscription of this
 %% process (any number of subscribers may be; nodes of every type, with
@@ -513,6 +558,7 @@ clear_flags(#s{flags = {P, O}, tracing = T} = S) ->
 %% table's, from the NIF), our meta patterns, and our send match spec.
 clear_all() ->
     _ = (catch clear_meta(legacy)),
+    _ = (catch clear_exit_meta(legacy)),
     _ = case erlang:trace_info(send, match_spec) of
             {match_spec, ?SEND_CODE_MS} -> send_pattern(true);
             _ -> ok
@@ -536,6 +582,7 @@ create_sessions() ->
         %% theirs to use, in persistent_term; destroyed with the others.
         persistent_term:put(dtrace_span_trace:session_key(),
                             trace:session_create(?SPAN_SESSION, {dtrace, span}, [])),
+        persistent_term:put(?EXIT_SESSION_KEY, trace:session_create(?EXIT_SESSION, ?EXIT_META, [])),
         T
     catch
         error:Why ->
@@ -550,7 +597,8 @@ create_sessions() ->
 destroy_leftovers() ->
     _ = [catch trace:session_destroy(W)
          || {Name, _} = W <- trace:session_info(all),
-            Name =:= ?SESSION orelse Name =:= ?META_SESSION orelse Name =:= ?SPAN_SESSION],
+            Name =:= ?SESSION orelse Name =:= ?META_SESSION orelse Name =:= ?SPAN_SESSION
+                orelse Name =:= ?EXIT_SESSION],
     ok.
 
 destroy_sessions({session, Auto, Meta}) ->
@@ -560,6 +608,11 @@ destroy_sessions({session, Auto, Meta}) ->
         undefined -> ok;
         Span -> _ = persistent_term:erase(dtrace_span_trace:session_key()),
                 _ = (catch trace:session_destroy(Span))
+    end,
+    case persistent_term:get(?EXIT_SESSION_KEY, undefined) of
+        undefined -> ok;
+        Exit -> _ = persistent_term:erase(?EXIT_SESSION_KEY),
+                _ = (catch trace:session_destroy(Exit))
     end,
     ok.
 
@@ -642,7 +695,7 @@ pattern(P) ->
 %%% Status
 
 status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active = Active, new = New,
-          spawn_meta = Meta, node_monitor = NodeMonitor, system_monitor = SystemMonitor, send_code = SendCode,
+          spawn_meta = Meta, exit_meta = ExitMeta, node_monitor = NodeMonitor, system_monitor = SystemMonitor, send_code = SendCode,
           tracing = Tracing}) ->
     {ListenP, ListenO, Probes, _} = dtrace_nif:vm_listening(),
     {Ours, Others} = case Tracing of
@@ -657,6 +710,7 @@ status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active 
       flags => #{processes => P, ports => O},
       new_processes => New,
       spawn_meta => Meta,
+      exit_meta => ExitMeta,
       node_monitor => NodeMonitor,
       system_monitor => SystemMonitor,
       send_code => SendCode,

@@ -14,12 +14,12 @@
 -export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
          nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
          operators_system_monitor_untouched/1, large_messages_name_their_code/1, user_probe_stack/1,
-         nif_calls/1]).
+         nif_calls/1, exit_signals/1]).
 
 all() ->
     [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
      busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched,
-     large_messages_name_their_code, user_probe_stack, nif_calls].
+     large_messages_name_their_code, user_probe_stack, nif_calls, exit_signals].
 
 init_per_testcase(TC, Config) when TC =:= nodes_up_and_down; TC =:= busy_dist_port ->
     dtrace_test_tracer:with_tracer(bpftrace, Config);
@@ -68,11 +68,13 @@ port_requests_fire_otps_port_probes(Config) ->
         usdt:$SO:erlang:driver__call { printf(\"EV %lu call %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }",
     %% A driver with a call callback (none of OTP's has one).
     Drivers = call_driver(Config),
-    %% The ready loop's own port and sockets, opened once.
+    %% The ready loop's own port and sockets, opened once, by a process
+    %% that lives through the case (a driver goes, and its ports with it,
+    %% when the process that loaded it exits).
     ok = in_peer(Config, fun() ->
-                                 ok = erl_ddll:load_driver(Drivers, "dtrace_call_drv"),
                                  Self = self(),
                                  H = spawn(fun() ->
+                                                   ok = erl_ddll:load_driver(Drivers, "dtrace_call_drv"),
                                                    {ok, L} = gen_tcp:listen(0, [binary, {active, false}]),
                                                    {ok, N} = inet:port(L),
                                                    {ok, C} = gen_tcp:connect("localhost", N, [binary, {active, false}]),
@@ -468,3 +470,33 @@ nif_calls(Config) ->
                   [<<"nif_return">>, P, <<"dtrace_nif:slow_span_threshold/0">>]],
                  [E || [_, Pr | _] = E <- events(Lines), Pr =:= P]),
     ok = in_peer(Config, fun() -> dtrace:function_probes([]) end).
+
+%% exit/2 to live local processes: process__exit_signal with the sender,
+%% the receiver and the reason (kill as killed, as OTP shows it), from meta
+%% tracing of erlang:exit/2, which sets no trace flag; none for a dead pid.
+exit_signals(Config) ->
+    Program = "usdt:$SO:erlang:process__exit_signal {
+                   printf(\"EV %lu %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2)); }",
+    Kill = fun(Reason) ->
+                   {P, Ref} = spawn_monitor(fun dtrace_test_workload:sink/0),
+                   true = exit(P, Reason),
+                   receive {'DOWN', Ref, _, _, _} -> pid_to_list(P) end
+           end,
+    {{Me, Boom, Killed, Dead}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config), Program, fun() -> Kill(ready) end, [{contains, <<"EV ">>}],
+          fun() ->
+                  B = Kill({shutdown, boom}),
+                  K = Kill(kill),
+                  true = exit(list_to_pid(B), again),
+                  {pid_to_list(self()), B, K, B}
+          end,
+          fun({M, _, K, _}, Ls) -> lists:member([list_to_binary(M), list_to_binary(K), <<"killed">>], events(Ls)) end),
+    Mine = [E || [S | _] = E <- events(Lines), S =:= list_to_binary(Me)],
+    ct:log("~p", [Mine]),
+    ?assertEqual([[list_to_binary(Me), list_to_binary(Boom), <<"{shutdown,boom}">>],
+                  [list_to_binary(Me), list_to_binary(Killed), <<"killed">>]],
+                 [E || [_, R, _] = E <- Mine, R =/= <<"ready">>, lists:member(R, [list_to_binary(Boom), list_to_binary(Killed)])]),
+    %% The dead pid got no event; no process has a trace flag for it.
+    ?assertEqual(1, length([x || [_, R, _] <- Mine, R =:= list_to_binary(Dead)])),
+    ?assertEqual([], in_peer(Config, fun() -> ok = dtrace_vm:sync(), dtrace_test_workload:our_traced() end)).

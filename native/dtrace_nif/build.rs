@@ -650,6 +650,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         Target::Spans => quote!(Target::Spans),
         Target::NodeMonitor => quote!(Target::NodeMonitor),
         Target::SystemMonitor => quote!(Target::SystemMonitor),
+        Target::ExitMeta => quote!(Target::ExitMeta),
     };
     // Is row i listening? One function per row.
     let row_fns: Vec<TokenStream> = c
@@ -744,6 +745,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         (Target::SpawnMeta, "spawn"),
         (Target::NodeMonitor, "node_monitor"),
         (Target::SystemMonitor, "system_monitor"),
+        (Target::ExitMeta, "exit_meta"),
     ]
     .iter()
     .map(|&(t, name)| {
@@ -774,6 +776,8 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
             NodeMonitor,
             /// The system monitor's messages, passed on by `dtrace_vm`.
             SystemMonitor,
+            /// Meta tracing of `erlang:exit/2` (tracer state `exit_meta`).
+            ExitMeta,
         }
 
         /// The trace tags the feed table names.
@@ -815,7 +819,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
             let mut flags: Vec<&'static str> = Vec::new();
             match target {
                 #(#flag_fns)*
-                Target::SpawnMeta | Target::NodeMonitor | Target::SystemMonitor => {}
+                Target::SpawnMeta | Target::NodeMonitor | Target::SystemMonitor | Target::ExitMeta => {}
             }
             flags
         }
@@ -827,7 +831,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
 
         /// The sources without trace flags that a row with a listener
         /// wants now: `spawn` (the spawn BIFs' meta patterns, `spawn_meta`
-        /// rows), `node_monitor`, `system_monitor`.
+        /// rows), `node_monitor`, `system_monitor`, `exit_meta`.
         #[allow(clippy::possible_missing_else)]
         pub(crate) fn sources_listening() -> Vec<&'static str> {
             let mut sources: Vec<&'static str> = Vec::new();

@@ -107,6 +107,10 @@ provider erlang {
 #pragma dtrace_nif otp_vm erl_process.c:erl_create_process
 	probe process__spawn(char *p, char *mfa);
 
+	/* exit_meta (meta tracing of erlang:exit/2, which sets no trace flag): sender sent an exit signal with reason (~p text; kill as killed) to the live local process receiver; exits along links have no event. */
+#pragma dtrace_nif otp_vm erl_proc_sig_queue.c:sig_enqueue_trace
+	probe process__exit_signal(char *sender, char *receiver, char *reason);
+
 	/* procs: process p exited; reason as ~p text, at most 255 bytes. */
 #pragma dtrace_nif otp_vm erl_process.c:erts_do_exit_process
 	probe process__exit(char *p, char *reason);
@@ -265,9 +269,6 @@ provider erlang {
 
 
 
-	/* Never fires yet. */
-#pragma dtrace_nif otp_vm erl_proc_sig_queue.c:sig_enqueue_trace not_fed not fed yet: meta tracing of erlang:exit/2 would feed exit/2's signals (link exits have no event)
-	probe process__exit_signal(char *sender, char *receiver, char *reason);
 
 	/* Never fires: exits sent along links to other nodes have no event. */
 #pragma dtrace_nif otp_vm dist.c:erts_dsig_send_exit_tt not_fed no event for an exit signal sent along a link to another node
@@ -431,9 +432,10 @@ provider org_erlang_dyntrace {
  *   on=      what the events are about: processes, ports, or spawn_meta
  *            (meta tracing of erlang:spawn/3, spawn_link/3, spawn_opt/4,
  *            which sets no trace flag on any process), node_monitor
- *            (net_kernel:monitor_nodes/2's messages) or system_monitor
+ *            (net_kernel:monitor_nodes/2's messages), system_monitor
  *            (erlang:system_monitor/2's, taken only while nobody else
- *            holds it); the last three set no trace flag: src/dtrace_vm.erl
+ *            holds it) or exit_meta (meta tracing of erlang:exit/2);
+ *            the last four set no trace flag: src/dtrace_vm.erl
  *            sets their patterns, subscription or monitor while one of
  *            their rows' probes listens;
  *   flags=   the trace flags automatic mode sets on every process or port
@@ -468,6 +470,7 @@ provider org_erlang_dyntrace {
 #pragma dtrace_nif feed on=processes flags=procs tags=unlink,getting_unlinked sdt=dtrace_process__unlink fmt=unlink
 #pragma dtrace_nif feed on=processes flags=procs tags=register,unregister sdt=dtrace_process__register lttng=process_register fmt=register
 #pragma dtrace_nif feed on=spawn_meta tags=call,return_from sdt=process__spawn lttng=process_spawn fmt=spawn_meta
+#pragma dtrace_nif feed on=exit_meta tags=call sdt=process__exit_signal fmt=exit_signal
 #pragma dtrace_nif feed on=node_monitor tags=nodeup,nodedown sdt=dist__monitor fmt=dist_monitor
 #pragma dtrace_nif feed on=system_monitor tags=busy_port sdt=port__busy fmt=busy_port
 #pragma dtrace_nif feed on=system_monitor tags=busy_dist_port sdt=dist__port_busy fmt=busy_dist_port

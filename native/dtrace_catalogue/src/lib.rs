@@ -561,6 +561,9 @@ pub enum Target {
     /// `busy_dist_port`), taken by automatic mode while one of the row's
     /// probes listens and nobody else holds it: no trace flag.
     SystemMonitor,
+    /// Meta tracing of `erlang:exit/2` (tracer state `exit_meta`), set by
+    /// automatic mode while one of the row's probes listens: no trace flag.
+    ExitMeta,
 }
 
 impl Target {
@@ -574,6 +577,7 @@ impl Target {
             Target::Spans => "spans",
             Target::NodeMonitor => "node_monitor",
             Target::SystemMonitor => "system_monitor",
+            Target::ExitMeta => "exit_meta",
         }
     }
 
@@ -806,9 +810,10 @@ fn parse_feed(p: &Parser, words: &[String]) -> Result<Feed, ParseError> {
                     "spans" => Target::Spans,
                     "node_monitor" => Target::NodeMonitor,
                     "system_monitor" => Target::SystemMonitor,
+                    "exit_meta" => Target::ExitMeta,
                     other => {
                         return p.err(format!(
-                            "feed: unknown target {other:?} (processes, ports, spawn_meta, spans, node_monitor, system_monitor)"
+                            "feed: unknown target {other:?} (processes, ports, spawn_meta, spans, node_monitor, system_monitor, exit_meta)"
                         ));
                     }
                 })

@@ -185,6 +185,7 @@ fn feed_source(f: &crate::Feed) -> String {
         Target::Spans => format!("{} on a process in a span: {tags}", f.flags.join(" + ")),
         Target::NodeMonitor => format!("`net_kernel:monitor_nodes/2`: {tags}"),
         Target::SystemMonitor => format!("`erlang:system_monitor/2`, while free: {tags}"),
+        Target::ExitMeta => format!("meta tracing of `erlang:exit/2`: {tags}"),
     }
 }
 
@@ -237,6 +238,7 @@ pub fn vm_markdown(c: &Catalogue) -> String {
             Target::SystemMonitor => {
                 "none (`erlang:system_monitor/2`, taken by `dtrace_vm` only while nobody else holds it)".to_string()
             }
+            Target::ExitMeta => "none (a meta pattern on `erlang:exit/2`)".to_string(),
             Target::Spans => format!("{} (set by `dtrace:span/2` on its own process, for the span)", code(&f.flags)),
             _ if !f.auto => format!("{}{auto_note}", code(&f.flags)),
             _ => code(&f.flags),

@@ -48,7 +48,7 @@ mod fmt {
     pub(super) use super::messages::{port_command, queued, send, send_code};
     pub(super) use super::monitors::{busy_dist_port, busy_port, dist_monitor};
     pub(super) use super::ports::{port_exit, port_link, port_open, port_receive, port_scheduled};
-    pub(super) use super::procs::{exit, link, register, spawn, spawn_meta, unlink};
+    pub(super) use super::procs::{exit, exit_signal, link, register, spawn, spawn_meta, unlink};
     pub(super) use super::running::{scheduled, unscheduled};
     pub(super) use super::spans::{span_gc, span_receive, span_scheduled, span_send};
 }
@@ -71,7 +71,7 @@ nif_args!(
 
 mod atoms {
     rustler::atoms! {
-        trace, discard, trace_status, extra, spawn_meta, span, auto, undefined, node_monitor, system_monitor,
+        trace, discard, trace_status, extra, spawn_meta, span, auto, undefined, node_monitor, system_monitor, exit_meta,
     }
 }
 
@@ -107,6 +107,8 @@ fn target_of(tracer_state: ErlNifTerm, tracee_is_port: bool) -> Target {
         Target::NodeMonitor
     } else if tracer_state == atoms::system_monitor().as_c_arg() {
         Target::SystemMonitor
+    } else if tracer_state == atoms::exit_meta().as_c_arg() {
+        Target::ExitMeta
     } else if tracee_is_port {
         Target::Ports
     } else {
@@ -184,8 +186,9 @@ fn port_names_wanted() -> bool {
 /// library's probes and events that have a listener (SDT note names, and
 /// LTTng events as `provider:event`), and the sources without trace flags
 /// whose rows have one: `spawn` (the spawn BIFs' meta patterns),
-/// `node_monitor`, `system_monitor`, and `send_code` (the send match spec
-/// of `dtrace_message__send_code`).
+/// `node_monitor`, `system_monitor`, `exit_meta` (a meta pattern on
+/// `erlang:exit/2`), and `send_code` (the send match spec of
+/// `dtrace_message__send_code`).
 #[rustler::nif]
 fn vm_listening(env: Env<'_>) -> Term<'_> {
     let atoms = |flags: Vec<&str>| -> Vec<Atom> { flags.iter().filter_map(|f| Atom::from_str(env, f).ok()).collect() };

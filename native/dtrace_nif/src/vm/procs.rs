@@ -11,6 +11,10 @@ use crate::probes::{
 };
 use crate::text::{KeptText, TextBuf, is_local_pid};
 
+mod atoms {
+    rustler::atoms! { kill }
+}
+
 /// `spawn`: the tracee spawned TraceTerm, starting in extra's `{M, F, Args}`.
 pub(crate) fn spawn(e: &Event<'_>, _tag: TraceTag) {
     let (mut child, mut start) = (TextBuf::new(), TextBuf::new());
@@ -152,5 +156,39 @@ fn spawn_returned(e: &Event<'_>) {
     if process_spawn::enabled() {
         let mut parent = TextBuf::new();
         process_spawn::fire(pid, e.tracee(&mut parent), mfa);
+    }
+}
+
+/// `process__exit_signal` in automatic mode: `dtrace_vm` meta-traces
+/// `erlang:exit/2` (the tracer `{dtrace, exit_meta}`): the call event of
+/// `exit(Pid, Reason)` from the tracee, for a local process that is alive
+/// (OTP fires as the signal is queued to a process; none for a port, a
+/// remote or a dead pid). OTP shows `kill` as `killed`. Exits along links
+/// have no event.
+pub(crate) fn exit_signal(e: &Event<'_>, _tag: TraceTag) {
+    let Ok((_, _, args)) = e.term.decode::<(Term, Term, Term)>() else { return };
+    let Ok((to, rest)) = args.list_get_cell() else { return };
+    let Ok((reason, _)) = rest.list_get_cell() else { return };
+    if to.get_type() != rustler::TermType::Pid || !is_local_pid(e.env, to) || !alive(e.env, to) {
+        return;
+    }
+    let (mut sender, mut receiver, mut why) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
+    let why = if reason.decode::<rustler::Atom>().is_ok_and(|a| a == atoms::kill()) {
+        why.literal("killed")
+    } else {
+        why.term(reason)
+    };
+    crate::probes::process__exit_signal::fire(e.tracee(&mut sender), e.id(to, &mut receiver), why);
+}
+
+/// Is the local pid `pid` a live process?
+fn alive(env: rustler::Env<'_>, pid: Term<'_>) -> bool {
+    let mut p = std::mem::MaybeUninit::uninit();
+    // SAFETY: enif_get_local_pid reads the term and writes the pid struct
+    // we pass; enif_is_process_alive reads that struct, initialised when
+    // the first call returned true.
+    unsafe {
+        rustler::sys::enif_get_local_pid(env.as_c_arg(), pid.as_c_arg(), p.as_mut_ptr()) != 0
+            && rustler::sys::enif_is_process_alive(env.as_c_arg(), p.as_mut_ptr()) != 0
     }
 }
