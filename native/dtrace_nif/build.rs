@@ -196,6 +196,32 @@ fn register_value(ty: Type, name: &Ident) -> TokenStream {
     }
 }
 
+/// `keep_declared_sites()`: a call of the `fire` of every probe nothing
+/// fires (OTP's VM probes marked `not_fed`), behind a condition the
+/// compiler cannot decide, so that their sites, and with them their notes,
+/// stay in the library: a site nobody calls is dead code, and the linker
+/// drops it with its note. The condition is always false at run time.
+fn declared_sites(c: &Catalogue) -> TokenStream {
+    let calls = c.provider.probes.iter().filter(|p| p.otp_vm.as_ref().is_some_and(|o| o.not_fed.is_some())).map(|p| {
+        let name = ident(&p.name);
+        let args = p.args.iter().map(|a| match a.ty {
+            Type::String => quote!(crate::probes::Str::NULL),
+            _ => quote!(0),
+        });
+        quote! { #name::fire(#(#args),*); }
+    });
+    quote! {
+        /// Keeps the sites (and notes) of the probes nothing fires; the load
+        /// step calls it once. Fires nothing: `black_box(false)` is false,
+        /// but the compiler cannot tell.
+        pub(crate) fn keep_declared_sites() {
+            if std::hint::black_box(false) {
+                #(#calls)*
+            }
+        }
+    }
+}
+
 /// The probes of provider `erlang` and the LTTng-only events, with the
 /// crate-wide helpers.
 fn probes(c: &Catalogue, backend: Backend) -> Vec<TokenStream> {
@@ -240,6 +266,7 @@ fn probes(c: &Catalogue, backend: Backend) -> Vec<TokenStream> {
     ];
     items.extend(modules);
     items.extend(event_providers);
+    items.push(declared_sites(c));
     items.push(listened(c));
     items.push(test_support(c));
     items

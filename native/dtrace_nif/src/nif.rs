@@ -191,7 +191,8 @@ pub(crate) fn immediate_bits(raw: ErlNifTerm) -> Option<usize> {
 }
 
 /// The library's load steps, all of them, in order: the atoms and
-/// immediates compared with, each family's tables (`efile`: errno atoms;
+/// immediates compared with, the declared-only probes' sites kept, each
+/// family's tables (`efile`: errno atoms;
 /// `vm`: trace tags; `provider`: its resource type), then DTrace's DOF.
 /// The library's `load` and `upgrade` (entry.rs) both run it, so each step
 /// is idempotent; `false` refuses the load.
@@ -199,6 +200,9 @@ pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
     let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
     crate::args::init(env);
     crate::flat_size::load();
+    // OTP's probes no event feeds keep their sites and notes (OTP's scripts
+    // name them); fires nothing.
+    crate::probes::keep_declared_sites();
     crate::lttng::load();
     #[cfg(unix)]
     let provider = crate::provider::nifs::load(env);
