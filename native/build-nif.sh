@@ -12,6 +12,9 @@
 #   native/build-nif.sh [release|debug]     (default: release)
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
+# From the checkout, so that cargo reads its .cargo/config.toml (frame
+# pointers) whatever directory rebar3 or mix runs this from.
+cd "$here"
 profile=${1:-release}
 command -v cargo >/dev/null 2>&1 || {
     echo "dtrace: cargo not found; install Rust (https://rustup.rs) to build the NIF" >&2

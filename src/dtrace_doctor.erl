@@ -143,9 +143,25 @@ vm() ->
         #{mode := manual} ->
             [f(warn, vm_probes, "manual mode: the VM's probes fire only for processes traced with "
                                 "{tracer, dtrace, []}", [], "dtrace:vm_probes(auto)")];
-        #{mode := auto, flags := #{processes := P, ports := O}, tracing := T} ->
-            [f(ok, vm_probes, "automatic mode (~p), trace flags set now: processes ~p, ports ~p", [T, P, O])]
+        #{mode := auto, flags := #{processes := P, ports := O}, tracing := T} = Status ->
+            [f(ok, vm_probes, "automatic mode (~p), trace flags set now: processes ~p, ports ~p", [T, P, O])
+             | taken(Status)]
     end.
+
+%% The probes automatic mode leaves unfed because another holds what feeds
+%% them (the system monitor, a meta pattern, the node's send match spec).
+taken(Status) ->
+    [f(warn, Check, "~ts not fed: ~p holds ~ts", [Probes, Owner, What], Fix)
+     || {Key, Check, Probes, What, Fix} <-
+            [{system_monitor, system_monitor, "port__busy, dist__port_busy", "the node's system monitor",
+              "erlang:system_monitor(undefined) once the operator's monitor is no longer needed"},
+             {exit_meta, exit_meta, "process__exit_signal", "the meta pattern on erlang:exit/2",
+              "erlang:trace_pattern({erlang, exit, 2}, false, [meta]) if that tracer is done"},
+             {spawn_meta, spawn_meta, "process__spawn (alone)", "a meta pattern on the spawn BIFs",
+              "listen to another process probe too (procs feeds it), or free the pattern"},
+             {send_code, send_code, "dtrace_message__send_code", "the node's send tracing (OTP 25, 26)",
+              "stop the other send tracing, or use OTP 27 (sessions)"}],
+        {taken, Owner} <- [maps:get(Key, Status, off)]].
 
 listening() ->
     {_, _, Listened, _} = dtrace_nif:vm_listening(),

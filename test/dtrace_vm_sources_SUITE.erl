@@ -14,15 +14,27 @@
 -export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
          nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
          operators_system_monitor_untouched/1, large_messages_name_their_code/1, user_probe_stack/1,
-         nif_calls/1, exit_signals/1]).
+         nif_calls/1, exit_signals/1, ustack_names_erlang_code/1]).
 
 all() ->
     [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
      busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched,
-     large_messages_name_their_code, user_probe_stack, nif_calls, exit_signals].
+     large_messages_name_their_code, user_probe_stack, nif_calls, exit_signals, ustack_names_erlang_code].
 
 init_per_testcase(TC, Config) when TC =:= nodes_up_and_down; TC =:= busy_dist_port ->
     dtrace_test_tracer:with_tracer(bpftrace, Config);
+init_per_testcase(ustack_names_erlang_code, Config) ->
+    %% Debian's OTP 25 VM is built without frame pointers: a native walk
+    %% stops in beam_jit_call_nif there (docs/vm-probes.md, measured).
+    case {dtrace_test_tracer:require_tracer(bpftrace), list_to_integer(erlang:system_info(otp_release)) >= 27} of
+        {ok, true} ->
+            Peer = dtrace_test_peer:start_peer(["+JPperf", "map"]),
+            [{peer, Peer} | Config];
+        {ok, false} ->
+            {skip, "this VM (OTP < 27, Debian's) has no frame pointers: no native walk into Erlang code"};
+        {Skip, _} ->
+            Skip
+    end;
 init_per_testcase(_TC, Config) ->
     case dtrace_test_tracer:require_tracer(bpftrace) of
         ok ->
@@ -320,7 +332,8 @@ busy_port_while_the_system_monitor_is_free(Config) ->
 %% An operator's system monitor (a process of theirs watching long_gc and
 %% busy_port): 50 times a tracer attaches to port__busy and leaves; the
 %% system monitor stays theirs throughout, with their options, and the
-%% status says it is taken, so port__busy is not fed.
+%% status says it is taken, so port__busy is not fed (dtrace:doctor/0 says
+%% so too).
 operators_system_monitor_untouched(Config) ->
     Peer = ?config(peer, Config),
     Theirs = in_peer(Config, fun() ->
@@ -341,7 +354,10 @@ operators_system_monitor_untouched(Config) ->
                                                lists:member(<<"port__busy">>, maps:get(listening, dtrace:vm_probes()))
                                                    andalso maps:get(system_monitor, dtrace:vm_probes()) =:= {taken, Op}
                                        end, 30000),
-                                     {W, erlang:system_monitor()}
+                                     %% The doctor says why port__busy is silent.
+                                     Doctor = [T || #{check := system_monitor, level := warn, text := T}
+                                                        <- dtrace_doctor:findings()],
+                                     {W, erlang:system_monitor(), length(Doctor)}
                              end, []], 60000),
              _ = dtrace_test_tracer:bpftrace_stop(Tracer),
              Off = peer:call(Peer, erlang, apply,
@@ -354,7 +370,7 @@ operators_system_monitor_untouched(Config) ->
                               end, []], 60000),
              {On, Off}
          end || _ <- lists:seq(1, 50)],
-    ?assertEqual([], [C || {On, Off} = C <- Cycles, {On, Off} =/= {{ok, Theirs}, {off, Theirs}}]),
+    ?assertEqual([], [C || {On, Off} = C <- Cycles, {On, Off} =/= {{ok, Theirs, 1}, {off, Theirs}}]),
     ?assertEqual(Theirs, peer:call(Peer, erlang, system_monitor, [])).
 
 %% priv/large-messages.bt (its default thresholds: 8192 words, 1 MB of
@@ -500,3 +516,26 @@ exit_signals(Config) ->
     %% The dead pid got no event; no process has a trace flag for it.
     ?assertEqual(1, length([x || [_, R, _] <- Mine, R =:= list_to_binary(Dead)])),
     ?assertEqual([], in_peer(Config, fun() -> ok = dtrace_vm:sync(), dtrace_test_workload:our_traced() end)).
+
+%% On a VM built with frame pointers (OTP 27 built from source, as
+%% upstream's JIT builds are) started with +JPperf map, bpftrace's ustack
+%% at a user probe walks from the NIF (built with frame pointers) through
+%% the VM into the JIT's frames, which the perf map names: the Erlang
+%% function that called dtrace:p/1 is on the stack.
+ustack_names_erlang_code(Config) ->
+    Peer = ?config(peer, Config),
+    OsPid = dtrace_test_peer:os_pid(Peer),
+    Program = "usdt:$SO:erlang:user_trace__i4s4 {
+                   if (!@seen) { @seen = 1; printf(\"SEEN\\n\"); } @stacks[ustack] = count(); }",
+    try
+        {_, Lines} =
+            dtrace_test_tracer:bpftrace_window(
+              bpftrace, Peer, Program, fun() -> dtrace_test_workload:fire_user_probe(-1) end, [<<"SEEN">>],
+              fun() -> [dtrace_test_workload:fire_user_probe(I) || I <- lists:seq(1, 50)], ok end),
+        ct:log("~p", [Lines]),
+        ?assert(lists:any(fun(L) -> binary:match(L, <<"dtrace_test_workload:fire_user_probe/1">>) =/= nomatch end,
+                          Lines)),
+        ?assert(lists:any(fun(L) -> binary:match(L, <<"dtrace:p/1">>) =/= nomatch end, Lines))
+    after
+        file:delete("/tmp/perf-" ++ OsPid ++ ".map")
+    end.

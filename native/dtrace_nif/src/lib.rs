@@ -42,6 +42,9 @@ mod nif;
 // The names ports were opened with, for the VM's port probes (pure Rust:
 // unit-tested).
 mod port_names;
+// The code in a process dump, for dtrace_message__send_code (pure Rust:
+// unit-tested).
+mod process_dump;
 #[cfg(not(test))]
 mod span;
 #[cfg(not(test))]

@@ -106,7 +106,8 @@ pub(crate) fn port_command(e: &Event<'_>, _tag: TraceTag) {
 /// match-spec guide lists `caller`, `caller_line` and `current_stacktrace`
 /// for call tracing only, and `erlang:trace_pattern(send, ...)` raises
 /// badarg for them): the dump arrives as `match_spec_result` in the
-/// options; its stack's return addresses name the code (`sender_code`).
+/// options; its stack's return addresses name the code
+/// (`process_dump::sender_code`).
 /// Sizes as `message__send`'s, with the bytes of the message's binaries.
 pub(crate) fn send_code(e: &Event<'_>, _tag: TraceTag) {
     let Some(to) = e.extra() else { return };
@@ -114,63 +115,11 @@ pub(crate) fn send_code(e: &Event<'_>, _tag: TraceTag) {
     let (mut sender, mut receiver, mut code) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     let dump =
         e.opts.map_get(atoms::match_spec_result().to_term(e.env)).ok().and_then(|d| d.decode::<rustler::Binary>().ok());
-    let code = match dump.map(|d| sender_code(d.as_slice(), &mut code)) {
-        Some(true) => code.get(),
-        _ => code.literal(UNKNOWN_MFA),
+    let code = match dump.and_then(|d| crate::process_dump::sender_code(d.as_slice())) {
+        Some(text) => code.bytes(&text),
+        None => code.literal(UNKNOWN_MFA),
     };
     dtrace_message__send_code::fire(e.tracee(&mut sender), e.id(to, &mut receiver), size, bytes, code);
-}
-
-/// The most stack frames a sender's code names.
-const CODE_FRAMES: usize = 4;
-/// The most bytes of a process dump read for them.
-const DUMP_BYTES: usize = 64 * 1024;
-
-/// Writes into `buf` the functions of the first [`CODE_FRAMES`] stack frames
-/// of a process dump (`erlang:process_display/2`'s text: lines `0x...
-/// Return addr 0x... (m:f/a + N)`), innermost first, joined by " <- ";
-/// false if it has none. The frames are the functions the sender will
-/// return to: the function that sent when it has a frame of its own (it
-/// calls something after the send), else its caller. The dump's "Program
-/// counter" is not used: the JIT does not keep it up to date.
-fn sender_code(dump: &[u8], buf: &mut TextBuf) -> bool {
-    const MARK: &[u8] = b"Return addr ";
-    let dump = &dump[..dump.len().min(DUMP_BYTES)];
-    // A text is at most 255 bytes; more frames than fit are cut.
-    let mut text: arrayvec::ArrayVec<u8, 255> = arrayvec::ArrayVec::new();
-    let put = |t: &mut arrayvec::ArrayVec<u8, 255>, part: &[u8]| {
-        for &b in part {
-            if t.try_push(b).is_err() {
-                break;
-            }
-        }
-    };
-    let mut frames = 0;
-    for line in dump.split(|&b| b == b'\n') {
-        let Some(at) = line.windows(MARK.len()).position(|w| w == MARK) else { continue };
-        let rest = &line[at + MARK.len()..];
-        let Some(open) = rest.iter().position(|&b| b == b'(') else { continue };
-        let inner = &rest[open + 1..];
-        let end = inner.windows(3).position(|w| w == b" + ").or_else(|| inner.iter().position(|&b| b == b')'));
-        let Some(end) = end else { continue };
-        let function = &inner[..end];
-        if function.is_empty() || function[0] == b'<' {
-            continue;
-        }
-        if frames > 0 {
-            put(&mut text, b" <- ");
-        }
-        put(&mut text, function);
-        frames += 1;
-        if frames == CODE_FRAMES {
-            break;
-        }
-    }
-    if frames == 0 {
-        return false;
-    }
-    let _ = buf.bytes(&text);
-    true
 }
 
 /// Where a message goes.
