@@ -338,7 +338,10 @@ vm_probes(Other) ->
 %% fire `global__function__entry'; or `{Module, Function, Arity, local}':
 %% every call fires `local__function__entry' (erl_tracer does not say
 %% whether a call was local). Returns and exceptions fire
-%% `function__return'; a BIF fires `bif__entry' and `bif__return'.
+%% `function__return'; a BIF fires `bif__entry' and `bif__return', a NIF
+%% (`Module:module_info(nifs)') `nif__entry' and `nif__return' (OTP's JIT
+%% fires those for dirty NIFs only; here every traced call). A preloaded
+%% module's NIFs (`prim_file') cannot be call-traced: nothing fires.
 %%
 %% The call-trace patterns (`erlang:trace_pattern/3', with an
 %% `exception_trace' match spec) are set only while a tracer listens to a
