@@ -147,7 +147,10 @@ port_requests_fire_otps_port_probes(Config) ->
     Mine = [E || [_, _, Pt | _] = E <- events(Lines), Pt =:= C orelse Pt =:= S orelse Pt =:= Dr],
     ct:log("workload's events: ~p", [Mine]),
     ?assert(lists:member([<<"output">>, M, C, <<"cat">>, <<"5">>], Mine)),
-    ?assert(lists:member([<<"outputv">>, M, S, <<"tcp_inet">>, <<"5">>], Mine)),
+    %% A socket's send: the 5 bytes, and on OTP 27 the header prim_inet
+    %% puts before them (what the driver gets, as OTP's probe counts it).
+    ?assertMatch([_ | _], [B || [<<"outputv">>, M1, S1, <<"tcp_inet">>, B] <- Mine, M1 =:= M, S1 =:= S,
+                                binary_to_integer(B) >= 5]),
     ?assert(lists:member([<<"timeout">>, M, S, <<"tcp_inet">>], Mine)),
     ?assert(lists:member([<<"connect">>, M, C, <<"cat">>, O], Mine)),
     %% port_call/3's data is {hello, 42} in the external term format.
