@@ -239,7 +239,7 @@ shipped_stap() ->
      {"process-scheduling", ["process__scheduled", "process__unscheduled", "process__hibernate"]},
      {"garbage-collection", ["gc_major__start", "gc_major__end"]},
      {"function-calls", ["global__function__entry", "function__return", "bif__entry", "bif__return"]},
-     {"port1", ["port__open", "port__command", "port__exit"]},
+     {"port1", ["port__open", "port__command", "port__exit", "port__control", "port__connect", "port__busy"]},
      {"efile", ["efile_drv__entry", "efile_drv__return"]}].
 
 %% A shipped script with a window clause per probe (as otp_module/5).

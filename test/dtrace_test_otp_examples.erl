@@ -278,6 +278,8 @@ example(memory1, _Peer) ->
                     receive {'DOWN', Ref, _, _, _} -> ok end,
                     pid_to_list(P)
             end,
+    %% The ready call paced (not a wait for anything): the tracer gets the
+    %% CPU to attach on a one-vCPU guest.
     plain(fun() -> Cycle(20000), timer:sleep(50) end,
           fun() -> Cycle(200000) end,
           fun(P) -> [{contains, iolist_to_binary(["proc heap grow pid ", P, " "])},
