@@ -12,7 +12,7 @@ base=${REBAR_BASE_DIR:-$root/_build}
 dest=$base/test_hooks
 app=$dest/dtrace
 (cd "$root" && ${REBAR3:-rebar3} compile >/dev/null)
-cargo build --release --quiet -p dtrace_nif -p tracer_nif --features dtrace_nif/test-hooks \
+cargo build --release --quiet --ignore-rust-version -p dtrace_nif -p tracer_nif --features dtrace_nif/test-hooks \
     --manifest-path "$root/Cargo.toml" --target-dir "$dest/target"
 rm -rf "$app"
 mkdir -p "$app/ebin" "$app/priv/tracer"

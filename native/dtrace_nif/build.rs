@@ -363,7 +363,10 @@ fn probe_module(provider: &Provider, probe: &Probe, first_index: usize, backend:
         #[doc = ""]
         #[doc = #doc]
         // Generated code is one line: its `} if` is not a missing `else`.
-        #[allow(non_snake_case, dead_code, clippy::possible_missing_else)]
+        // (The lint's name is possible_missing_else in clippy 1.95 and
+        // suspicious_else_formatting in 1.85, Debian 13's: both are allowed
+        // here and below, with unknown_lints for the one each lacks.)
+        #[allow(non_snake_case, dead_code, unknown_lints, clippy::suspicious_else_formatting, clippy::possible_missing_else)]
         pub(crate) mod #name {
             #[allow(unused_imports)]
             use super::*;
@@ -583,7 +586,7 @@ fn listened(c: &Catalogue) -> TokenStream {
     quote! {
         /// The names of the probes a tracer listens on now (SDT note names)
         /// and of the LTTng events a session records (`provider:event`).
-        #[allow(dead_code, clippy::possible_missing_else)]
+        #[allow(dead_code, unknown_lints, clippy::suspicious_else_formatting, clippy::possible_missing_else)]
         pub(crate) fn listened() -> Vec<String> {
             let mut on = Vec::new();
             #(#checks)*
@@ -830,7 +833,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
 
         /// Runs the formatting function of every row that `target` and
         /// `tag` are in and that has a listener. (erl_tracer's `trace/5`.)
-        #[allow(clippy::possible_missing_else, clippy::collapsible_match)]
+        #[allow(unknown_lints, clippy::suspicious_else_formatting, clippy::possible_missing_else, clippy::collapsible_match)]
         pub(crate) fn dispatch(target: Target, tag: TraceTag, event: &Event<'_>) {
             match (target, tag) {
                 #(#dispatch_arms)*
@@ -842,7 +845,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         /// The trace flags of `target` that automatic mode (processes,
         /// ports) or `dtrace:span/2` (spans) sets now: those of the rows
         /// with a listener (not `auto=no`), each once, in the table's order.
-        #[allow(clippy::possible_missing_else)]
+        #[allow(unknown_lints, clippy::suspicious_else_formatting, clippy::possible_missing_else)]
         pub(crate) fn wanted_flags(target: Target) -> Vec<&'static str> {
             let mut flags: Vec<&'static str> = Vec::new();
             match target {
@@ -860,7 +863,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         /// The sources without trace flags that a row with a listener
         /// wants now: `spawn` (the spawn BIFs' meta patterns, `spawn_meta`
         /// rows), `node_monitor`, `system_monitor`, `exit_meta`.
-        #[allow(clippy::possible_missing_else)]
+        #[allow(unknown_lints, clippy::suspicious_else_formatting, clippy::possible_missing_else)]
         pub(crate) fn sources_listening() -> Vec<&'static str> {
             let mut sources: Vec<&'static str> = Vec::new();
             #(#source_checks)*

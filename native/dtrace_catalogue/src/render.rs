@@ -410,7 +410,13 @@ pub fn efile_hrl(c: &Catalogue) -> String {
 fn efile_assignments(c: &Catalogue, var: &str) -> String {
     let parts: Vec<String> =
         c.efile_commands.iter().map(|e| format!("{var}[{}] = \"{}\";", e.number, e.name)).collect();
-    parts.chunks(4).map(|chunk| format!("    {}\n", chunk.join(" "))).collect()
+    let mut out = String::new();
+    for chunk in parts.chunks(4) {
+        out.push_str("    ");
+        out.push_str(&chunk.join(" "));
+        out.push('\n');
+    }
+    out
 }
 
 /// Every file `make generated` writes from the catalogue, relative to the

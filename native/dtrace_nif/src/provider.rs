@@ -977,7 +977,7 @@ pub(crate) mod nifs {
 
     /// The handle `term` stands for, if it is one.
     #[inline(always)]
-    fn handle_of<'a>(term: Term<'a>) -> Option<&'a Handle> {
+    fn handle_of(term: Term<'_>) -> Option<&Handle> {
         let ty = HANDLE_TYPE.load(Acquire);
         let mut raw: *const c_void = ptr::null();
         // SAFETY: a term of the calling env and our resource type;

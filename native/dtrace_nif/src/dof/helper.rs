@@ -22,9 +22,13 @@ use std::os::fd::AsRawFd;
 /// The helper device, on every DTrace platform.
 pub(crate) const DEVICE: &str = "/dev/dtrace/helper";
 
+// `as u64`: the request's type is libc's `ioctl_num_type`, u64 on glibc but
+// not on every libc (older clippy calls the cast unnecessary on glibc).
 #[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(clippy::unnecessary_cast)]
 const ADDDOF: u64 = nix::request_code_write!(0xd8, 3, size_of::<dof::dof_bindings::dof_helper_t>()) as u64;
 #[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(clippy::unnecessary_cast)]
 const REMOVE: u64 = nix::request_code_write!(0xd8, 2, size_of::<libc::c_int>()) as u64;
 
 #[cfg(target_os = "illumos")]

@@ -27,13 +27,16 @@ pub(crate) fn scheduled(e: &Event<'_>, _tag: TraceTag) {
 pub(crate) fn unscheduled(e: &Event<'_>, _tag: TraceTag) {
     let mut pid = TextBuf::new();
     let pid = e.tracee(&mut pid);
-    if process__hibernate::enabled()
-        && let Some((m, f, 3)) = mfa_parts(e.term)
-        && m.decode::<Atom>().is_ok_and(|m| m == atoms::erlang())
-        && f.decode::<Atom>().is_ok_and(|f| f == atoms::hibernate())
-    {
-        let mut mfa = TextBuf::new();
-        process__hibernate::fire(pid, mfa.mfa(m, f, 3));
+    // Nested, not a let chain: the crates build with Rust 1.85 (Debian 13).
+    if process__hibernate::enabled() {
+        if let Some((m, f, 3)) = mfa_parts(e.term) {
+            if m.decode::<Atom>().is_ok_and(|m| m == atoms::erlang())
+                && f.decode::<Atom>().is_ok_and(|f| f == atoms::hibernate())
+            {
+                let mut mfa = TextBuf::new();
+                process__hibernate::fire(pid, mfa.mfa(m, f, 3));
+            }
+        }
     }
     process__unscheduled::fire(pid);
     otp_scheduled(e, pid);
