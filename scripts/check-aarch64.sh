@@ -17,18 +17,10 @@ fi
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
     cargo build --release --quiet --target aarch64-unknown-linux-gnu -p dtrace_nif --lib
 so=target/aarch64-unknown-linux-gnu/release/libdtrace_nif.so
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cargo run --quiet --release -p dtrace_catalogue -- --arch aarch64 notes | sort > "$work/want"
-readelf -n "$so" | awk '/Provider: erlang/ { p = 1; next } /Provider:/ { p = 0 }
-    p && /Name:/ { name = $2 } p && /Arguments:/ { $1 = ""; print name $0 }' | sort > "$work/have"
-if ! diff -u "$work/want" "$work/have"; then
-    echo "check-aarch64: the notes differ from the catalogue" >&2
-    exit 1
-fi
+notes=$(sh scripts/check-notes.sh "$so" aarch64) || exit 1
 readelf -lW "$so" | awk '$1 == "LOAD" && / E / { n++; off = $2; va = $3; sub(/^0x0*/, "", off); sub(/^0x0*/, "", va); if (off != va) bad = 1 }
     END { exit bad || n == 0 }' || {
     echo "check-aarch64: an executable segment's file offset differs from its address" >&2
     exit 1
 }
-echo "check-aarch64: $(wc -l < "$work/have") notes match the catalogue; text offset = address"
+echo "$notes; text offset = address"
