@@ -8,21 +8,45 @@
 # dyntrace compatibility module to priv/compat/dyntrace.beam (kept out of
 # ebin: see src/dtrace_compat.erl).
 # Used by rebar3 (pre_hooks), mix (the compiler in mix.exs) and make, so a
-# project that depends on dtrace needs only cargo, not rustler's hex package.
+# project that depends on dtrace needs only cargo, not rustler's hex package,
+# or, without cargo, no Rust at all:
 #   native/build-nif.sh [release|debug]     (default: release)
+# Which way (README, "Install"):
+#   DTRACE_NIF_BUILD=1        build with cargo (an error without it)
+#   DTRACE_NIF_PRECOMPILED=1  install the precompiled objects `make dist`
+#                             made, from DTRACE_NIF_URL, checked against
+#                             checksum-dtrace_nif.exs (native/precompiled.escript)
+#   neither                   cargo when it is on the PATH, else precompiled
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 # From the checkout, so that cargo reads its .cargo/config.toml (frame
 # pointers) whatever directory rebar3 or mix runs this from.
 cd "$here"
 profile=${1:-release}
+if [ "${DTRACE_NIF_BUILD:-}" = 1 ] && [ "${DTRACE_NIF_PRECOMPILED:-}" = 1 ]; then
+    echo "dtrace: DTRACE_NIF_BUILD=1 and DTRACE_NIF_PRECOMPILED=1 contradict each other; set one" >&2
+    exit 1
+fi
+if [ "${DTRACE_NIF_BUILD:-}" != 1 ] &&
+    { [ "${DTRACE_NIF_PRECOMPILED:-}" = 1 ] || ! command -v cargo >/dev/null 2>&1; }; then
+    # rebar3's hooks name the OTP it runs on; mix's has it on the PATH.
+    escript=${ERLANG_ROOT_DIR:+$ERLANG_ROOT_DIR/bin/}escript
+    mkdir -p "$here/priv/compat"
+    rm -f "$here/priv/compat/dyntrace_nif.so"
+    erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
+    exec "$escript" "$here/native/precompiled.escript" install
+fi
 command -v cargo >/dev/null 2>&1 || {
-    echo "dtrace: cargo not found; install Rust (https://rustup.rs) to build the NIF" >&2
+    echo "dtrace: DTRACE_NIF_BUILD=1 but cargo is not on the PATH; install Rust (https://rustup.rs)" >&2
     exit 1
 }
 flag=; [ "$profile" = release ] && flag=--release
+# A local build replaces precompiled objects: nothing says they are there.
+rm -f "$here/priv/precompiled.txt"
 # The JSON messages name build.rs's output directory, where the catalogue is.
-messages=$(cargo build $flag --quiet --message-format=json-render-diagnostics \
+# --ignore-rust-version: rustler 0.39 declares Rust 1.91, but what the
+# crates use of it builds with 1.85, Debian 13's (make test-trixie proves it).
+messages=$(cargo build $flag --quiet --ignore-rust-version --message-format=json-render-diagnostics \
     --manifest-path "$here/Cargo.toml" -p dtrace_nif -p tracer_nif)
 out_dir=$(printf '%s\n' "$messages" | grep '"reason":"build-script-executed"' | grep 'dtrace_nif' |
     sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -1)

@@ -14,7 +14,8 @@
 %% concerns until `fix' is done.
 
 %% @doc The node's findings, in the order checked: the library (loaded,
-%% and the file the node mapped still the one on disk), the sinks (SDT
+%% and the file the node mapped still the one on disk; which precompiled
+%% archive it came from, when it did), the sinks (SDT
 %% notes, LTTng, DOF, each with why not), the OS pid (and its pid
 %% namespace), automatic mode and the probes a tracer listens to now.
 
@@ -31,7 +32,7 @@ run() ->
 
 -spec findings() -> [finding()].
 findings() ->
-    lists:append([library(), sinks(), os_pid(), vm(), listening()]).
+    lists:append([library(), origin(), sinks(), os_pid(), vm(), listening()]).
 
 %% @doc The findings as text, one line each (`ok', `info', `warn', `FAIL',
 %% the check, what was found), a failure's fix on the next line: the
@@ -53,6 +54,20 @@ f(Level, Check, Fmt, Args) ->
 
 f(Level, Check, Fmt, Args, Fix) ->
     (f(Level, Check, Fmt, Args))#{fix => iolist_to_binary(Fix)}.
+
+%% Where the library came from, when it is a precompiled one:
+%% priv/precompiled.txt, which native/precompiled.escript writes (one line
+%% per archive: its name, its SHA-256 and where it was fetched from).
+origin() ->
+    case file:read_file(filename:join(code:priv_dir(dtrace), "precompiled.txt")) of
+        {ok, Text} ->
+            [case string:lexemes(Line, " ") of
+                 [Archive, Sum | _] -> f(info, library, "precompiled: ~ts, ~ts", [Archive, Sum]);
+                 _ -> f(info, library, "precompiled: ~ts", [Line])
+             end || Line <- string:lexemes(Text, "\n"), binary:match(Line, <<"libdtrace_nif-">>) =:= {0, 14}];
+        {error, _} ->
+            []
+    end.
 
 %% The library: loaded, and mapped from the file on disk under its path.
 library() ->
