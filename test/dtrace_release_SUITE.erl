@@ -8,21 +8,64 @@
 %%% The releases fire dtrace:p/N (i1 = 1), DTrace.p/N (2), dyntrace:p/N (3,
 %%% through the compatibility layer) and DTrace.lazy/1 (4) in a loop; the
 %%% tracer must count events of each.
+%%%
+%%% Group `cargo`: the consumers build the NIF with cargo (this checkout).
+%%% Group `precompiled`: the same consumers, on a PATH with no cargo, build
+%%% from a copy of this checkout whose checksum-dtrace_nif.exs is that of
+%%% archives `make dist` (scripts/dist.sh) made for this machine's target,
+%%% served by an inets httpd on 127.0.0.1 (DTRACE_NIF_URL); their releases
+%%% must hold the precompiled objects (priv/precompiled.txt) and fire. Then
+%%% a tampered archive is refused, the archives are taken from a directory
+%%% with DTRACE_NIF_PRECOMPILED=1 although cargo is there, and
+%%% DTRACE_NIF_BUILD=1 without cargo fails saying so.
 -module(dtrace_release_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
+-include_lib("kernel/include/file.hrl").
 
--export([all/0, init_per_suite/1, end_per_suite/1]).
--export([rebar3_relx_release/1, mix_release_from_git/1, mix_path_dependency/1]).
+-export([all/0, groups/0, init_per_suite/1, end_per_suite/1, init_per_group/2, end_per_group/2]).
+-export([rebar3_relx_release/1, mix_release_from_git/1, mix_path_dependency/1,
+         tampered_archive_is_refused/1, precompiled_from_a_directory/1,
+         forced_build_needs_cargo/1]).
 
 all() ->
-    [mix_path_dependency, rebar3_relx_release, mix_release_from_git].
+    [{group, cargo}, {group, precompiled}].
+
+groups() ->
+    Consumers = [mix_path_dependency, rebar3_relx_release, mix_release_from_git],
+    [{cargo, [], Consumers},
+     {precompiled, [], Consumers ++ [tampered_archive_is_refused, precompiled_from_a_directory,
+                                     forced_build_needs_cargo]}].
 
 init_per_suite(Config) ->
     dtrace_test_tracer:with_tracer(bpftrace, Config).
 
 end_per_suite(_Config) ->
+    ok.
+
+init_per_group(cargo, Config) ->
+    [{dtrace_checkout, checkout()}, {build_env, []},
+     {work, filename:join(?config(priv_dir, Config), "cargo")} | Config];
+init_per_group(precompiled, Config) ->
+    Priv = filename:join(?config(priv_dir, Config), "precompiled"),
+    Dist = filename:join(Priv, "dist"),
+    Sums = filename:join(Dist, "checksum-dtrace_nif.exs"),
+    sh(checkout(), "sh scripts/dist.sh -o " ++ Dist ++ " -c " ++ Sums ++ " " ++ host_target(), []),
+    Copy = copy_checkout(filename:join(Priv, "dtrace"), Sums),
+    {ok, _} = application:ensure_all_started(inets),
+    {ok, Httpd} = inets:start(httpd, [{port, 0}, {bind_address, {127, 0, 0, 1}},
+                                      {server_name, "localhost"}, {server_root, Priv},
+                                      {document_root, Dist}]),
+    [{port, Port}] = httpd:info(Httpd, [port]),
+    Env = [{"PATH", no_cargo_path(Priv)},
+           {"XDG_CACHE_HOME", filename:join(Priv, "cache")},
+           {"DTRACE_NIF_URL", "http://127.0.0.1:" ++ integer_to_list(Port) ++ "/"}],
+    [{dtrace_checkout, Copy}, {build_env, Env}, {dist, Dist}, {httpd, Httpd}, {work, Priv} | Config].
+
+end_per_group(precompiled, Config) ->
+    inets:stop(httpd, ?config(httpd, Config));
+end_per_group(_, _Config) ->
     ok.
 
 checkout() ->
@@ -31,7 +74,7 @@ checkout() ->
 %%--------------------------------------------------------------------
 
 rebar3_relx_release(Config) ->
-    Dir = filename:join(?config(priv_dir, Config), "rebar_consumer"),
+    Dir = filename:join(?config(work, Config), "rebar_consumer"),
     write(Dir, "rebar.config", "
 {deps, [dtrace]}.
 {relx, [{release, {rebar_consumer, \"0.1.0\"}, [rebar_consumer, dtrace, runtime_tools]},
@@ -60,10 +103,10 @@ loop(N) ->
     loop(N + 1).
 "),
     ok = filelib:ensure_dir(filename:join([Dir, "_checkouts", "x"])),
-    ok = file:make_symlink(checkout(), filename:join([Dir, "_checkouts", "dtrace"])),
-    sh(Dir, "rebar3 release", []),
+    ok = file:make_symlink(?config(dtrace_checkout, Config), filename:join([Dir, "_checkouts", "dtrace"])),
+    sh(Dir, "rebar3 release", ?config(build_env, Config)),
     Rel = filename:join([Dir, "_build", "default", "rel", "rebar_consumer"]),
-    ?assert(filelib:is_file(filename:join([Rel, "lib", "dtrace-" ++ vsn(), "priv", "dtrace_nif.so"]))),
+    assert_built(Config, filename:join([Rel, "lib", "dtrace-" ++ vsn(), "priv"])),
     ?assertNotEqual([], filelib:wildcard(filename:join([Rel, "lib", "runtime_tools-*"]))),
     Counts = run_and_trace(filename:join([Rel, "bin", "rebar_consumer"]), ["foreground"], [], Dir, [1, 3]),
     ?assert(maps:get(1, Counts, 0) > 0),
@@ -71,15 +114,16 @@ loop(N) ->
     ct:log("events per source: ~p", [Counts]).
 
 mix_release_from_git(Config) ->
-    Dir = filename:join(?config(priv_dir, Config), "mix_consumer"),
-    Sha = string:trim(os:cmd("git -C " ++ checkout() ++ " rev-parse HEAD")),
+    Dir = filename:join(?config(work, Config), "mix_consumer"),
+    Checkout = ?config(dtrace_checkout, Config),
+    Sha = string:trim(os:cmd("git -C " ++ Checkout ++ " rev-parse HEAD")),
     write(Dir, "mix.exs", ["
 defmodule MixConsumer.MixProject do
   use Mix.Project
 
   def project do
     [app: :mix_consumer, version: \"0.1.0\", elixir: \"~> 1.14\",
-     deps: [{:dtrace, git: \"file://", checkout(), "\", ref: \"", Sha, "\"}],
+     deps: [{:dtrace, git: \"file://", Checkout, "\", ref: \"", Sha, "\"}],
      releases: [mix_consumer: [applications: [runtime_tools: :permanent]]]]
   end
 
@@ -111,6 +155,7 @@ end
     sh(Dir, "mix deps.get", Env),
     sh(Dir, "mix release --overwrite", [{"MIX_ENV", "prod"} | Env]),
     Rel = filename:join([Dir, "_build", "prod", "rel", "mix_consumer"]),
+    assert_built(Config, filename:join([Rel, "lib", "dtrace-" ++ vsn(), "priv"])),
     ?assertNotEqual([], filelib:wildcard(filename:join([Rel, "lib", "runtime_tools-*"]))),
     Counts = run_and_trace(filename:join([Rel, "bin", "mix_consumer"]), ["start"],
                            [{"RELEASE_DISTRIBUTION", "none"}], Dir, [1, 2, 3, 4]),
@@ -119,17 +164,68 @@ end
 
 %% A path dependency, compiled and run by mix (as `iex -S mix` would).
 mix_path_dependency(Config) ->
-    Dir = filename:join(?config(priv_dir, Config), "mix_path"),
+    Dir = filename:join(?config(work, Config), "mix_path"),
     write(Dir, "mix.exs", ["
 defmodule MixPath.MixProject do
   use Mix.Project
-  def project, do: [app: :mix_path, version: \"0.1.0\", deps: [{:dtrace, path: \"", checkout(), "\"}]]
+  def project, do: [app: :mix_path, version: \"0.1.0\", deps: [{:dtrace, path: \"", ?config(dtrace_checkout, Config), "\"}]]
   def application, do: [extra_applications: [:runtime_tools]]
 end
 "]),
+    %% The last element: whether dtrace:doctor/1 names the precompiled archive.
     Out = sh(Dir, "mix run -e 'IO.inspect({:probe, DTrace.available?(), DTrace.p(1), "
-                  ":dtrace_compat.installed(), :dyntrace.available()})'", no_rebar3_env(Config)),
-    ?assertNotEqual(nomatch, string:find(Out, "{:probe, true, false, true, true}")).
+                  ":dtrace_compat.installed(), :dyntrace.available(), "
+                  "Enum.any?(:dtrace.doctor(%{}), &(&1.text =~ \"precompiled: libdtrace_nif-\"))})'",
+             no_rebar3_env(Config)),
+    Precompiled = atom_to_list(?config(dist, Config) =/= undefined),
+    ?assertNotEqual(nomatch, string:find(Out, "{:probe, true, false, true, true, " ++ Precompiled ++ "}")),
+    assert_built(Config, filename:join(?config(dtrace_checkout, Config), "priv")).
+
+%% An archive whose bytes differ from the checksum file's sum is refused:
+%% the build fails naming the file and both sums, and installs nothing.
+tampered_archive_is_refused(Config) ->
+    Bad = filename:join(?config(priv_dir, Config), "tampered"),
+    ok = file:make_dir(Bad),
+    [Nif] = filelib:wildcard(filename:join(?config(dist, Config), "libdtrace_nif-*.so.tar.gz")),
+    {ok, Bin} = file:read_file(Nif),
+    <<Head:100/binary, Byte, Rest/binary>> = Bin,
+    ok = file:write_file(filename:join(Bad, filename:basename(Nif)), <<Head/binary, (Byte bxor 1), Rest/binary>>),
+    [{ok, _} = file:copy(F, filename:join(Bad, filename:basename(F)))
+     || F <- filelib:wildcard(filename:join(?config(dist, Config), "*.tar.gz")), F =/= Nif],
+    Copy = ?config(dtrace_checkout, Config),
+    Installed = filename:join([Copy, "priv", "dtrace_nif.so"]),
+    Before = file:read_file(Installed),
+    Env = [{"DTRACE_NIF_URL", Bad}, {"XDG_CACHE_HOME", filename:join(?config(priv_dir, Config), "cache2")},
+           {"PATH", proplists:get_value("PATH", ?config(build_env, Config))}],
+    {Status, Out} = sh_status(Copy, "sh native/build-nif.sh", Env),
+    ?assertEqual(1, Status),
+    Want = sha256_of(Nif),
+    Have = sha256_of(filename:join(Bad, filename:basename(Nif))),
+    [?assertNotEqual(nomatch, string:find(Out, Part), Part)
+     || Part <- [filename:basename(Nif), "sha256:" ++ Want, "sha256:" ++ Have, "refusing it"]],
+    ?assertEqual(Before, file:read_file(Installed)).
+
+%% DTRACE_NIF_PRECOMPILED=1 takes the archives although cargo is on the
+%% PATH; DTRACE_NIF_URL may name a directory.
+precompiled_from_a_directory(Config) ->
+    Copy = ?config(dtrace_checkout, Config),
+    Dist = ?config(dist, Config),
+    ?assertNotEqual(false, os:find_executable("cargo")),
+    {0, Out} = sh_status(Copy, "sh native/build-nif.sh",
+                         [{"DTRACE_NIF_PRECOMPILED", "1"}, {"DTRACE_NIF_URL", Dist},
+                          {"XDG_CACHE_HOME", filename:join(?config(priv_dir, Config), "cache3")}]),
+    ct:log("~ts", [Out]),
+    {ok, Txt} = file:read_file(filename:join([Copy, "priv", "precompiled.txt"])),
+    ?assertMatch({match, _}, re:run(Txt, "^libdtrace_nif-v.* sha256:[0-9a-f]{64} " ++ Dist ++ "/", [multiline])),
+    ?assertEqual(sha256_of(filename:join([Copy, "priv", "dtrace_nif.so"])),
+                 sha256_of(member_of(Dist, "libdtrace_nif-", ".so"))).
+
+%% DTRACE_NIF_BUILD=1 builds with cargo or fails saying it is missing.
+forced_build_needs_cargo(Config) ->
+    {Status, Out} = sh_status(?config(dtrace_checkout, Config), "sh native/build-nif.sh",
+                              [{"DTRACE_NIF_BUILD", "1"} | ?config(build_env, Config)]),
+    ?assertEqual(1, Status),
+    ?assertNotEqual(nomatch, string:find(Out, "cargo is not on the PATH")).
 
 %%--------------------------------------------------------------------
 
@@ -138,12 +234,16 @@ vsn() ->
         file:consult(filename:join([checkout(), "src", "dtrace.app.src"])),
     proplists:get_value(vsn, Props).
 
-%% A PATH whose first entry has a rebar3 that fails: mix must not need it.
+%% A PATH whose first entry has a rebar3 that fails: mix must not need it;
+%% the group's build environment (its PATH too) otherwise.
 no_rebar3_env(Config) ->
     Bin = filename:join(?config(priv_dir, Config), "no_rebar3"),
     write(Bin, "rebar3", "#!/bin/sh\necho 'rebar3 must not be called' >&2\nexit 1\n"),
     ok = file:change_mode(filename:join(Bin, "rebar3"), 8#755),
-    [{"PATH", Bin ++ ":" ++ os:getenv("PATH")}, {"MIX_REBAR3", filename:join(Bin, "rebar3")}].
+    Env = ?config(build_env, Config),
+    Path = proplists:get_value("PATH", Env, os:getenv("PATH")),
+    [{"PATH", Bin ++ ":" ++ Path}, {"MIX_REBAR3", filename:join(Bin, "rebar3")}
+     | proplists:delete("PATH", Env)].
 
 write(Dir, Name, Text) ->
     Path = filename:join(Dir, Name),
@@ -157,13 +257,84 @@ own_build_env() ->
 
 %% Runs a shell command in Dir; fails the test on a non-zero exit.
 sh(Dir, Cmd, Env) ->
+    {Status, Out} = sh_status(Dir, Cmd, Env),
+    Status =:= 0 orelse ct:fail("~s failed (~p): ~ts", [Cmd, Status, Out]),
+    Out.
+
+%% {ExitStatus, Output} of a shell command in Dir.
+sh_status(Dir, Cmd, Env) ->
     Port = open_port({spawn_executable, "/bin/sh"},
                      [{args, ["-c", Cmd ++ " 2>&1"]}, {cd, Dir}, {env, own_build_env() ++ Env},
                       exit_status, binary, stream]),
     {Status, Out} = collect(Port, []),
     ct:log("$ ~s~n~ts", [Cmd, Out]),
-    Status =:= 0 orelse ct:fail("~s failed (~p): ~ts", [Cmd, Status, Out]),
-    unicode:characters_to_list(Out).
+    {Status, unicode:characters_to_list(Out)}.
+
+%% The built priv/ holds every object the library loads, precompiled (and
+%% saying so in precompiled.txt) in the precompiled group, from cargo in
+%% the other.
+assert_built(Config, Priv) ->
+    [?assert(filelib:is_file(filename:join(Priv, F)), F)
+     || F <- ["dtrace_nif.so", "tracer/dtrace.so", "compat/dyntrace.so", "libdtrace_lttng_tp.so",
+              "dtrace_probes.eterm"]],
+    Precompiled = filelib:is_file(filename:join(Priv, "precompiled.txt")),
+    ?assertEqual(?config(dist, Config) =/= undefined, Precompiled).
+
+%% The Rust target of this machine, as native/precompiled.escript derives it.
+host_target() ->
+    [Cpu | _] = string:split(erlang:system_info(system_architecture), "-"),
+    Cpu ++ "-unknown-linux-gnu".
+
+%% A copy of this checkout's files (tracked and new, as in the work tree,
+%% without build products) with Sums as its checksum file, committed in a
+%% git repository of its own (mix's git dependency needs one).
+copy_checkout(Copy, Sums) ->
+    ok = filelib:ensure_dir(filename:join(Copy, "x")),
+    Files = os:cmd("git -C " ++ checkout() ++ " ls-files --cached --others --exclude-standard"),
+    [begin
+         To = filename:join(Copy, F),
+         ok = filelib:ensure_dir(To),
+         {ok, _} = file:copy(filename:join(checkout(), F), To),
+         {ok, #file_info{mode = Mode}} = file:read_file_info(filename:join(checkout(), F)),
+         ok = file:change_mode(To, Mode)
+     end || F <- string:lexemes(Files, "\n"), filelib:is_regular(filename:join(checkout(), F))],
+    {ok, _} = file:copy(Sums, filename:join(Copy, "checksum-dtrace_nif.exs")),
+    sh(Copy, "git init -q && git add -A && git -c user.name=test -c user.email=test@localhost "
+             "commit -q -m copy", []),
+    Copy.
+
+%% The PATH with each directory that holds cargo replaced by one (under
+%% Priv) of links to everything else in it: no cargo, rustc or rustup, and
+%% the rest as before (a cargo in /usr/bin leaves erl and mix there).
+no_cargo_path(Priv) ->
+    Rust = ["cargo", "rustc", "rustup"],
+    Dirs = [case filelib:is_regular(filename:join(D, "cargo")) of
+                false -> D;
+                true -> shadow(D, filename:join([Priv, "no_cargo", integer_to_list(N)]), Rust)
+            end || {N, D} <- lists:enumerate(string:split(os:getenv("PATH"), ":", all))],
+    Path = lists:flatten(lists:join(":", Dirs)),
+    [?assertEqual(false, os:find_executable(T, Path), T) || T <- Rust],
+    Path.
+
+shadow(Dir, Shadow, Left) ->
+    ok = filelib:ensure_dir(filename:join(Shadow, "x")),
+    {ok, Names} = file:list_dir(Dir),
+    [ok = file:make_symlink(filename:join(Dir, N), filename:join(Shadow, N))
+     || N <- Names, not lists:member(N, Left), not lists:prefix("cargo-", N)],
+    Shadow.
+
+sha256_of(File) ->
+    {ok, Bin} = file:read_file(File),
+    string:lowercase(binary_to_list(binary:encode_hex(crypto:hash(sha256, Bin)))).
+
+%% The member of Dir's archive named Prefix...Suffix, unpacked to a file.
+member_of(Dir, Prefix, Suffix) ->
+    [Archive] = filelib:wildcard(filename:join(Dir, Prefix ++ "*.tar.gz")),
+    {ok, Members} = erl_tar:extract(Archive, [compressed, memory]),
+    [Data] = [D || {N, D} <- Members, lists:prefix(Prefix, N), lists:suffix(Suffix, N)],
+    Out = filename:join(filename:dirname(Dir), "member" ++ Suffix),
+    ok = file:write_file(Out, Data),
+    Out.
 
 collect(Port, Acc) ->
     receive

@@ -62,7 +62,8 @@ span_probes_on() ->
         andalso dtrace_nif:span_enabled() =:= true andalso dtrace_nif:efile_enabled().
 
 %% Each planted slow request has its block, with the planted cause, its
-%% time within 10% of the delay the service measured (or any time, with
+%% time within 10% of the delay the service measured (a file request's up
+%% to 20% below it; or any time, with
 %% `tolerance => infinity' in Service: under an emulated CPU).
 check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
     Tolerance = maps:get(tolerance, Service, 0.1),
@@ -81,7 +82,13 @@ check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
                                                andalso has(Text, iolist_to_binary(["waiting on ", Extra]));
                                    file -> prefix(<<"file I/O">>, Text)
                                end,
-                     TimeOk = Tolerance =:= infinity orelse abs(Ms - PlantedMs) =< Tolerance * PlantedMs,
+                     %% A file request's planted time also holds the
+                     %% Erlang work between its four operations, which is
+                     %% not file I/O: its cause may fall short by twice the
+                     %% tolerance (seen: 17.3 ms of I/O in 19.3 planted).
+                     TimeOk = Tolerance =:= infinity orelse
+                         (Ms =< PlantedMs * (1 + Tolerance) andalso
+                          Ms >= PlantedMs * (1 - case Cause of file -> 2 * Tolerance; _ -> Tolerance end)),
                      %% The sleeping request raises after its sleep (the
                      %% service's): only its breakdown says FAILED.
                      FailedOk = (Cause =:= sleep) =:= has(Block, <<"FAILED: throw">>),
