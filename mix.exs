@@ -1,11 +1,14 @@
-# A thin shim so that mix projects can depend on dtrace (`path:` or `git:`)
-# without hex or rebar3. Erlang is canonical: the version, description and
+# A thin shim so that mix projects can depend on dtrace (`path:`, `git:`,
+# or Hex once it is published) without rebar3. Erlang is canonical: the version, description and
 # application settings come from src/dtrace.app.src, and the NIF is built by
 # native/build-nif.sh, the script rebar3's pre_hooks run.
 
 defmodule Mix.Tasks.Compile.DtraceNif do
-  @moduledoc "Builds dtrace's NIF with cargo into `priv/dtrace_nif.so`."
-  @shortdoc "Builds dtrace's NIF (cargo) into priv/"
+  @moduledoc """
+  Builds dtrace's NIF with cargo into `priv/dtrace_nif.so`, or installs the
+  precompiled one (no cargo, or `DTRACE_NIF_PRECOMPILED=1`): native/build-nif.sh.
+  """
+  @shortdoc "Builds dtrace's NIF (cargo, or precompiled) into priv/"
   use Mix.Task.Compiler
 
   @impl Mix.Task.Compiler
@@ -43,8 +46,23 @@ defmodule DTrace.MixProject do
       elixirc_paths: ["lib"],
       test_paths: ["test/elixir"],
       deps: [],
-      package: [licenses: @app[:licenses], files: ~w(compat lib native priv/*.bt priv/*.gdb priv/*.d priv/*.stp priv/*.py priv/dtrace-*
-                src Cargo.toml Cargo.lock mix.exs rebar.config README.md CHANGELOG.md)]
+      package: package()
+    ]
+  end
+
+  # The Hex package (CONTRIBUTING.md, "Publishing"; test/elixir/package_test.exs
+  # lists what it holds): the sources of every part, so that `mix` and rebar3
+  # build it, cargo's configuration, and the checksum file of the precompiled
+  # objects (native/precompiled.escript), without which a build with no Rust
+  # refuses every archive. Licenses and links are src/dtrace.app.src's.
+  defp package do
+    [
+      licenses: @app[:licenses],
+      links: Map.new(@app[:links], fn {name, url} -> {to_string(name), to_string(url)} end),
+      build_tools: ["rebar3", "mix"],
+      files: ~w(checksum-dtrace_nif.exs compat lib native src .cargo Cargo.toml Cargo.lock
+                priv/*.bt priv/*.gdb priv/*.d priv/*.stp priv/*.py priv/dtrace-* docs
+                mix.exs rebar.config README.md CHANGELOG.md LICENSE)
     ]
   end
 
