@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif test test-repeat test-kernels demo demo-recorder bench bench-messages bench-always-on figures soak clean generated check-aarch64 check-platforms
+.PHONY: all deps build nif dist test test-repeat test-kernels test-trixie demo demo-recorder bench bench-messages bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -67,6 +67,15 @@ test-repeat: deps
 test-kernels: deps
 	$(REBAR3) compile
 	DTRACE_TEST_KERNELS=1 REBAR3=$(REBAR3) sh scripts/ct.sh --suite dtrace_kernels_SUITE
+
+# The library built and tested with Debian 13's own packages (OTP 27,
+# Elixir 1.18, cargo/rustc 1.85, bpftrace 0.23) in a chroot on this kernel:
+# cargo build and test, mix test, the user-probe, VM-probe and provider
+# suites (scripts/trixie.sh; the root is cached in /var/cache/dtrace-guests).
+# Needs root.
+test-trixie: deps
+	@scripts/tracefs.sh
+	sh scripts/trixie.sh
 
 demo: deps
 	@scripts/tracefs.sh
@@ -113,10 +122,23 @@ soak: deps
 generated:
 	$(CARGO) run --quiet --release -p dtrace_catalogue -- generate .
 
+# The precompiled objects for builds without Rust (README, "Install"):
+# dist/lib*-vVSN-nif-NIF-TARGET.so.tar.gz for x86_64 and aarch64 Linux, and
+# checksum-dtrace_nif.exs rewritten (commit it). scripts/dist.sh -o DIR
+# -c FILE TARGET... for other places or one target.
+dist:
+	sh scripts/dist.sh
+
 # Builds the NIF for aarch64 Linux and checks its notes (needs the rustup
 # target aarch64-unknown-linux-gnu and Debian's gcc-aarch64-linux-gnu).
 check-aarch64:
 	sh scripts/check-aarch64.sh
+
+# The aarch64 archives of make dist installed by native/precompiled.escript
+# and loaded by Debian 13 arm64's OTP, under qemu-user-static
+# (scripts/aarch64-run.sh; root; about 2 minutes with its root cached).
+check-aarch64-run:
+	sh scripts/aarch64-run.sh
 
 # cargo check and clippy for illumos, FreeBSD and macOS (rustup targets,
 # installed when missing); part of make test.

@@ -49,8 +49,8 @@ for pair in $need_files; do
 done
 
 if ! command -v cargo >/dev/null 2>&1; then
-    echo "dtrace: cargo is missing. Install Rust >= 1.91 with rustup (https://rustup.rs);" >&2
-    echo "        distribution packages of Rust are too old for rustler 0.39." >&2
+    echo "dtrace: cargo is missing. Install Rust >= 1.85: Debian 13's cargo package, or rustup" >&2
+    echo "        (https://rustup.rs) where the distribution's is older (Debian 12: 1.63)." >&2
     exit 1
 fi
 
