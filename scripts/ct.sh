@@ -6,7 +6,8 @@ set -u
 # The test artefacts the suites use, built here rather than inside a case.
 "$(dirname "$0")/test-hooks-build.sh" || exit 1
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.start"' EXIT
+touch "$log.start"
 { ${REBAR3:-rebar3} ct "$@"; echo $? > "$log.status"; } 2>&1 | tee "$log"
 status=$(cat "$log.status"); rm -f "$log.status"
 # CT prints e.g. "All 15 tests passed." or
@@ -15,5 +16,15 @@ line=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^(All [0-9]+ tests passed|Fai
 num() { printf '%s\n' "$line" | sed -n "s/.*$1 \([0-9][0-9]*\).*/\1/p" | head -1; }
 passed=$(num Passed); failed=$(num Failed); skipped=$(num Skipped)
 case "$line" in "All "*) passed=$(printf '%s\n' "$line" | sed 's/All \([0-9]*\).*/\1/') ;; esac
+# Each failed case and the start of its reason, from this run's suite.log
+# files, so that a log's tail (CI keeps only that) names what failed.
+if [ "${failed:-0}" != 0 ]; then
+    find "${REBAR_BASE_DIR:-_build}/test/logs" -name suite.log -newer "$log.start" 2>/dev/null |
+        xargs -r awk '/^=case/ { c = $2 }
+                      /^=result/ { f = ($2 ~ /^failed/); n = 0 }
+                      /^=result/ && f { print "FAILED " c ": " substr($0, 16, 600) }
+                      !/^=/ && f && n++ < 12 { print "    " substr($0, 1, 300) }
+                      /^=/ && !/^=result/ { f = 0 }'
+fi
 echo "ct: ${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
 exit "$status"
