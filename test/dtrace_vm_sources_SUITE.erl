@@ -76,7 +76,8 @@ port_requests_fire_otps_port_probes(Config) ->
         usdt:$SO:erlang:port__control { printf(\"EV %lu control %s %s %s %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3); }
         usdt:$SO:erlang:driver__control { printf(\"EV %lu dcontrol %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }
         usdt:$SO:erlang:driver__timeout { printf(\"EV %lu timeout %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2)); }
-        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3)); }
+        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3));
+                                        printf(\"EV %lu connectname %lu\\n\", nsecs, arg2); }
         usdt:$SO:erlang:driver__call { printf(\"EV %lu call %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }",
     %% A driver with a call callback (none of OTP's has one).
     Drivers = call_driver(Config),
@@ -153,6 +154,12 @@ port_requests_fire_otps_port_probes(Config) ->
                                 binary_to_integer(B) >= 5]),
     ?assert(lists:member([<<"timeout">>, M, S, <<"tcp_inet">>], Mine)),
     ?assert(lists:member([<<"connect">>, M, C, <<"cat">>, O], Mine)),
+    %% The ready loop's port was opened before anything traced ports: its
+    %% connects carry an empty name, never NULL (OTP always passes one,
+    %% and DTrace's port1.d copyinstr()s it).
+    NamePointers = [N || [<<"connectname">>, N] <- events(Lines)],
+    ?assertNotEqual([], NamePointers),
+    ?assertEqual([], [N || N <- NamePointers, N =:= <<"0">>]),
     %% port_call/3's data is {hello, 42} in the external term format.
     ?assert(lists:member([<<"call">>, M, Dr, <<"dtrace_call_drv">>, <<"7">>,
                           integer_to_binary(byte_size(term_to_binary({hello, 42})))], Mine)),

@@ -213,13 +213,15 @@ pub(crate) fn port_receive(e: &Event<'_>, _tag: TraceTag) {
         Asked::Connect { caller, new } => {
             // The owner before the connect: kept from the open event and
             // earlier connects, else the caller (for Port ! {Owner,
-            // {connect, New}} they are the same).
+            // {connect, New}} they are the same). The name is the one kept,
+            // or empty: never NULL, as OTP always passes its driver's name
+            // (and port1.d copyinstr()s it).
             let mut owner = TextBuf::new();
             let mut kept = false;
             port_names::with(port.text(), false, |known| {
+                let _ = name.bytes(known.as_ref().map_or(&[][..], |k| k.name));
                 if let Some(k) = known.filter(|k| !k.owner.is_empty()) {
                     let _ = owner.bytes(k.owner);
-                    let _ = name.bytes(k.name);
                     kept = true;
                 }
             });
