@@ -11,13 +11,13 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
--export([port_requests_fire_otps_port_probes/1, heap_grows_and_shrinks/1,
+-export([port_requests_fire_otps_port_probes/1, connect_of_ports_of_unknown_name/1, heap_grows_and_shrinks/1,
          nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
          operators_system_monitor_untouched/1, large_messages_name_their_code/1, user_probe_stack/1,
          nif_calls/1, exit_signals/1, ustack_names_erlang_code/1]).
 
 all() ->
-    [port_requests_fire_otps_port_probes, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
+    [port_requests_fire_otps_port_probes, connect_of_ports_of_unknown_name, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
      busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched,
      large_messages_name_their_code, user_probe_stack, nif_calls, exit_signals, ustack_names_erlang_code].
 
@@ -76,8 +76,7 @@ port_requests_fire_otps_port_probes(Config) ->
         usdt:$SO:erlang:port__control { printf(\"EV %lu control %s %s %s %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3); }
         usdt:$SO:erlang:driver__control { printf(\"EV %lu dcontrol %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }
         usdt:$SO:erlang:driver__timeout { printf(\"EV %lu timeout %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2)); }
-        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3));
-                                        printf(\"EV %lu connectname %lu\\n\", nsecs, arg2); }
+        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2), str(arg3)); }
         usdt:$SO:erlang:driver__call { printf(\"EV %lu call %s %s %s %ld %ld\\n\", nsecs, str(arg0), str(arg1), str(arg2), arg3, arg4); }",
     %% A driver with a call callback (none of OTP's has one).
     Drivers = call_driver(Config),
@@ -154,12 +153,6 @@ port_requests_fire_otps_port_probes(Config) ->
                                 binary_to_integer(B) >= 5]),
     ?assert(lists:member([<<"timeout">>, M, S, <<"tcp_inet">>], Mine)),
     ?assert(lists:member([<<"connect">>, M, C, <<"cat">>, O], Mine)),
-    %% The ready loop's port was opened before anything traced ports: its
-    %% connects carry an empty name, never NULL (OTP always passes one,
-    %% and DTrace's port1.d copyinstr()s it).
-    NamePointers = [N || [<<"connectname">>, N] <- events(Lines)],
-    ?assertNotEqual([], NamePointers),
-    ?assertEqual([], [N || N <- NamePointers, N =:= <<"0">>]),
     %% port_call/3's data is {hello, 42} in the external term format.
     ?assert(lists:member([<<"call">>, M, Dr, <<"dtrace_call_drv">>, <<"7">>,
                           integer_to_binary(byte_size(term_to_binary({hello, 42})))], Mine)),
@@ -171,6 +164,51 @@ port_requests_fire_otps_port_probes(Config) ->
     ?assertEqual(Controls, DControls),
     ?assert(is_integer(PortNo)).
 
+
+%% Ports whose names the library does not know: opened before anything
+%% traced ports, beyond what it keeps of the ports already open then (its
+%% table holds 1024, dtrace_vm's ?PORT_NAMES). port__connect gives them
+%% an empty name, as port__exit and the driver probes do: never NULL,
+%% which OTP never passes and OTP's port1.d copyinstr()s.
+connect_of_ports_of_unknown_name(Config) ->
+    Drivers = call_driver(Config),
+    N = 1100,
+    ok = in_peer(Config, fun() ->
+                                 Self = self(),
+                                 H = spawn(fun() ->
+                                                   ok = erl_ddll:load_driver(Drivers, "dtrace_call_drv"),
+                                                   Ps = [open_port({spawn_driver, "dtrace_call_drv"}, [])
+                                                         || _ <- lists:seq(1, N)],
+                                                   persistent_term:put(unknown_ports, Ps),
+                                                   Self ! ready,
+                                                   receive stop -> ok end
+                                           end),
+                                 register(unknown_ports_holder, H),
+                                 receive ready -> ok end
+                         end),
+    %% The name's pointer, and the name with a "." after it (an empty name
+    %% is ".").
+    Program = "
+        usdt:$SO:erlang:port__connect { printf(\"EV %lu connect %s %lu %s.\\n\", nsecs, str(arg1), arg2, str(arg2)); }",
+    ConnectAll = fun() ->
+                         H = whereis(unknown_ports_holder),
+                         [begin true = erlang:port_connect(P, H), erlang:port_to_list(P) end
+                          || P <- persistent_term:get(unknown_ports)]
+                 end,
+    {Ports, Lines} =
+        dtrace_test_tracer:bpftrace_marked(?config(peer, Config), Program,
+                                           fun() -> [P | _] = persistent_term:get(unknown_ports),
+                                                    erlang:port_connect(P, whereis(unknown_ports_holder))
+                                           end,
+                                           [{contains, <<" connect ">>}], ConnectAll),
+    Mine = [E || [<<"connect">>, Port, _, _] = E <- events(Lines), lists:member(binary_to_list(Port), Ports)],
+    Unknown = [E || [_, _, _, <<".">>] = E <- Mine],
+    ct:log("~b connects seen of ~b, ~b of ports of unknown name; NULL names: ~p",
+           [length(Mine), N, length(Unknown), [E || [_, _, <<"0">>, _] = E <- Mine]]),
+    ?assertNotEqual([], Unknown),
+    ?assertNotEqual([], [E || [_, _, _, <<"dtrace_call_drv.">>] = E <- Mine]),
+    ?assertEqual([], [E || [_, _, <<"0">>, _] = E <- Mine]),
+    ok = in_peer(Config, fun() -> unknown_ports_holder ! stop, ok end).
 
 %% Builds test/drivers/dtrace_call_drv.c with the VM's erl_driver.h into
 %% the case's priv_dir; the directory, for erl_ddll:load_driver/2.
