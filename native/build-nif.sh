@@ -27,13 +27,14 @@ if [ "${DTRACE_NIF_BUILD:-}" = 1 ] && [ "${DTRACE_NIF_PRECOMPILED:-}" = 1 ]; the
     echo "dtrace: DTRACE_NIF_BUILD=1 and DTRACE_NIF_PRECOMPILED=1 contradict each other; set one" >&2
     exit 1
 fi
+# The dyntrace module, whichever way the objects come.
+mkdir -p "$here/priv/compat"
+rm -f "$here/priv/compat/dyntrace_nif.so"
+erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
 if [ "${DTRACE_NIF_BUILD:-}" != 1 ] &&
     { [ "${DTRACE_NIF_PRECOMPILED:-}" = 1 ] || ! command -v cargo >/dev/null 2>&1; }; then
     # rebar3's hooks name the OTP it runs on; mix's has it on the PATH.
     escript=${ERLANG_ROOT_DIR:+$ERLANG_ROOT_DIR/bin/}escript
-    mkdir -p "$here/priv/compat"
-    rm -f "$here/priv/compat/dyntrace_nif.so"
-    erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
     exec "$escript" "$here/native/precompiled.escript" install
 fi
 command -v cargo >/dev/null 2>&1 || {
@@ -52,9 +53,7 @@ out_dir=$(printf '%s\n' "$messages" | grep '"reason":"build-script-executed"' | 
     sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -1)
 target=${CARGO_TARGET_DIR:-$here/target}
 case "$target" in /*) ;; *) target=$here/$target ;; esac
-mkdir -p "$here/priv/compat" "$here/priv/tracer"
-rm -f "$here/priv/compat/dyntrace_nif.so"
-erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
+mkdir -p "$here/priv/tracer"
 if [ -z "$out_dir" ] || [ ! -f "$out_dir/dtrace_probes.json" ]; then
     echo "dtrace: cargo reported no catalogue (dtrace_probes.json) for dtrace_nif" >&2
     exit 1

@@ -216,7 +216,7 @@ sha256(Bin) ->
 %% The archive's members, in memory; the library must be there under its
 %% versioned name.
 unpack(Name, Bin, Vsn, Nif, Target) ->
-    Lib = "lib" ++ Name ++ "-v" ++ Vsn ++ "-nif-" ++ Nif ++ "-" ++ Target ++ ".so",
+    Lib = filename:basename(archive(Name, Vsn, Nif, Target), ".tar.gz"),
     case erl_tar:extract({binary, Bin}, [compressed, memory]) of
         {ok, Members} ->
             case lists:keymember(Lib, 1, Members) of
