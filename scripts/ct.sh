@@ -3,8 +3,11 @@
 # one plain summary line, "ct: N passed, N failed, N skipped", from CT's own
 # closing line. Exits with rebar3's status.
 set -u
-# The test artefacts the suites use, built here rather than inside a case.
+# The test artefacts the suites use, built here rather than inside a case:
+# the test-hooks library, then what is cached (guest roots, sid's DTrace,
+# OTP's source), so that no case's deadline includes a build.
 "$(dirname "$0")/test-hooks-build.sh" || exit 1
+"$(dirname "$0")/test-caches.sh" "$@"
 log=$(mktemp)
 trap 'rm -f "$log" "$log.start"' EXIT
 touch "$log.start"

@@ -142,7 +142,7 @@ build_root() {
     for other in $(printf '%s\n' $pkgs | sed -n 's|^[^/]*/||p' | sort -u); do
         [ "$other" = "$suite" ] || set -- "$@" "deb [check-valid-until=no] $archive $other main"
     done
-    log "building root $name ($suite: $pkgs) in $cache/$name, about a minute"
+    log "building root $name ($suite: $pkgs) in $cache/$name (1-4 minutes)"
     rm -f "$cache/$name/complete"
     rm -rf "$rootdir" "$rootdir.new"
     start=$(date +%s)

@@ -53,6 +53,9 @@
 -define(PROBES, [{all, [int, string, int, string, int, string, string, int]}]).
 -define(ARGS(First), [First, "s1", 1 bsl 40, "s3", 4, "s5", "s6", 7]).
 -define(ARGS_TEXT, "-1 s1 1099511627776 s3 4 s5 s6 7").
+%% A wait's ceiling (ms, or s), sized on a quiet host: longer in the guest
+%% and on a slow host (dtrace_test_tracer:ceiling/1).
+-define(C(Ms), dtrace_test_tracer:ceiling(Ms)).
 
 suite() ->
     [{timetrap, {minutes, 10}}].
@@ -113,8 +116,13 @@ debian13(Config) ->
 %% the guest group there; the guest's Common Test logs land in this case's
 %% log directory, and its versions line in this case's comment.
 guest(Config, Root, Kernel) ->
-    %% Root built (about 75 s the first time), modules compiled (about 15 s
-    %% each), the guest's cases (minutes: its CPU is emulated).
+    %% First the root (scripts/ct.sh built it before Common Test started,
+    %% unless this suite runs alone; 1-4 minutes the first time), under a
+    %% timetrap of its own; then the case's clock starts.
+    ct:timetrap({minutes, 30}),
+    {0, _} = dtrace_test_tracer:build("sh", [guest_sh(), "root", Root]),
+    %% The modules compiled (about 15 s each), the guest's cases (minutes:
+    %% its CPU is emulated).
     ct:timetrap({minutes, 40}),
     Priv = ?config(priv_dir, Config),
     %% Shared with the guest at its own path, which has no `@' (a log
@@ -140,6 +148,7 @@ guest(Config, Root, Kernel) ->
                      [{args, [guest_sh(), "run", Root, "-s", Priv, "-s", Shared, "-t", "2280", "--",
                               "env", "DTRACE_TEST_STAP=" ++ Stap, "DTRACE_TEST_KERNEL=" ++ Kernel,
                               "DTRACE_TEST_TMP=" ++ filename:join(Shared, "tmp"),
+                              "DTRACE_TEST_SLOWDOWN=" ++ host_slowdown(),
                               "DTRACE_TEST_VERSIONS=" ++ filename:join(Logs, "versions.txt"),
                               "sh", filename:join([root(), "test", "guest", "ct.sh"]),
                               LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
@@ -156,6 +165,13 @@ guest(Config, Root, Kernel) ->
 
 guest_sh() ->
     filename:join([root(), "scripts", "guest.sh"]).
+
+%% The host's DTRACE_TEST_SLOWDOWN, for the guest (dtrace_test_tracer:slowdown/0).
+host_slowdown() ->
+    case os:getenv("DTRACE_TEST_SLOWDOWN") of
+        V when is_list(V), V =/= "" -> V;
+        _ -> "1"
+    end.
 
 %% The guest's output until it exits; meanwhile, each module the guest asks
 %% for (stap/requests/NAME.stp, its arguments in NAME.args, one a line) is
@@ -199,10 +215,9 @@ stap_module(Dir, Name, Script, Args) ->
 %% Debian's kernels are in stap-build.sh: 4.8 on 6.1.0-50's
 %% task_work_cancel_func, 5.1 on 6.12's uprobe API); ok, or {error, Status}.
 stap_build(Root, Shared, Dir, Modules) ->
-    {Status, Out} = dtrace_test_tracer:run("sh", [guest_sh(), "chroot", Root, "-s", Shared, "--",
+    {Status, _Out} = dtrace_test_tracer:build("sh", [guest_sh(), "chroot", Root, "-s", Shared, "--",
                                                   "sh", filename:join([root(), "test", "guest", "stap-build.sh"]),
                                                   Dir | Modules]),
-    ct:log("stap-build (~p):~n~ts", [Status, lists:join("\n", Out)]),
     case Status of
         0 -> ok;
         _ -> {error, Status}
@@ -380,8 +395,9 @@ perf_user_vm_provider(Config) ->
                               "--control", "fifo:" ++ Ctl ++ "," ++ Ack | lists:append([["-e", E] || E <- Es])]
                        ++ ["-p", ?config(os_pid, Config)]},
                       {line, 4096}, stderr_to_stdout, exit_status, binary]),
-    {0, [<<"ack">>]} = dtrace_test_tracer:run("sh", ["-c", "echo enable > \"$0\" && timeout 120 head -n 1 \"$1\"",
-                                                    Ctl, Ack]),
+    Ceiling = integer_to_list(?C(120)),
+    {0, [<<"ack">>]} = dtrace_test_tracer:run("sh", ["-c", "echo enable > \"$0\" && timeout " ++ Ceiling
+                                                     ++ " head -n 1 \"$1\"", Ctl, Ack]),
     {Pid, Spawned} =
         peer:call(Peer, erlang, apply,
                   [fun() ->
@@ -389,12 +405,12 @@ perf_user_vm_provider(Config) ->
                            1 = dtrace_test_workload:fire_until_true(fun() -> fire_provider(0) end),
                            %% dtrace_vm sets the spawn flags once it saw
                            %% the semaphore.
-                           ok = dtrace_test_workload:wait_until(fun spawn_listened/0, 60000),
+                           ok = dtrace_test_workload:wait_until(fun spawn_listened/0, ?C(60000)),
                            work()
-                   end, []], 300000),
+                   end, []], ?C(300000)),
     {os_pid, PerfPid} = erlang:port_info(Port, os_pid),
     _ = os:cmd("kill -INT " ++ integer_to_list(PerfPid)),
-    {exit, _, PerfOut} = collect_exit(Port, [], erlang:monotonic_time(millisecond) + 120000),
+    {exit, _, PerfOut} = collect_exit(Port, [], erlang:monotonic_time(millisecond) + ?C(120000)),
     ct:log("perf record: ~p", [PerfOut]),
     {0, Script} = Perf(["script", "-i", Data]),
     ct:log("perf script: ~p", [Script]),
@@ -425,7 +441,7 @@ gdb_user_vm_provider(Config) ->
     _ = define_provider(Peer),
     {{Pid, Spawned}, Events} =
         dtrace_test_tracer:gdb_events(Peer, "kernels.gdb",
-                                      fun() -> ok = dtrace_test_workload:wait_until(fun spawn_listened/0, 60000),
+                                      fun() -> ok = dtrace_test_workload:wait_until(fun spawn_listened/0, ?C(60000)),
                                                work()
                                       end),
     ct:log("gdb: ~p", [Events]),
@@ -471,7 +487,7 @@ stap_slow_spans(Config) ->
     Ko = filename:join(os:getenv("DTRACE_TEST_STAP"), "slow_spans.ko"),
     Service = #{requests => 12, every => 3, causes => [sleep, gc, call, file], tolerance => infinity},
     {Planted, Lines} = dtrace_why_lib:slow_spans(?config(peer, Config), ?config(priv_dir, Config),
-                                                 ["--stap-module", Ko], [], Service, 300000),
+                                                 ["--stap-module", Ko], [], Service, ?C(300000)),
     dtrace_why_lib:check(Planted, dtrace_why_lib:blocks(Lines), Service).
 
 %% priv/*.stp as shipped (plus the window's clauses), each printing its
@@ -538,10 +554,10 @@ shipped_bpftrace_script(Config) ->
     Peer = ?config(peer, Config),
     Pid = peer:call(Peer, erlang, apply,
                     [fun() ->
-                             ok = dtrace_test_workload:wait_until(fun spawn_listened/0, 60000),
+                             ok = dtrace_test_workload:wait_until(fun spawn_listened/0, ?C(60000)),
                              {P, Ref} = spawn_monitor(fun() -> exit(kernels) end),
                              receive {'DOWN', Ref, process, P, kernels} -> pid_to_list(P) end
-                     end, []], 120000),
+                     end, []], ?C(120000)),
     {Port, Lines} = dtrace_test_tracer:bpftrace_await({Port, []}, [{contains, iolist_to_binary([Pid, " mfa "])},
                                                                    {contains, iolist_to_binary([Pid, " reason kernels"])}]),
     ct:log("~ts", [lists:join("\n", dtrace_test_tracer:bpftrace_stop({Port, Lines}))]).
@@ -593,7 +609,7 @@ fire_provider(Peer, First) ->
 %% lowers the semaphores as the tracer detaches).
 semaphores_down(Peer) ->
     ok = peer:call(Peer, dtrace_test_workload, wait_until,
-                   [fun() -> not dtrace:p(0) andalso not fire_provider(0) end, 60000]).
+                   [fun() -> not dtrace:p(0) andalso not fire_provider(0) end, ?C(60000)]).
 
 %% Asks the host for a module compiled from Script with Args (see the
 %% module doc); returns its path once compiled.
@@ -603,7 +619,7 @@ request_module(Name, Script, Args) ->
     {ok, _} = file:copy(Script, filename:join(Req, Name ++ ".stp.tmp")),
     ok = file:rename(filename:join(Req, Name ++ ".stp.tmp"), filename:join(Req, Name ++ ".stp")),
     Done = filename:join(Req, Name ++ ".done"),
-    ok = dtrace_test_workload:wait_until(fun() -> filelib:is_regular(Done) end, 300000),
+    ok = dtrace_test_workload:wait_until(fun() -> filelib:is_regular(Done) end, ?C(300000)),
     {ok, <<"ok">>} = file:read_file(Done),
     filename:join(Req, Name ++ ".ko").
 
@@ -617,18 +633,21 @@ stap_window(Config, Modules, Ready, ReadyLines, Work, Expect) ->
     Ports = [open_port({spawn_executable, os:find_executable("staprun")},
                        [{args, ["-x", ?config(os_pid, Config), Ko]},
                         {line, 65536}, stderr_to_stdout, exit_status, binary]) || Ko <- Modules],
+    T0 = erlang:monotonic_time(millisecond),
     ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [Ready]),
     Lines1 = collect(Ports, fun(Ls) -> missing(ReadyLines, Ls) =/= [] end, [],
-                     erlang:monotonic_time(millisecond) + 180000, "the probes to attach"),
-    Result = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [Work], 120000),
+                     erlang:monotonic_time(millisecond) + ?C(180000), "the probes to attach"),
+    ct:log("~p: the probes attached after ~b ms (ceiling ~b ms)",
+           [Modules, erlang:monotonic_time(millisecond) - T0, ?C(180000)]),
+    Result = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [Work], ?C(120000)),
     Wanted = Expect(Result),
     Live = [W || W <- Wanted, not is_tuple(W) orelse element(1, W) =/= at_exit],
     Lines2 = collect(Ports, fun(Ls) -> missing(Live, Ls) =/= [] end, Lines1,
-                     erlang:monotonic_time(millisecond) + 60000, "the workload's lines"),
+                     erlang:monotonic_time(millisecond) + ?C(60000), "the workload's lines"),
     Lines = lists:foldl(fun(Port, Acc) ->
                                 {os_pid, OsPid} = erlang:port_info(Port, os_pid),
                                 _ = os:cmd("kill -INT " ++ integer_to_list(OsPid)),
-                                {exit, 0, More} = collect_exit(Port, [], erlang:monotonic_time(millisecond) + 60000),
+                                {exit, 0, More} = collect_exit(Port, [], erlang:monotonic_time(millisecond) + ?C(60000)),
                                 Acc ++ More
                         end, Lines2, Ports),
     ct:log("staprun ~p: ~b lines:~n~ts", [Modules, length(Lines), lists:join("\n", Lines)]),
@@ -648,7 +667,12 @@ collect(Ports, Continue, Acc, Deadline, What) ->
                 {Port, {exit_status, Status}} when is_port(Port) ->
                     ct:fail("staprun exited (~p) while waiting for ~s: ~p", [Status, What, Acc])
             after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-                    ct:fail("staprun did not print ~s in time: ~p", [What, Acc])
+                    Reports = [case erlang:port_info(P, os_pid) of
+                                   {os_pid, Pid} -> dtrace_test_tracer:process_report(Pid);
+                                   undefined -> "(exited)"
+                               end || P <- Ports],
+                    ct:fail("staprun did not print ~s in time (ceilings times ~p): ~p~nits processes:~n~ts",
+                            [What, dtrace_test_tracer:slowdown(), Acc, Reports])
             end
     end.
 

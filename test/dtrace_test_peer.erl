@@ -14,7 +14,7 @@ start_peer() ->
 start_peer(ExtraArgs) ->
     Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, ?MODULE]]),
     Args = lists:append([["-pa", P] || P <- Paths]) ++ ExtraArgs,
-    {ok, Peer, _Node} = peer:start_link(#{connection => standard_io, args => Args}),
+    {ok, Peer, _Node} = peer:start_link(#{connection => standard_io, args => Args, wait_boot => wait_boot()}),
     %% Load the NIF before any tracer attaches: `bpftrace -p' finds the
     %% probes in the libraries the process has mapped.
     true = peer:call(Peer, dtrace, available, []),
@@ -31,9 +31,14 @@ start_named_peer(Prefix, Cookie, Modules, ExtraArgs) ->
     Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, ?MODULE | Modules]]),
     Args = ["-setcookie", Cookie | lists:append([["-pa", P] || P <- Paths])] ++ ExtraArgs,
     {ok, Peer, Node} = peer:start_link(#{name => peer:random_name(Prefix), longnames => false,
-                                         connection => standard_io, args => Args}),
+                                         connection => standard_io, args => Args, wait_boot => wait_boot()}),
     true = peer:call(Peer, dtrace, available, []),
     {Peer, Node}.
+
+%% How long a peer may take to boot: peer's default (15 s) on a quiet host,
+%% longer on a slow one or in a QEMU guest (dtrace_test_tracer:ceiling/1).
+wait_boot() ->
+    dtrace_test_tracer:ceiling(15000).
 
 stop_peer(Peer) ->
     catch peer:stop(Peer),
@@ -49,7 +54,7 @@ os_pid(Peer) ->
 start_test_hooks_peer() ->
     AppDir = test_hooks_app(),
     Paths = lists:usort([filename:dirname(code:which(M)) || M <- [?MODULE, dtrace_props]]),
-    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
+    {ok, Peer, _} = peer:start_link(#{connection => standard_io, wait_boot => wait_boot(),
                                       args => ["-pa", filename:join(AppDir, "ebin")
                                                | lists:append([["-pa", P] || P <- Paths])]}),
     true = peer:call(Peer, dtrace, available, []),

@@ -1,18 +1,88 @@
 %%% Test helper: real tracers run as ports (bpftrace, gdb, any command),
 %%% and the policy for tracers that cannot attach (skip locally, fail in
-%%% CI). Waits are on what the tracer printed, with deadlines.
+%%% CI). Waits are on what the tracer printed, with deadlines: each a
+%%% ceiling/1 of the time the wait takes on a quiet host, so that a slow
+%%% or busy host, or a QEMU guest's emulated CPU, waits longer for the same
+%%% event instead of failing. Builds of cached artefacts (guest roots,
+%%% sid's DTrace) run through build/2, outside any deadline.
 -module(dtrace_test_tracer).
 
--export([require_tracer/1, with_tracer/2, in_ci/0,
+-export([require_tracer/1, with_tracer/2, in_ci/0, slowdown/0, ceiling/1, build/2, process_report/1,
          bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
          bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_marked/5, bpftrace_marked/6, bpftrace_await/2,
          bpftrace_map/2, bpftrace_map/3,
          gdb_run/3, gdb_events/2, gdb_events/3, run/2]).
 
+%% A tracer's answer (a line, its exit) on a quiet host; see ceiling/1.
 -define(TIMEOUT, 60000).
 
 in_ci() ->
     os:getenv("CI") =:= "true".
+
+%% How much longer than on a quiet host a wait may take: the host's factor,
+%% $DTRACE_TEST_SLOWDOWN (a positive number, default 1: how much slower
+%% than a quiet 2-core host this one is), times 4 in a QEMU guest
+%% (DTRACE_TEST_GUEST=1; the suites that boot one pass the variable on).
+%% The guest's CPU is emulated (TCG), and its waits were first sized on a
+%% quiet host: a host 2-2.5x slower with both cores loaded by another job
+%% makes the guest about that much slower again. CONTRIBUTING.md says how
+%% to try a slow host.
+slowdown() ->
+    Host = case os:getenv("DTRACE_TEST_SLOWDOWN") of
+               V when is_list(V), V =/= "" ->
+                   case {string:to_float(V), string:to_integer(V)} of
+                       {{F, ""}, _} when F > 0 -> F;
+                       {_, {I, ""}} when I > 0 -> I;
+                       _ -> erlang:error({bad_env, "DTRACE_TEST_SLOWDOWN", V})
+                   end;
+               _ -> 1
+           end,
+    case os:getenv("DTRACE_TEST_GUEST") of
+        "1" -> 4 * Host;
+        _ -> Host
+    end.
+
+%% The ceiling, in ms, for a wait that takes up to Ms on a quiet host:
+%% Ms times slowdown(). A wait ends as soon as its event comes; the ceiling
+%% only bounds how long a missing event is waited for.
+ceiling(Ms) ->
+    round(Ms * slowdown()).
+
+%% Runs a build of something cached (Exe with Args; e.g. scripts/guest.sh
+%% root NAME), with no deadline of its own (the case's timetrap bounds it),
+%% so that no wait of a test includes it. Logs how long it took; returns
+%% {ExitStatus, Lines}.
+build(Exe, Args) ->
+    T0 = erlang:monotonic_time(millisecond),
+    Port = open_port({spawn_executable, os:find_executable(Exe)},
+                     [{args, Args}, {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    {Status, Lines} = build_output(Port, []),
+    ct:log("~ts ~ts: exit status ~p after ~b ms~n~ts",
+           [Exe, lists:join(" ", Args), Status, erlang:monotonic_time(millisecond) - T0, lists:join("\n", Lines)]),
+    {Status, Lines}.
+
+build_output(Port, Acc) ->
+    receive
+        {Port, {data, {eol, Line}}} -> build_output(Port, [Line | Acc]);
+        {Port, {data, {noeol, Part}}} -> build_output(Port, [Part | Acc]);
+        {Port, {exit_status, Status}} -> {Status, lists:reverse(Acc)}
+    end.
+
+%% What a tracer's process (and its threads) was doing, for a failure at a
+%% ceiling: state, CPU time, elapsed time, where each thread waits. Tells a
+%% tracer still busy starting (CPU time growing) from one that waits on
+%% something.
+process_report(OsPid) when is_integer(OsPid) ->
+    process_report(integer_to_list(OsPid));
+process_report(OsPid) ->
+    os:cmd("ps -L -o pid,tid,stat,time,etime,wchan:32,args -p " ++ OsPid ++ " 2>&1; "
+           "ps -o pid,stat,time,etime,args --ppid " ++ OsPid ++ " 2>/dev/null").
+
+port_report(Port) ->
+    case erlang:port_info(Port, os_pid) of
+        {os_pid, Pid} -> process_report(Pid);
+        undefined -> "(exited)"
+    end.
 
 %% ok when Tool (bpftrace | gdb | perf | readelf) can be used. Otherwise
 %% {skip, Why} locally; in CI the test fails, because tracer tests are
@@ -80,7 +150,7 @@ bpftrace_env() ->
         _ -> []
     end.
 
-%% Waits (at most a minute) until the bpftrace started with
+%% Waits (at most ceiling(60000) ms) until the bpftrace started with
 %% bpftrace_start/2,3 has printed every line in SeenLines (binaries, or
 %% {contains, Part}); returns the tracer with the lines so far.
 bpftrace_await({Port, Lines}, SeenLines) ->
@@ -91,7 +161,7 @@ bpftrace_await({Port, Lines}, SeenLines) ->
 %%
 %% Under the churn test's load (10,000 processes trapping on both cores),
 %% bpftrace 0.17 was seen, rarely, still polling 60 s after a SIGINT, with
-%% no signal pending. So the signal is sent again every 10 s, at most five
+%% no signal pending. So the signal is sent again every ceiling(10000) ms, at most five
 %% times, and each repeat is logged.
 bpftrace_stop({Port, Lines0}) ->
     {os_pid, Pid} = erlang:port_info(Port, os_pid),
@@ -99,14 +169,14 @@ bpftrace_stop({Port, Lines0}) ->
 
 bpftrace_stop(Port, Pid, Acc, N) ->
     _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
-    case collect_exit(Port, Acc, erlang:monotonic_time(millisecond) + 10000) of
+    case collect_exit(Port, Acc, erlang:monotonic_time(millisecond) + ceiling(10000)) of
         {exit, Lines} ->
             %% Counts short of what a test awaits come with this line.
             [ct:log("bpftrace lost events: ~ts", [L]) || L <- Lines, binary:match(L, <<"Lost">>) =/= nomatch],
             Lines;
         {running, Acc1} when N < 5 ->
-            ct:log("bpftrace (~p) still running 10 s after SIGINT ~b: sending it again;~n"
-                   "its state: ~ts", [Pid, N, os:cmd("grep -E 'State|SigPnd|ShdPnd|SigCgt' /proc/"
+            ct:log("bpftrace (~p) still running ~b ms after SIGINT ~b: sending it again;~n"
+                   "its state: ~ts", [Pid, ceiling(10000), N, os:cmd("grep -E 'State|SigPnd|ShdPnd|SigCgt' /proc/"
                                                       ++ integer_to_list(Pid) ++ "/status")]),
             bpftrace_stop(Port, Pid, Acc1, N + 1);
         {running, Acc1} ->
@@ -159,15 +229,15 @@ bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload) ->
     bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload, fun(_, _) -> true end).
 
 %% The same, and after Workload, bpftrace runs until Until(WorkloadResult,
-%% LinesSoFar) is true (the events the workload made were printed) or 30 s
+%% LinesSoFar) is true (the events the workload made were printed) or ceiling(30000) ms
 %% pass, before it is stopped: no fixed wait for events in flight.
 bpftrace_window(Tool, Peer, Program, Ready, SeenLines, Workload, Until) ->
     {Port, Lines0} = bpftrace_start(Tool, dtrace_test_peer:os_pid(Peer), Program),
     ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [Ready]),
     Lines1 = collect_lines(Port, SeenLines, Lines0),
-    Result = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [Workload], 120000),
+    Result = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [Workload], ceiling(120000)),
     Lines2 = collect_while(Port, fun(Ls) -> not Until(Result, Ls) end, Lines1,
-                           erlang:monotonic_time(millisecond) + 30000),
+                           erlang:monotonic_time(millisecond) + ceiling(30000)),
     {Result, bpftrace_stop({Port, Lines2})}.
 
 %% bpftrace_window/5 for a workload whose events end with a marker: the
@@ -207,7 +277,7 @@ collect_while(Port, Continue, Acc, Deadline) ->
                 {Port, {exit_status, Status}} ->
                     ct:fail("bpftrace exited (~p) while events were awaited: ~p", [Status, Acc])
             after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-                    ct:log("events awaited for 30 s; going on with ~b lines", [length(Acc)]),
+                    ct:log("events awaited for ~b ms; going on with ~b lines", [ceiling(30000), length(Acc)]),
                     Acc
             end
     end.
@@ -224,7 +294,7 @@ seen(Line, [W | Rest]) -> [W | seen(Line, Rest)];
 seen(_Line, []) -> [].
 
 collect_lines(Port, Wanted, Acc) ->
-    collect_lines(Port, Wanted, lists:reverse(Acc), erlang:monotonic_time(millisecond) + ?TIMEOUT).
+    collect_lines(Port, Wanted, lists:reverse(Acc), erlang:monotonic_time(millisecond) + ceiling(?TIMEOUT)).
 
 %% Within one deadline for all the lines (a tracer printing other lines
 %% all the time does not push it back); Rev: the lines so far, newest
@@ -238,8 +308,8 @@ collect_lines(Port, Wanted, Rev, Deadline) ->
         {Port, {exit_status, Status}} ->
             ct:fail("bpftrace exited (~p) before it saw ~p: ~p", [Status, Wanted, lists:reverse(Rev)])
     after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-            ct:fail("bpftrace did not see ~p within ~p ms: ~p",
-                    [Wanted, ?TIMEOUT, lists:sublist(lists:reverse(Rev), 200)])
+            ct:fail("bpftrace did not see ~p within ~p ms: ~p~nits process: ~ts",
+                    [Wanted, ceiling(?TIMEOUT), lists:sublist(lists:reverse(Rev), 200), port_report(Port)])
     end.
 
 %% Runs gdb in batch mode with Script attached to OsPid, while Workload()
@@ -289,7 +359,9 @@ collect_until(Port, Marker, Acc) ->
             collect_until(Port, Marker, [Part | Acc]);
         {Port, {exit_status, Status}} ->
             {exit, Status, lists:reverse(Acc)}
-    after ?TIMEOUT ->
+    after ceiling(?TIMEOUT) ->
+            Report = port_report(Port),
             catch port_close(Port),
-            ct:fail("tracer did not answer within ~p ms: ~p", [?TIMEOUT, lists:reverse(Acc)])
+            ct:fail("tracer did not answer within ~p ms: ~p~nits process: ~ts",
+                    [ceiling(?TIMEOUT), lists:reverse(Acc), Report])
     end.
