@@ -47,7 +47,7 @@ for step in $steps; do
     case $step in
         dtrace-sid) "$here/dtrace-sid.sh" >/dev/null ;;
         otp-source) "$here/otp-source.sh" erlang >/dev/null ;;
-        root:*) "$here/guest.sh" root "${step#root:}" ;;
+        root:*) "$here/guest.sh" root "${step#root:}" >/dev/null ;;
     esac
     status=$?
     if [ "$status" -eq 0 ]; then
