@@ -1,0 +1,153 @@
+%% priv/dtrace-attach on nodes deployed without the library: a peer whose
+%% code path has no dtrace, reached by name and cookie as an operator
+%% reaches a production node. Attached, a real tracer (bpftrace) sees its
+%% user probe and a VM probe; detached, the node is as it was: no module
+%% of the library, OTP's dyntrace, no trace flag of automatic mode, the
+%% application gone, and the script says what stays mapped. Then 20
+%% attach/detach cycles, and what the script refuses.
+-module(dtrace_attach_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([suite/0, all/0, init_per_testcase/2, end_per_testcase/2]).
+-export([attach_trace_detach/1, attach_detach_20_times/1, refusals/1]).
+
+-define(COOKIE, "dtrace_attach_suite").
+
+suite() ->
+    [{timetrap, {minutes, 5}}].
+
+all() ->
+    [attach_trace_detach, attach_detach_20_times, refusals].
+
+init_per_testcase(attach_trace_detach, Config) ->
+    case dtrace_test_tracer:require_tracer(bpftrace) of
+        ok -> start(Config);
+        Skip -> Skip
+    end;
+init_per_testcase(_TC, Config) ->
+    start(Config).
+
+end_per_testcase(_TC, Config) ->
+    dtrace_test_peer:stop_peer(?config(peer, Config)).
+
+%% A distributed peer with no dtrace on its code path (only this test
+%% directory, for the workload's funs), driven over standard I/O.
+start(Config) ->
+    TestDir = filename:dirname(code:which(?MODULE)),
+    {ok, Peer, Node} = peer:start_link(#{name => peer:random_name(attach), longnames => false,
+                                         connection => standard_io,
+                                         wait_boot => dtrace_test_tracer:ceiling(15000),
+                                         args => ["-setcookie", ?COOKIE, "-pa", TestDir]}),
+    non_existing = peer:call(Peer, code, which, [dtrace]),
+    [{peer, Peer}, {node, atom_to_list(Node)} | Config].
+
+%%--------------------------------------------------------------------
+
+%% Attached: the script names the node's OS pid and the probes' library;
+%% bpftrace on that pid sees dtrace:p/3 with its values and a spawn (a VM
+%% probe: automatic mode set trace flags). Detached: none of that is left.
+attach_trace_detach(Config) ->
+    Peer = ?config(peer, Config),
+    OsPid = peer:call(Peer, os, getpid, []),
+    {0, Out} = attach(Config, []),
+    ?assert(has(Out, ["attached dtrace to ", ?config(node, Config), " (OS pid ", OsPid, ", OTP "])),
+    ?assert(has(Out, ["  available: true"])),
+    ?assert(has(Out, ["  dyntrace: the library's"])),
+    {Spawned, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          dtrace_bpftrace, Peer, "
+            usdt:$SO:erlang:user_trace__i4s4 {
+                if (arg2 == 0) { printf(\"SEEN i4s4\\n\"); } else { printf(\"P %ld %ld %s\\n\", arg2, arg3, str(arg6)); }
+            }
+            usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s\\n\", str(arg0)); }",
+          fun() -> dtrace:p(0), spawn(fun() -> ok end) end,
+          [<<"SEEN i4s4">>, {contains, <<"SPAWN ">>}],
+          fun() ->
+                  true = dtrace:p(7, 8, "attached"),
+                  {P, Ref} = spawn_monitor(fun() -> ok end),
+                  receive {'DOWN', Ref, process, P, _} -> pid_to_list(P) end
+          end,
+          fun(P, Ls) -> lists:member(<<"P 7 8 attached">>, Ls) andalso
+                            lists:member(iolist_to_binary(["SPAWN ", P]), Ls) end),
+    ?assert(lists:member(<<"P 7 8 attached">>, Lines)),
+    ?assert(lists:member(iolist_to_binary(["SPAWN ", Spawned]), Lines)),
+    %% Automatic mode lowers its flags once the tracer is gone (within a
+    %% poll); detach then stops it altogether.
+    {0, Detached} = attach(Config, ["--detach"]),
+    ?assert(has(Detached, ["detached dtrace from ", ?config(node, Config)])),
+    ?assert(has(Detached, ["  dyntrace: OTP's"])),
+    ?assert(has(Detached, ["/dtrace_nif.so: the tracer modules' libraries took a reference"])),
+    as_before(Peer),
+    {0, Status} = attach(Config, ["--status"]),
+    ?assert(has(Status, [?config(node, Config), " (OS pid ", OsPid, "): no dtrace; dyntrace: OTP's"])).
+
+%% 20 cycles: each attach starts the library, each detach leaves the node
+%% as it was.
+attach_detach_20_times(Config) ->
+    Peer = ?config(peer, Config),
+    [begin
+         {0, _} = attach(Config, []),
+         true = peer:call(Peer, dtrace, available, []),
+         {0, _} = attach(Config, ["--detach"]),
+         as_before(Peer)
+     end || _ <- lists:seq(1, 20)],
+    ok.
+
+%% What the script refuses, each with its reason and exit status 1, the
+%% node unchanged: no cookie, a wrong cookie, another version of the
+%% library on the node, detaching a library it did not attach.
+refusals(Config) ->
+    Peer = ?config(peer, Config),
+    Empty = filename:join(?config(priv_dir, Config), "home"),
+    ok = filelib:ensure_path(Empty),
+    {1, NoCookie} = dtrace_test_tracer:run("env", ["HOME=" ++ Empty, script(), ?config(node, Config)]),
+    ?assert(has(NoCookie, ["dtrace-attach: no cookie: give --cookie or --cookie-file"])),
+    {1, Wrong} = dtrace_test_tracer:run(script(), [?config(node, Config), "--cookie", "not_its_cookie"]),
+    ?assert(has(Wrong, ["dtrace-attach: cannot connect to ", ?config(node, Config)])),
+    ok = peer:call(Peer, application, load, [{application, dtrace, [{vsn, "0.0.1"}, {modules, []},
+                                                                   {applications, [kernel, stdlib]}]}]),
+    {1, Other} = attach(Config, []),
+    ?assert(has(Other, ["dtrace-attach: ", ?config(node, Config), " already has dtrace 0.0.1 from "])),
+    ok = peer:call(Peer, application, unload, [dtrace]),
+    %% The node's own library (on its code path, loaded by itself).
+    Ebin = filename:dirname(code:which(dtrace)),
+    true = peer:call(Peer, code, add_patha, [Ebin]),
+    ok = peer:call(Peer, application, load, [dtrace]),
+    {1, Own} = attach(Config, ["--detach"]),
+    ?assert(has(Own, ["was not attached by dtrace-attach: it is the node's own"])),
+    {1, Again} = attach(Config, []),
+    ?assert(has(Again, [" already has dtrace "])),
+    ?assertMatch({ok, _}, peer:call(Peer, application, get_key, [dtrace, vsn])).
+
+%%--------------------------------------------------------------------
+
+script() ->
+    filename:join(code:priv_dir(dtrace), "dtrace-attach").
+
+%% priv/dtrace-attach NODE --cookie ?COOKIE Extra...: {ExitStatus, Lines}.
+attach(Config, Extra) ->
+    {Status, Out} = dtrace_test_tracer:run(script(), [?config(node, Config), "--cookie", ?COOKIE | Extra]),
+    ct:log("dtrace-attach ~p: exit status ~p~n~ts", [Extra, Status, lists:join("\n", Out)]),
+    {Status, Out}.
+
+%% A line of Lines contains the concatenation of Parts.
+has(Lines, Parts) ->
+    Prefix = iolist_to_binary(Parts),
+    lists:any(fun(L) -> binary:match(L, Prefix) =/= nomatch end, Lines).
+
+%% The node as before the attach: no module loaded from the library's
+%% ebin, OTP's dyntrace (or none), no dtrace application, no process traced
+%% by automatic mode.
+as_before(Peer) ->
+    Ebin = filename:dirname(code:which(dtrace)),
+    Ours = [M || {M, F} <- peer:call(Peer, code, all_loaded, []), is_list(F), lists:prefix(Ebin, F)],
+    ?assertEqual([], Ours),
+    ?assertEqual(non_existing, peer:call(Peer, code, which, [dtrace])),
+    ?assertEqual(false, lists:keymember(dtrace, 1, peer:call(Peer, application, loaded_applications, []))),
+    case peer:call(Peer, code, is_loaded, [dyntrace]) of
+        false -> ok;
+        {file, File} -> ?assertMatch({match, _}, re:run(File, "/runtime_tools-[^/]+/ebin/dyntrace\\.beam$"))
+    end,
+    ?assertEqual([], peer:call(Peer, dtrace_test_workload, our_traced, [])).
