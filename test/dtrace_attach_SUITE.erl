@@ -3,7 +3,9 @@
 %% reaches a production node. Attached, a real tracer (bpftrace) sees its
 %% user probe and a VM probe; detached, the node is as it was: no module
 %% of the library, OTP's dyntrace, no trace flag of automatic mode, the
-%% application gone, and the script says what stays mapped. Then 20
+%% application gone, and the script says what stays mapped. A node that
+%% cannot see the installation's files (its own mount namespace, as in a
+%% container) gets a copy, traced through /proc/PID/root. Then 20
 %% attach/detach cycles, and what the script refuses.
 -module(dtrace_attach_SUITE).
 
@@ -11,7 +13,7 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([suite/0, all/0, init_per_testcase/2, end_per_testcase/2]).
--export([attach_trace_detach/1, attach_detach_20_times/1, refusals/1]).
+-export([attach_trace_detach/1, attach_copies_unseen_files/1, attach_detach_20_times/1, refusals/1]).
 
 -define(COOKIE, "dtrace_attach_suite").
 
@@ -19,12 +21,30 @@ suite() ->
     [{timetrap, {minutes, 5}}].
 
 all() ->
-    [attach_trace_detach, attach_detach_20_times, refusals].
+    [attach_trace_detach, attach_copies_unseen_files, attach_detach_20_times, refusals].
 
 init_per_testcase(attach_trace_detach, Config) ->
     case dtrace_test_tracer:require_tracer(bpftrace) of
         ok -> start(Config);
         Skip -> Skip
+    end;
+init_per_testcase(attach_copies_unseen_files, Config) ->
+    case {dtrace_test_tracer:require_tracer(bpftrace), os:find_executable("unshare")} of
+        {ok, false} -> {skip, "no unshare (util-linux)"};
+        {ok, _} ->
+            %% A copy of the installation in a directory the node's own mount
+            %% namespace hides (a tmpfs over it).
+            Hidden = filename:join(?config(priv_dir, Config), "hidden"),
+            Lib = filename:join(Hidden, "dtrace"),
+            AppDir = filename:dirname(filename:dirname(code:which(dtrace))),
+            ok = filelib:ensure_path(Lib),
+            {0, _} = dtrace_test_tracer:run("cp", ["-RL", filename:join(AppDir, "ebin"),
+                                                   filename:join(AppDir, "priv"), Lib]),
+            Exec = {os:find_executable("unshare"),
+                    ["-m", "--propagation", "private", "sh", "-c", "mount -t tmpfs none \"$0\" && exec \"$@\"",
+                     Hidden, os:find_executable("erl")]},
+            [{lib, Lib} | start([{exec, Exec} | Config])];
+        {Skip, _} -> Skip
     end;
 init_per_testcase(_TC, Config) ->
     start(Config).
@@ -36,10 +56,14 @@ end_per_testcase(_TC, Config) ->
 %% directory, for the workload's funs), driven over standard I/O.
 start(Config) ->
     TestDir = filename:dirname(code:which(?MODULE)),
-    {ok, Peer, Node} = peer:start_link(#{name => peer:random_name(attach), longnames => false,
-                                         connection => standard_io,
-                                         wait_boot => dtrace_test_tracer:ceiling(15000),
-                                         args => ["-setcookie", ?COOKIE, "-pa", TestDir]}),
+    Exec = case proplists:get_value(exec, Config) of
+               undefined -> #{};
+               E -> #{exec => E}
+           end,
+    {ok, Peer, Node} = peer:start_link(Exec#{name => peer:random_name(attach), longnames => false,
+                                             connection => standard_io,
+                                             wait_boot => dtrace_test_tracer:ceiling(15000),
+                                             args => ["-setcookie", ?COOKIE, "-pa", TestDir]}),
     non_existing = peer:call(Peer, code, which, [dtrace]),
     [{peer, Peer}, {node, atom_to_list(Node)} | Config].
 
@@ -79,9 +103,33 @@ attach_trace_detach(Config) ->
     ?assert(has(Detached, ["detached dtrace from ", ?config(node, Config)])),
     ?assert(has(Detached, ["  dyntrace: OTP's"])),
     ?assert(has(Detached, ["/dtrace_nif.so: the tracer modules' libraries took a reference"])),
-    as_before(Peer),
+    as_before(Peer, ebin()),
     {0, Status} = attach(Config, ["--status"]),
     ?assert(has(Status, [?config(node, Config), " (OS pid ", OsPid, "): no dtrace; dyntrace: OTP's"])).
+
+%% The node does not see the installation (a tmpfs hides it): the script
+%% copies ebin/ and priv/ over the connection, bpftrace reaches the copy
+%% through /proc/PID/root, and detach removes the copy.
+attach_copies_unseen_files(Config) ->
+    Peer = ?config(peer, Config),
+    Lib = ?config(lib, Config),
+    false = peer:call(Peer, filelib, is_dir, [filename:join(Lib, "ebin")]),
+    {0, Out} = attach(Config, ["--lib", Lib]),
+    Copy = "/tmp/dtrace-attach/dtrace-" ++ vsn(),
+    ?assert(has(Out, [" does not see this installation's files: copied "])),
+    ?assert(has(Out, ["  probes' library: ", Copy, "/priv/dtrace_nif.so"])),
+    OsPid = peer:call(Peer, os, getpid, []),
+    So = "/proc/" ++ OsPid ++ "/root" ++ Copy ++ "/priv/dtrace_nif.so",
+    {true, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          Peer, "usdt:" ++ So ++ ":erlang:user_trace__i4s4 {
+                if (arg2 == 0) { printf(\"SEEN\\n\"); } else { printf(\"P %ld\\n\", arg2); } }",
+          fun() -> dtrace:p(0) end, [<<"SEEN">>], fun() -> dtrace:p(43) end),
+    ?assert(lists:member(<<"P 43">>, Lines)),
+    {0, Detached} = attach(Config, ["--detach"]),
+    ?assert(has(Detached, [", copy ", Copy, " removed"])),
+    as_before(Peer, Copy ++ "/ebin"),
+    ?assertEqual(false, filelib:is_dir(Copy)).
 
 %% 20 cycles: each attach starts the library, each detach leaves the node
 %% as it was.
@@ -91,7 +139,7 @@ attach_detach_20_times(Config) ->
          {0, _} = attach(Config, []),
          true = peer:call(Peer, dtrace, available, []),
          {0, _} = attach(Config, ["--detach"]),
-         as_before(Peer)
+         as_before(Peer, ebin())
      end || _ <- lists:seq(1, 20)],
     ok.
 
@@ -126,6 +174,13 @@ refusals(Config) ->
 script() ->
     filename:join(code:priv_dir(dtrace), "dtrace-attach").
 
+ebin() ->
+    filename:dirname(code:which(dtrace)).
+
+vsn() ->
+    {ok, [{application, dtrace, Keys}]} = file:consult(filename:join(ebin(), "dtrace.app")),
+    proplists:get_value(vsn, Keys).
+
 %% priv/dtrace-attach NODE --cookie ?COOKIE Extra...: {ExitStatus, Lines}.
 attach(Config, Extra) ->
     {Status, Out} = dtrace_test_tracer:run(script(), [?config(node, Config), "--cookie", ?COOKIE | Extra]),
@@ -138,10 +193,9 @@ has(Lines, Parts) ->
     lists:any(fun(L) -> binary:match(L, Prefix) =/= nomatch end, Lines).
 
 %% The node as before the attach: no module loaded from the library's
-%% ebin, OTP's dyntrace (or none), no dtrace application, no process traced
+%% Ebin, OTP's dyntrace (or none), no dtrace application, no process traced
 %% by automatic mode.
-as_before(Peer) ->
-    Ebin = filename:dirname(code:which(dtrace)),
+as_before(Peer, Ebin) ->
     Ours = [M || {M, F} <- peer:call(Peer, code, all_loaded, []), is_list(F), lists:prefix(Ebin, F)],
     ?assertEqual([], Ours),
     ?assertEqual(non_existing, peer:call(Peer, code, which, [dtrace])),
