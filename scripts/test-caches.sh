@@ -2,9 +2,10 @@
 # Builds the cached artefacts the Common Test suites use, before Common
 # Test runs (scripts/ct.sh calls this with its own arguments), so that no
 # case's deadline includes a build: the guest roots (scripts/guest.sh
-# root), sid's DTrace (scripts/dtrace-sid.sh) and OTP's source tarball
-# (scripts/otp-source.sh). Each is built once and then reused from its
-# cache; this says how long each step took.
+# root), sid's DTrace (scripts/dtrace-sid.sh), OTP's source tarball
+# (scripts/otp-source.sh) and Debian's RabbitMQ (scripts/rabbitmq.sh).
+# Each is built once and then reused from its cache; this says how long
+# each step took.
 #   scripts/test-caches.sh [--suite SUITE[,SUITE...]]... [OTHER ARGS]
 # Without --suite, what the suites of `make test` need; with
 # DTRACE_TEST_KERNELS=1, also what dtrace_kernels_SUITE needs. Only as
@@ -35,6 +36,9 @@ steps=
 if wants dtrace_dtrace_SUITE; then
     steps="$steps dtrace-sid otp-source root:trixie-dtrace"
 fi
+if wants dtrace_rabbitmq_SUITE; then
+    steps="$steps rabbitmq"
+fi
 if [ "${DTRACE_TEST_KERNELS:-}" = 1 ] && wants dtrace_kernels_SUITE; then
     steps="$steps otp-source root:bookworm-kernel root:trixie-kernel"
 fi
@@ -47,6 +51,7 @@ for step in $steps; do
     case $step in
         dtrace-sid) "$here/dtrace-sid.sh" >/dev/null ;;
         otp-source) "$here/otp-source.sh" erlang >/dev/null ;;
+        rabbitmq) "$here/rabbitmq.sh" >/dev/null ;;
         root:*) "$here/guest.sh" root "${step#root:}" >/dev/null ;;
     esac
     status=$?

@@ -1,0 +1,178 @@
+%% A real third-party application the project did not write, deployed
+%% without the library: Debian's RabbitMQ (scripts/rabbitmq.sh unpacks the
+%% package; it runs on the system's OTP, as Debian ships it), on
+%% 127.0.0.1, given a bounded AMQP load (test/loads/amqp.py, Debian's
+%% python3-pika). priv/dtrace-attach reaches it by name and its cookie
+%% file, as an operator would; a shipped VM script (priv/message-latency.bt)
+%% shows the broker's mailbox waits under the load; --detach leaves the
+%% broker as it was: code path, applications, trace flags and send and
+%% receive match specs equal to before the attach, no module of the library.
+%%
+%% Built with a newer OTP than the broker's (make test OTP=27 against
+%% Debian 12's OTP 25), the library is refused, and the case checks that
+%% refusal instead.
+-module(dtrace_rabbitmq_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([suite/0, all/0, init_per_suite/1, end_per_suite/1]).
+-export([broker_attach_trace_detach/1]).
+
+-define(AMQP_PORT, "5697").
+-define(DIST_PORT, "25697").
+-define(COOKIE, "dtrace_rabbitmq_suite").
+
+suite() ->
+    [{timetrap, {minutes, 10}}].
+
+all() ->
+    [broker_attach_trace_detach].
+
+init_per_suite(Config) ->
+    case dtrace_test_tracer:require_tracer(bpftrace) of
+        ok -> start_broker(Config);
+        Skip -> Skip
+    end.
+
+end_per_suite(Config) ->
+    stop_broker(Config).
+
+%%--------------------------------------------------------------------
+%% The broker
+
+%% Starts RabbitMQ from the unpacked package with a base directory, cookie
+%% and ports of its own (never a system broker's), on the system's OTP
+%% (PATH without the suite's OTP), and distribution for this node to reach
+%% it.
+start_broker(Config) ->
+    Script = filename:join([dtrace_test_catalogue:repo_root(), "scripts", "rabbitmq.sh"]),
+    {0, Lines} = dtrace_test_tracer:build("sh", ["-c", Script ++ " 2>&1"]),
+    Root = binary_to_list(lists:last(Lines)),
+    Base = "/tmp/dtrace-rabbitmq-" ++ os:getpid(),
+    _ = file:del_dir_r(Base),
+    Home = filename:join(Base, "home"),
+    Cookie = filename:join(Home, ".erlang.cookie"),
+    ok = filelib:ensure_path(Home),
+    ok = file:write_file(Cookie, ?COOKIE),
+    ok = file:change_mode(Cookie, 8#400),
+    Node = list_to_atom("dtrace_rmq_" ++ os:getpid() ++ "@localhost"),
+    Env = [{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", Home}, {"ESCRIPT_NAME", false},
+           {"RABBITMQ_NODENAME", atom_to_list(Node)}, {"RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"},
+           {"RABBITMQ_NODE_PORT", ?AMQP_PORT}, {"RABBITMQ_DIST_PORT", ?DIST_PORT}]
+        ++ [{V, filename:join(Base, F)} || {V, F} <- [{"RABBITMQ_MNESIA_BASE", "mnesia"},
+                                                     {"RABBITMQ_LOG_BASE", "log"},
+                                                     {"RABBITMQ_ENABLED_PLUGINS_FILE", "enabled_plugins"},
+                                                     {"RABBITMQ_PID_FILE", "pid"},
+                                                     {"RABBITMQ_CONFIG_FILE", "rabbitmq"},
+                                                     {"RABBITMQ_ADVANCED_CONFIG_FILE", "advanced.config"},
+                                                     {"RABBITMQ_CONF_ENV_FILE", "rabbitmq-env.conf"}]],
+    %% In the background, its output in Base/out: the broker outlives the
+    %% process that runs init_per_suite.
+    Server = filename:join(Root, "usr/lib/rabbitmq/bin/rabbitmq-server"),
+    Port = open_port({spawn_executable, "/bin/sh"},
+                     [{args, ["-c", "\"$0\" > out 2>&1 &", Server]}, {env, Env}, {cd, Base}, exit_status]),
+    receive {Port, {exit_status, 0}} -> ok end,
+    {ok, _} = net_kernel:start([list_to_atom("dtrace_rabbitmq_suite_" ++ os:getpid()), shortnames]),
+    true = erlang:set_cookie(Node, list_to_atom(?COOKIE)),
+    Up = fun() -> (catch erpc:call(Node, rabbit, is_running, [], 5000)) =:= true end,
+    case dtrace_test_workload:wait_until(Up, dtrace_test_tracer:ceiling(120000)) of
+        ok -> ok;
+        timeout ->
+            {ok, Out} = file:read_file(filename:join(Base, "out")),
+            ct:fail("RabbitMQ did not start (its log: ~ts/log): ~ts", [Base, Out])
+    end,
+    OsPid = erpc:call(Node, os, getpid, []),
+    [{broker, Node}, {broker_os_pid, OsPid}, {cookie_file, Cookie}, {base, Base},
+     {pythonpath, filename:join(Root, "usr/lib/python3/dist-packages")} | Config].
+
+stop_broker(Config) ->
+    Node = ?config(broker, Config),
+    OsPid = ?config(broker_os_pid, Config),
+    catch erpc:call(Node, init, stop, [], 5000),
+    Gone = fun() -> not filelib:is_dir("/proc/" ++ OsPid) end,
+    case dtrace_test_workload:wait_until(Gone, dtrace_test_tracer:ceiling(60000)) of
+        ok -> ok;
+        timeout -> os:cmd("kill -KILL " ++ OsPid)
+    end,
+    _ = net_kernel:stop(),
+    _ = file:del_dir_r(?config(base, Config)),
+    ok.
+
+%%--------------------------------------------------------------------
+
+broker_attach_trace_detach(Config) ->
+    Node = ?config(broker, Config),
+    Before = snapshot(Node),
+    BrokerOtp = erpc:call(Node, erlang, system_info, [otp_release]),
+    case list_to_integer(erlang:system_info(otp_release)) > list_to_integer(BrokerOtp) of
+        true ->
+            {1, Out} = attach(Config, []),
+            ?assert(has(Out, ["dtrace-attach: ", atom_to_list(Node), " runs OTP ", BrokerOtp])),
+            ?assert(has(Out, ["compiled by a newer OTP"])),
+            ?assertEqual(Before, snapshot(Node)),
+            {comment, "the library built with OTP " ++ erlang:system_info(otp_release)
+             ++ " is refused by the OTP " ++ BrokerOtp ++ " broker, as it must be"};
+        false ->
+            trace_broker(Config, Node, Before)
+    end.
+
+trace_broker(Config, Node, Before) ->
+    {0, Out} = attach(Config, []),
+    [OsPid] = [P || L <- Out, {match, [P]} <- [re:run(L, "\\(OS pid ([0-9]+),", [{capture, all_but_first, list}])]],
+    ?assertEqual(OsPid, erpc:call(Node, os, getpid, [])),
+    Script = filename:join(code:priv_dir(dtrace), "message-latency.bt"),
+    Tracer = dtrace_test_tracer:bpftrace_start(bpftrace, OsPid, {file, Script}),
+    %% Automatic mode sets the send and running flags once both probes'
+    %% semaphores are up: the tracer then listens to both.
+    Listening = fun() ->
+                        ok = erpc:call(Node, dtrace_vm, sync, []),
+                        #{flags := #{processes := Flags}} = erpc:call(Node, dtrace, vm_probes, []),
+                        lists:member(send, Flags) andalso lists:member(running, Flags)
+                end,
+    ok = dtrace_test_workload:wait_until(Listening, dtrace_test_tracer:ceiling(60000)),
+    {0, Load} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config), "/usr/bin/python3",
+                                               load_script(), ?AMQP_PORT, "2000", "10000"]),
+    ?assertEqual([<<"published 2000 consumed 2000">>], Load),
+    Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
+    ct:log("message-latency.bt on the broker:~n~ts", [lists:join("\n", Lines)]),
+    %% The histogram of waits, and the longest wait per receiver: pids of
+    %% the broker's processes, with counts.
+    ?assert(lists:member(<<"Send to receiver scheduled (us), and the longest wait per receiver:">>, Lines)),
+    Receivers = [L || L <- Lines, re:run(L, "^@[a-z_]*\\[<0\\.[0-9]+\\.0>\\]: [0-9]+$") =/= nomatch],
+    ?assertNotEqual([], Receivers),
+    {0, Detached} = attach(Config, ["--detach"]),
+    ?assert(has(Detached, ["detached dtrace from ", atom_to_list(Node)])),
+    After = snapshot(Node),
+    ?assertEqual(Before, After),
+    Ebin = filename:dirname(code:which(dtrace)),
+    ?assertEqual([], [M || {M, F} <- erpc:call(Node, code, all_loaded, []), is_list(F), lists:prefix(Ebin, F)]),
+    {comment, io_lib:format("~b receivers in message-latency.bt's output", [length(Receivers)])}.
+
+%% What the operator's broker must find as it was after a detach.
+snapshot(Node) ->
+    %% Each process's flags, asked one by one (the broker has no module of
+    %% this suite to run a fun of).
+    Traced = [P || P <- erpc:call(Node, erlang, processes, []),
+                   not lists:member(erpc:call(Node, erlang, trace_info, [P, flags]), [{flags, []}, undefined])],
+    #{path => erpc:call(Node, code, get_path, []),
+      applications => lists:sort([A || {A, _, _} <- erpc:call(Node, application, loaded_applications, [])]),
+      traced => Traced,
+      new_processes => erpc:call(Node, erlang, trace_info, [new_processes, flags]),
+      new_ports => erpc:call(Node, erlang, trace_info, [new_ports, flags]),
+      send => erpc:call(Node, erlang, trace_info, [send, match_spec]),
+      'receive' => erpc:call(Node, erlang, trace_info, ['receive', match_spec])}.
+
+load_script() ->
+    filename:join([dtrace_test_catalogue:repo_root(), "test", "loads", "amqp.py"]).
+
+attach(Config, Extra) ->
+    Script = filename:join(code:priv_dir(dtrace), "dtrace-attach"),
+    {Status, Out} = dtrace_test_tracer:run(Script, [atom_to_list(?config(broker, Config)),
+                                                    "--cookie-file", ?config(cookie_file, Config) | Extra]),
+    ct:log("dtrace-attach ~p: exit status ~p~n~ts", [Extra, Status, lists:join("\n", Out)]),
+    {Status, Out}.
+
+has(Lines, Parts) ->
+    Part = iolist_to_binary(Parts),
+    lists:any(fun(L) -> binary:match(L, Part) =/= nomatch end, Lines).
