@@ -11,9 +11,11 @@
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
+-include_lib("kernel/include/file.hrl").
 
 -export([suite/0, all/0, init_per_testcase/2, end_per_testcase/2]).
--export([attach_trace_detach/1, attach_copies_unseen_files/1, attach_detach_20_times/1, refusals/1]).
+-export([attach_trace_detach/1, attach_copies_unseen_files/1, attach_detach_20_times/1, refusals/1,
+         failed_start_undone/1]).
 
 -define(COOKIE, "dtrace_attach_suite").
 
@@ -21,7 +23,7 @@ suite() ->
     [{timetrap, {minutes, 5}}].
 
 all() ->
-    [attach_trace_detach, attach_copies_unseen_files, attach_detach_20_times, refusals].
+    [attach_trace_detach, attach_copies_unseen_files, attach_detach_20_times, refusals, failed_start_undone].
 
 init_per_testcase(attach_trace_detach, Config) ->
     case dtrace_test_tracer:require_tracer(bpftrace) of
@@ -46,6 +48,10 @@ init_per_testcase(attach_copies_unseen_files, Config) ->
             [{lib, Lib} | start([{exec, Exec} | Config])];
         {Skip, _} -> Skip
     end;
+init_per_testcase(failed_start_undone, Config) ->
+    %% An application environment the library refuses to start with (its
+    %% slow-span threshold must be a positive integer).
+    start([{extra_args, ["-dtrace", "slow_span_us", "bad"]} | Config]);
 init_per_testcase(_TC, Config) ->
     start(Config).
 
@@ -63,7 +69,8 @@ start(Config) ->
     {ok, Peer, Node} = peer:start_link(Exec#{name => peer:random_name(attach), longnames => false,
                                              connection => standard_io,
                                              wait_boot => dtrace_test_tracer:ceiling(15000),
-                                             args => ["-setcookie", ?COOKIE, "-pa", TestDir]}),
+                                             args => ["-setcookie", ?COOKIE, "-pa", TestDir]
+                                                 ++ proplists:get_value(extra_args, Config, [])}),
     non_existing = peer:call(Peer, code, which, [dtrace]),
     [{peer, Peer}, {node, atom_to_list(Node)} | Config].
 
@@ -115,10 +122,14 @@ attach_copies_unseen_files(Config) ->
     Lib = ?config(lib, Config),
     false = peer:call(Peer, filelib, is_dir, [filename:join(Lib, "ebin")]),
     {0, Out} = attach(Config, ["--lib", Lib]),
-    Copy = "/tmp/dtrace-attach/dtrace-" ++ vsn(),
-    ?assert(has(Out, [" does not see this installation's files: copied "])),
-    ?assert(has(Out, ["  probes' library: ", Copy, "/priv/dtrace_nif.so"])),
     OsPid = peer:call(Peer, os, getpid, []),
+    %% A directory of its own: the node's pid, a random part.
+    [Copy] = [C || L <- Out, {match, [C]} <- [re:run(L, " does not see this installation's files: copied [0-9]+ "
+                                                        "files \\([0-9]+ bytes\\) to (/tmp/dtrace-attach-"
+                                                        ++ OsPid ++ "-[0-9a-f]{12}) there$",
+                                                        [{capture, all_but_first, list}])]],
+    ?assertMatch({ok, #file_info{mode = Mode}} when Mode band 8#777 =:= 8#700, file:read_file_info(Copy)),
+    ?assert(has(Out, ["  probes' library: ", Copy, "/priv/dtrace_nif.so"])),
     So = "/proc/" ++ OsPid ++ "/root" ++ Copy ++ "/priv/dtrace_nif.so",
     {true, Lines} =
         dtrace_test_tracer:bpftrace_window(
@@ -169,6 +180,14 @@ refusals(Config) ->
     ?assert(has(Again, [" already has dtrace "])),
     ?assertMatch({ok, _}, peer:call(Peer, application, get_key, [dtrace, vsn])).
 
+%% The application does not start on the node: the attach is undone, the
+%% node as before.
+failed_start_undone(Config) ->
+    {1, Out} = attach(Config, []),
+    ?assert(has(Out, ["dtrace-attach: attach failed, undoing it"])),
+    ?assert(has(Out, ["the dtrace application did not start: "])),
+    as_before(?config(peer, Config), ebin()).
+
 %%--------------------------------------------------------------------
 
 script() ->
@@ -177,9 +196,6 @@ script() ->
 ebin() ->
     filename:dirname(code:which(dtrace)).
 
-vsn() ->
-    {ok, [{application, dtrace, Keys}]} = file:consult(filename:join(ebin(), "dtrace.app")),
-    proplists:get_value(vsn, Keys).
 
 %% priv/dtrace-attach NODE --cookie ?COOKIE Extra...: {ExitStatus, Lines}.
 attach(Config, Extra) ->
