@@ -34,6 +34,14 @@ if [ "$(cat "$cache/complete" 2>/dev/null)" = "$want" ]; then
     echo "$cache/root"
     exit 0
 fi
+# One unpacker at a time; a second waits and then finds it done.
+mkdir -p "$(dirname "$cache")"
+exec 9>"$cache.lock"
+flock 9
+if [ "$(cat "$cache/complete" 2>/dev/null)" = "$want" ]; then
+    echo "$cache/root"
+    exit 0
+fi
 log "unpacking $want into $cache"
 rm -rf "$cache"
 mkdir -p "$cache/debs"

@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 suites=
 while [ $# -gt 0 ]; do
     case $1 in
-        --suite) [ $# -gt 1 ] && suites="$suites $(echo "$2" | tr ',' ' ')"; shift ;;
+        --suite) [ $# -gt 1 ] || break; suites="$suites $(echo "$2" | tr ',' ' ')"; shift ;;
         --suite=*) suites="$suites $(echo "${1#--suite=}" | tr ',' ' ')" ;;
     esac
     shift

@@ -19,9 +19,6 @@
 -export([suite/0, all/0, init_per_suite/1, end_per_suite/1]).
 -export([broker_attach_trace_detach/1]).
 
--define(AMQP_PORT, "5697").
--define(DIST_PORT, "25697").
--define(COOKIE, "dtrace_rabbitmq_suite").
 
 suite() ->
     [{timetrap, {minutes, 10}}].
@@ -41,10 +38,11 @@ end_per_suite(Config) ->
 %%--------------------------------------------------------------------
 %% The broker
 
-%% Starts RabbitMQ from the unpacked package with a base directory, cookie
-%% and ports of its own (never a system broker's), on the system's OTP
+%% Starts RabbitMQ from the unpacked package with a base directory, a
+%% random cookie and free ports of its own (never a system broker's), its
+%% AMQP and distribution listening on 127.0.0.1 only, on the system's OTP
 %% (PATH without the suite's OTP), and distribution for this node to reach
-%% it.
+%% it. A broker that does not come up is killed.
 start_broker(Config) ->
     Script = filename:join([dtrace_test_catalogue:repo_root(), "scripts", "rabbitmq.sh"]),
     {0, Lines} = dtrace_test_tracer:build("sh", ["-c", Script ++ " 2>&1"]),
@@ -54,12 +52,15 @@ start_broker(Config) ->
     Home = filename:join(Base, "home"),
     Cookie = filename:join(Home, ".erlang.cookie"),
     ok = filelib:ensure_path(Home),
-    ok = file:write_file(Cookie, ?COOKIE),
+    CookieText = binary_to_list(binary:encode_hex(crypto:strong_rand_bytes(16))),
+    ok = file:write_file(Cookie, CookieText),
     ok = file:change_mode(Cookie, 8#400),
     Node = list_to_atom("dtrace_rmq_" ++ os:getpid() ++ "@localhost"),
+    [AmqpPort, DistPort] = free_ports(2),
     Env = [{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", Home}, {"ESCRIPT_NAME", false},
            {"RABBITMQ_NODENAME", atom_to_list(Node)}, {"RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"},
-           {"RABBITMQ_NODE_PORT", ?AMQP_PORT}, {"RABBITMQ_DIST_PORT", ?DIST_PORT}]
+           {"RABBITMQ_NODE_PORT", AmqpPort}, {"RABBITMQ_DIST_PORT", DistPort},
+           {"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS", "-kernel inet_dist_use_interface {127,0,0,1}"}]
         ++ [{V, filename:join(Base, F)} || {V, F} <- [{"RABBITMQ_MNESIA_BASE", "mnesia"},
                                                      {"RABBITMQ_LOG_BASE", "log"},
                                                      {"RABBITMQ_ENABLED_PLUGINS_FILE", "enabled_plugins"},
@@ -72,18 +73,25 @@ start_broker(Config) ->
     Server = filename:join(Root, "usr/lib/rabbitmq/bin/rabbitmq-server"),
     Port = open_port({spawn_executable, "/bin/sh"},
                      [{args, ["-c", "\"$0\" > out 2>&1 &", Server]}, {env, Env}, {cd, Base}, exit_status]),
-    receive {Port, {exit_status, 0}} -> ok end,
+    receive {Port, {exit_status, 0}} -> ok
+    after 10000 -> ct:fail("sh did not start RabbitMQ in the background")
+    end,
     {ok, _} = net_kernel:start([list_to_atom("dtrace_rabbitmq_suite_" ++ os:getpid()), shortnames]),
-    true = erlang:set_cookie(Node, list_to_atom(?COOKIE)),
+    true = erlang:set_cookie(Node, list_to_atom(CookieText)),
     Up = fun() -> (catch erpc:call(Node, rabbit, is_running, [], 5000)) =:= true end,
     case dtrace_test_workload:wait_until(Up, dtrace_test_tracer:ceiling(120000)) of
         ok -> ok;
         timeout ->
-            {ok, Out} = file:read_file(filename:join(Base, "out")),
-            ct:fail("RabbitMQ did not start (its log: ~ts/log): ~ts", [Base, Out])
+            Out = file:read_file(filename:join(Base, "out")),
+            _ = case file:read_file(filename:join(Base, "pid")) of
+                    {ok, Pid} -> os:cmd("kill -KILL " ++ string:trim(binary_to_list(Pid)));
+                    _ -> ok
+                end,
+            _ = net_kernel:stop(),
+            ct:fail("RabbitMQ did not start (its log: ~ts/log): ~p", [Base, Out])
     end,
     OsPid = erpc:call(Node, os, getpid, []),
-    [{broker, Node}, {broker_os_pid, OsPid}, {cookie_file, Cookie}, {base, Base},
+    [{broker, Node}, {broker_os_pid, OsPid}, {cookie_file, Cookie}, {base, Base}, {amqp_port, AmqpPort},
      {pythonpath, filename:join(Root, "usr/lib/python3/dist-packages")} | Config].
 
 stop_broker(Config) ->
@@ -132,8 +140,8 @@ trace_broker(Config, Node, Before) ->
                 end,
     ok = dtrace_test_workload:wait_until(Listening, dtrace_test_tracer:ceiling(60000)),
     {0, Load} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config), "/usr/bin/python3",
-                                               load_script(), ?AMQP_PORT, "2000", "10000"]),
-    ?assertEqual([<<"published 2000 consumed 2000">>], Load),
+                                               load_script(), ?config(amqp_port, Config), "2000", "10000"]),
+    ?assert(lists:member(<<"published 2000 consumed 2000">>, Load)),
     Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
     ct:log("message-latency.bt on the broker:~n~ts", [lists:join("\n", Lines)]),
     %% The histogram of waits, and the longest wait per receiver: pids of
@@ -149,7 +157,15 @@ trace_broker(Config, Node, Before) ->
     ?assertEqual([], [M || {M, F} <- erpc:call(Node, code, all_loaded, []), is_list(F), lists:prefix(Ebin, F)]),
     {comment, io_lib:format("~b receivers in message-latency.bt's output", [length(Receivers)])}.
 
-%% What the operator's broker must find as it was after a detach.
+%% Ports free now on 127.0.0.1 (the kernel's choice), as strings.
+free_ports(N) ->
+    Socks = [begin {ok, S} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]), S end || _ <- lists:seq(1, N)],
+    Ports = [begin {ok, P} = inet:port(S), integer_to_list(P) end || S <- Socks],
+    [gen_tcp:close(S) || S <- Socks],
+    Ports.
+
+%% What the operator's broker must find as it was after a detach: on OTP
+%% 27 and later, the trace sessions too (automatic mode's own session).
 snapshot(Node) ->
     %% Each process's flags, asked one by one (the broker has no module of
     %% this suite to run a fun of).
@@ -161,7 +177,11 @@ snapshot(Node) ->
       new_processes => erpc:call(Node, erlang, trace_info, [new_processes, flags]),
       new_ports => erpc:call(Node, erlang, trace_info, [new_ports, flags]),
       send => erpc:call(Node, erlang, trace_info, [send, match_spec]),
-      'receive' => erpc:call(Node, erlang, trace_info, ['receive', match_spec])}.
+      'receive' => erpc:call(Node, erlang, trace_info, ['receive', match_spec]),
+      sessions => case erpc:call(Node, code, ensure_loaded, [trace]) of
+                      {module, trace} -> erpc:call(Node, trace, session_info, [all]);
+                      {error, _} -> none
+                  end}.
 
 load_script() ->
     filename:join([dtrace_test_catalogue:repo_root(), "test", "loads", "amqp.py"]).
