@@ -11,7 +11,15 @@ set -u
 log=$(mktemp)
 trap 'rm -f "$log" "$log.start"' EXIT
 touch "$log.start"
-{ ${REBAR3:-rebar3} ct "$@"; echo $? > "$log.status"; } 2>&1 | tee "$log"
+# A slow host (DTRACE_TEST_SLOWDOWN=N, CONTRIBUTING.md): the timetraps N
+# times as long, as the suites' waits are (dtrace_test_tracer:ceiling/1).
+mult=
+case ${DTRACE_TEST_SLOWDOWN:-} in
+    '' | 1) ;;
+    *) mult="--multiply_timetraps $(awk -v n="$DTRACE_TEST_SLOWDOWN" 'BEGIN { m = int(n); if (m < n) m++; print m }')" ;;
+esac
+# shellcheck disable=SC2086 # $mult is an option and its value
+{ ${REBAR3:-rebar3} ct $mult "$@"; echo $? > "$log.status"; } 2>&1 | tee "$log"
 status=$(cat "$log.status"); rm -f "$log.status"
 # CT prints e.g. "All 15 tests passed." or
 # "Failed 1 tests. Passed 13 tests. Skipped 1 (1, 0) tests."

@@ -86,7 +86,7 @@ init_per_testcase(_TC, Config) ->
     true = os:putenv("TMPDIR", os:getenv("DTRACE_TEST_TMP")),
     Peer = dtrace_test_peer:start_peer(),
     true = os:unsetenv("TMPDIR"),
-    {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+    {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace], ?C(5000)),
     [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config].
 
 end_per_testcase(TC, _Config) when TC =:= debian12; TC =:= debian13; TC =:= versions ->
@@ -116,15 +116,17 @@ debian13(Config) ->
 %% the guest group there; the guest's Common Test logs land in this case's
 %% log directory, and its versions line in this case's comment.
 guest(Config, Root, Kernel) ->
-    %% First the root (scripts/ct.sh built it before Common Test started,
-    %% unless this suite runs alone; 1-4 minutes the first time), under a
-    %% timetrap of its own; then the case's clock starts.
+    %% First what is cached: the root (scripts/ct.sh built it before Common
+    %% Test started, unless this suite runs alone; 1-4 minutes the first
+    %% time) and OTP's source, under a timetrap of their own; then the case's
+    %% clock starts.
     ct:timetrap({minutes, 30}),
     {0, _} = dtrace_test_tracer:build("sh", [guest_sh(), "root", Root]),
+    Priv = ?config(priv_dir, Config),
+    Examples = otp_examples(Priv),
     %% The modules compiled (about 15 s each), the guest's cases (minutes:
     %% its CPU is emulated).
     ct:timetrap({minutes, 40}),
-    Priv = ?config(priv_dir, Config),
     %% Shared with the guest at its own path, which has no `@' (a log
     %% directory's nonode@nohost): bpftrace takes no `@' in a probe's path.
     Shared = filename:join("/tmp", "dtrace-kernels-" ++ Root),
@@ -133,7 +135,6 @@ guest(Config, Root, Kernel) ->
     ok = filelib:ensure_path(filename:join(Stap, "requests")),
     ok = filelib:ensure_path(filename:join(Shared, "tmp")),
     So = dtrace_test_catalogue:nif_path(),
-    Examples = otp_examples(Priv),
     Notes = [binary_to_list(N) || {<<"erlang">>, N, _} <- dtrace_test_catalogue:notes(So)],
     Kern = stap_module(Stap, "kern", filename:join([root(), "test", "tracers", "kernels.stp"]), [So]),
     Modules = [otp_module(Stap, Examples, Name, Notes, So) || Name <- dtrace_test_otp_examples:names()]
@@ -145,7 +146,8 @@ guest(Config, Root, Kernel) ->
     LibDir = filename:dirname(code:lib_dir(dtrace)),
     TestDir = filename:dirname(code:which(?MODULE)),
     Port = open_port({spawn_executable, "/bin/sh"},
-                     [{args, [guest_sh(), "run", Root, "-s", Priv, "-s", Shared, "-t", "2280", "--",
+                     [{args, [guest_sh(), "run", Root, "-s", Priv, "-s", Shared,
+                              "-t", integer_to_list(?C(2280000) div 1000), "--",
                               "env", "DTRACE_TEST_STAP=" ++ Stap, "DTRACE_TEST_KERNEL=" ++ Kernel,
                               "DTRACE_TEST_TMP=" ++ filename:join(Shared, "tmp"),
                               "DTRACE_TEST_SLOWDOWN=" ++ host_slowdown(),
@@ -153,7 +155,7 @@ guest(Config, Root, Kernel) ->
                               "sh", filename:join([root(), "test", "guest", "ct.sh"]),
                               LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
-    {Status, Lines} = serve(Port, Root, Shared, Stap, [], erlang:monotonic_time(millisecond) + 2340000),
+    {Status, Lines} = serve(Port, Root, Shared, Stap, [], erlang:monotonic_time(millisecond) + ?C(2280000) + 60000),
     ct:log("the guest (exit status ~p):~n~ts", [Status, lists:join("\n", Lines)]),
     Summary = [L || <<"guest ct: ", _/binary>> = L <- Lines],
     Versions = case file:read_file(filename:join(Logs, "versions.txt")) of
@@ -280,8 +282,8 @@ mark(Mark, Fed) ->
 %% OTP's lib/runtime_tools/examples/*.systemtap from the OTP source tarball
 %% (scripts/otp-source.sh), extracted into Priv.
 otp_examples(Priv) ->
-    {0, Lines} = dtrace_test_tracer:run("sh", ["-c", filename:join([root(), "scripts", "otp-source.sh"])
-                                               ++ " erlang"]),
+    {0, Lines} = dtrace_test_tracer:build("sh", ["-c", filename:join([root(), "scripts", "otp-source.sh"])
+                                                 ++ " erlang"]),
     Tarball = binary_to_list(lists:last(Lines)),
     Dir = filename:join(Priv, "otp-source"),
     ok = filelib:ensure_path(Dir),

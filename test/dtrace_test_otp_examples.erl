@@ -331,7 +331,8 @@ busy_port() ->
     P = open_port({spawn, "sleep 30"}, [binary, {busy_limits_port, {1024, 4096}}]),
     Data = binary:copy(<<"x">>, 65536),
     Sender = spawn(fun() -> _ = [port_command(P, Data) || _ <- lists:seq(1, 100)] end),
-    ok = dtrace_test_workload:wait_until(fun() -> process_info(Sender, status) =:= {status, suspended} end, 10000),
+    ok = dtrace_test_workload:wait_until(fun() -> process_info(Sender, status) =:= {status, suspended} end,
+                                         dtrace_test_tracer:ceiling(10000)),
     exit(Sender, kill),
     ok = dtrace_test_workload:close_port(P),
     erlang:port_to_list(P).

@@ -17,7 +17,7 @@ start_peer(ExtraArgs) ->
     {ok, Peer, _Node} = peer:start_link(#{connection => standard_io, args => Args, wait_boot => wait_boot()}),
     %% Load the NIF before any tracer attaches: `bpftrace -p' finds the
     %% probes in the libraries the process has mapped.
-    true = peer:call(Peer, dtrace, available, []),
+    true = peer:call(Peer, dtrace, available, [], wait_boot()),
     Peer.
 
 %% A distributed peer named Prefix plus a random suffix, with Cookie and
@@ -32,10 +32,11 @@ start_named_peer(Prefix, Cookie, Modules, ExtraArgs) ->
     Args = ["-setcookie", Cookie | lists:append([["-pa", P] || P <- Paths])] ++ ExtraArgs,
     {ok, Peer, Node} = peer:start_link(#{name => peer:random_name(Prefix), longnames => false,
                                          connection => standard_io, args => Args, wait_boot => wait_boot()}),
-    true = peer:call(Peer, dtrace, available, []),
+    true = peer:call(Peer, dtrace, available, [], wait_boot()),
     {Peer, Node}.
 
-%% How long a peer may take to boot: peer's default (15 s) on a quiet host,
+%% How long a peer may take to boot (peer's default, 15 s, on a quiet host),
+%% and to answer this helper's calls that load the NIF:
 %% longer on a slow one or in a QEMU guest (dtrace_test_tracer:ceiling/1).
 wait_boot() ->
     dtrace_test_tracer:ceiling(15000).
@@ -45,7 +46,7 @@ stop_peer(Peer) ->
     ok.
 
 os_pid(Peer) ->
-    peer:call(Peer, os, getpid, []).
+    peer:call(Peer, os, getpid, [], wait_boot()).
 
 %% A peer that loads the library built with the cargo feature test-hooks
 %% (dtrace_nif:test_panic/0, test_allocations/0), from the application
@@ -57,7 +58,7 @@ start_test_hooks_peer() ->
     {ok, Peer, _} = peer:start_link(#{connection => standard_io, wait_boot => wait_boot(),
                                       args => ["-pa", filename:join(AppDir, "ebin")
                                                | lists:append([["-pa", P] || P <- Paths])]}),
-    true = peer:call(Peer, dtrace, available, []),
+    true = peer:call(Peer, dtrace, available, [], wait_boot()),
     Peer.
 
 %% The test-hooks library's path, for tracers.

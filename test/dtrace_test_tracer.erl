@@ -335,7 +335,7 @@ gdb_events(Peer, ScriptName, Fun) ->
     {Result, Lines} =
         gdb_run(dtrace_test_peer:os_pid(Peer), Script,
                 fun() ->
-                        peer:call(Peer, dtrace_test_workload, gdb_workload, [Fun], 600000)
+                        peer:call(Peer, dtrace_test_workload, gdb_workload, [Fun], ceiling(600000))
                 end),
     lists:member(<<"DONE">>, Lines) orelse ct:fail("gdb did not finish: ~p", [Lines]),
     {Result, [L || <<"EVENT", _/binary>> = L <- Lines]}.

@@ -274,7 +274,7 @@ provider_handle(Name) ->
 wait_hibernating(P) ->
     ok = wait_until(
            fun() -> erlang:process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}} end,
-           5000).
+           dtrace_test_tracer:ceiling(5000)).
 
 %% Fires dtrace:p(I) from a frame of its own (not a tail call): the
 %% function a dtrace_user__stack test finds on the stack.

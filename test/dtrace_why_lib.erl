@@ -30,9 +30,9 @@ slow_spans(Peer, Dir, ExtraArgs, Env, Service, ReadyMs) ->
     ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [ready_span(Dir)]),
     Lines0 = collect(Port, [], fun(Ls) -> ready_seen(blocks(Ls)) end, ReadyMs),
     Planted = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run,
-                        [fun() -> dtrace_test_service:run(Service, Dir) end], 120000),
+                        [fun() -> dtrace_test_service:run(Service, Dir) end], dtrace_test_tracer:ceiling(120000)),
     Tags = [Tag || {Tag, _, _, _} <- Planted],
-    Lines1 = collect(Port, Lines0, fun(Ls) -> Tags -- [T || {T, _, _} <- blocks(Ls)] =:= [] end, 30000),
+    Lines1 = collect(Port, Lines0, fun(Ls) -> Tags -- [T || {T, _, _} <- blocks(Ls)] =:= [] end, dtrace_test_tracer:ceiling(30000)),
     Lines = stop(Port, Lines1),
     ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
     {Planted, Lines}.
@@ -156,7 +156,7 @@ collect_until(Port, Acc, Done, Deadline) ->
 stop(Port, Acc) ->
     {os_pid, Pid} = erlang:port_info(Port, os_pid),
     _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
-    stop_collect(Port, Acc, erlang:monotonic_time(millisecond) + 30000).
+    stop_collect(Port, Acc, erlang:monotonic_time(millisecond) + dtrace_test_tracer:ceiling(30000)).
 
 stop_collect(Port, Acc, Deadline) ->
     receive
