@@ -377,7 +377,7 @@ dof_in_guest(Config) ->
     Port = open_port({spawn_executable, "/bin/sh"},
                      [{args, [Guest, "run", "trixie-dtrace", "-t", integer_to_list(?GUEST_TIMEOUT div 1000), "--",
                               "env", "DTRACE_TEST_OTP_EXAMPLES=" ++ Examples,
-                              "DTRACE_TEST_SLOWDOWN=" ++ host_slowdown(),
+                              dtrace_test_tracer:slowdown_env(),
                               "sh", Runner, LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
     {Status, Lines} = collect_exit(Port, [], deadline(?GUEST_TIMEOUT + 60000)),
@@ -386,12 +386,6 @@ dof_in_guest(Config) ->
     ct:comment("~ts", [Summary]),
     ?assertEqual({0, 1}, {Status, length(Summary)}).
 
-%% The host's DTRACE_TEST_SLOWDOWN, for the guest (dtrace_test_tracer:slowdown/0).
-host_slowdown() ->
-    case os:getenv("DTRACE_TEST_SLOWDOWN") of
-        V when is_list(V), V =/= "" -> V;
-        _ -> "1"
-    end.
 
 %% A DTrace started before two nodes sees both: each registers its DOF as
 %% the library loads, and DTrace picks it up while it runs.

@@ -150,7 +150,7 @@ guest(Config, Root, Kernel) ->
                               "-t", integer_to_list(?C(2280000) div 1000), "--",
                               "env", "DTRACE_TEST_STAP=" ++ Stap, "DTRACE_TEST_KERNEL=" ++ Kernel,
                               "DTRACE_TEST_TMP=" ++ filename:join(Shared, "tmp"),
-                              "DTRACE_TEST_SLOWDOWN=" ++ host_slowdown(),
+                              dtrace_test_tracer:slowdown_env(),
                               "DTRACE_TEST_VERSIONS=" ++ filename:join(Logs, "versions.txt"),
                               "sh", filename:join([root(), "test", "guest", "ct.sh"]),
                               LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
@@ -168,12 +168,6 @@ guest(Config, Root, Kernel) ->
 guest_sh() ->
     filename:join([root(), "scripts", "guest.sh"]).
 
-%% The host's DTRACE_TEST_SLOWDOWN, for the guest (dtrace_test_tracer:slowdown/0).
-host_slowdown() ->
-    case os:getenv("DTRACE_TEST_SLOWDOWN") of
-        V when is_list(V), V =/= "" -> V;
-        _ -> "1"
-    end.
 
 %% The guest's output until it exits; meanwhile, each module the guest asks
 %% for (stap/requests/NAME.stp, its arguments in NAME.args, one a line) is

@@ -7,7 +7,7 @@
 %%% sid's DTrace) run through build/2, outside any deadline.
 -module(dtrace_test_tracer).
 
--export([require_tracer/1, with_tracer/2, in_ci/0, slowdown/0, ceiling/1, build/2, process_report/1,
+-export([require_tracer/1, with_tracer/2, in_ci/0, slowdown/0, ceiling/1, slowdown_env/0, build/2, process_report/1,
          bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
          bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_marked/5, bpftrace_marked/6, bpftrace_await/2,
          bpftrace_map/2, bpftrace_map/3,
@@ -47,6 +47,14 @@ slowdown() ->
 %% only bounds how long a missing event is waited for.
 ceiling(Ms) ->
     round(Ms * slowdown()).
+
+%% "DTRACE_TEST_SLOWDOWN=N", the host's factor, for env(1) in front of a
+%% guest's command: the suites that boot a guest pass it on (1 when unset).
+slowdown_env() ->
+    "DTRACE_TEST_SLOWDOWN=" ++ case os:getenv("DTRACE_TEST_SLOWDOWN") of
+                                   V when is_list(V), V =/= "" -> V;
+                                   _ -> "1"
+                               end.
 
 %% Runs a build of something cached (Exe with Args; e.g. scripts/guest.sh
 %% root NAME), with no deadline of its own (the case's timetrap bounds it),
