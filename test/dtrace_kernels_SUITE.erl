@@ -129,7 +129,9 @@ guest(Config, Root, Kernel) ->
     ct:timetrap({minutes, 40}),
     %% Shared with the guest at its own path, which has no `@' (a log
     %% directory's nonode@nohost): bpftrace takes no `@' in a probe's path.
-    Shared = filename:join("/tmp", "dtrace-kernels-" ++ Root),
+    %% One per run (this node's OS pid): two runs at once on one machine
+    %% never see each other's modules and requests.
+    Shared = filename:join("/tmp", "dtrace-kernels-" ++ Root ++ "-" ++ os:getpid()),
     _ = file:del_dir_r(Shared),
     Stap = filename:join(Shared, "stap"),
     ok = filelib:ensure_path(filename:join(Stap, "requests")),
@@ -156,6 +158,7 @@ guest(Config, Root, Kernel) ->
                               LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
     {Status, Lines} = serve(Port, Root, Shared, Stap, [], erlang:monotonic_time(millisecond) + ?C(2280000) + 60000),
+    _ = file:del_dir_r(Shared),
     ct:log("the guest (exit status ~p):~n~ts", [Status, lists:join("\n", Lines)]),
     Summary = [L || <<"guest ct: ", _/binary>> = L <- Lines],
     Versions = case file:read_file(filename:join(Logs, "versions.txt")) of
@@ -611,6 +614,8 @@ semaphores_down(Peer) ->
 %% module doc); returns its path once compiled.
 request_module(Name, Script, Args) ->
     Req = filename:join(os:getenv("DTRACE_TEST_STAP"), "requests"),
+    %% An answer to an earlier request is never taken for this one's.
+    _ = file:delete(filename:join(Req, Name ++ ".done")),
     ok = file:write_file(filename:join(Req, Name ++ ".args"), lists:join("\n", Args)),
     {ok, _} = file:copy(Script, filename:join(Req, Name ++ ".stp.tmp")),
     ok = file:rename(filename:join(Req, Name ++ ".stp.tmp"), filename:join(Req, Name ++ ".stp")),
