@@ -330,6 +330,15 @@ defmodule DTrace do
   def function_probes(patterns), do: :dtrace.function_probes(patterns)
 
   @doc """
+  Makes each outermost call of these functions (`{module, function, arity}`,
+  exactly, at most 64; `[]` clears them) a span of kind `"Elixir.Mod:fun/arity"`,
+  for code that never calls `span/2`. `:ok` or `{:error, reason}`. See
+  `:dtrace.function_spans/1` (costs, bounds, what not to name).
+  """
+  @spec function_spans([mfa()]) :: :ok | {:error, term()}
+  def function_spans(functions), do: :dtrace.function_spans(functions)
+
+  @doc """
   "Why is my probe silent?", from inside the node: prints one line per check
   (`ok`, `info`, `warn`, `FAIL`, with each failure's fix) and returns `:ok` or
   `{:error, checks}`. See `:dtrace.doctor/0`; the host's side is

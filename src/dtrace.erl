@@ -62,7 +62,7 @@
 -export([user_trace_i4s4/9]).
 -export([span/2, span_begin/1, span_end/1, span_end/2, slow_span_threshold/0, slow_span_threshold/1]).
 %% The VM's own probes.
--export([vm_probes/0, vm_probes/1, function_probes/1]).
+-export([vm_probes/0, vm_probes/1, function_probes/1, function_spans/1]).
 -export([doctor/0, doctor/1]).
 %% The erl_tracer callbacks (OTP's erl_tracer behaviour, NIFs): {tracer, dtrace,
 %% State} fires the VM probes.
@@ -147,7 +147,9 @@
           traced := non_neg_integer(),
           skipped := non_neg_integer(),
           function_patterns := [function_pattern()],
-          function_patterns_set := boolean()}.
+          function_patterns_set := boolean(),
+          function_spans := [mfa()],
+          function_spans_set := boolean()}.
 %% What {@link vm_probes/0} returns; see there.
 -type function_pattern() :: {module(), atom() | '_', arity() | '_'}
                           | {module(), atom() | '_', arity() | '_', global | local}.
@@ -155,6 +157,9 @@
 -type function_probes_error() :: {bad_pattern, term()} | {all_modules, term()}
                                | {not_a_list, term()} | not_started.
 %% Why {@link function_probes/1} refused its patterns.
+-type function_spans_error() :: {bad_function, term()} | {too_many, pos_integer()}
+                              | {not_a_list, term()} | not_started.
+%% Why {@link function_spans/1} refused its functions.
 
 -export_type([probe_arg/0, n_probe_label/0, probe_result/0, pn_result/0, tag_state/0, span_kind/0,
               span/0, span_outcome/0, vm_status/0, function_pattern/0]).
@@ -302,8 +307,10 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %% <li>`traced': processes traced by the automatic mode now; `skipped':
 %%   processes another tracer (dbg, recon, ...) traces, left alone;</li>
 %% <li>`function_patterns': what {@link function_probes/1} was given, and
-%%   `function_patterns_set': whether their call-trace patterns are set
-%%   now.</li>
+%%   `function_patterns_set': whether their call-trace patterns (or the
+%%   function spans') are set now;</li>
+%% <li>`function_spans': what {@link function_spans/1} was given, and
+%%   `function_spans_set': whether their patterns are set now.</li>
 %% </ul>
 %% Returns `{error, not_started}' when the `dtrace' application is not
 %% running (automatic mode lives in it). Counting the traced processes
@@ -358,6 +365,48 @@ vm_probes(Other) ->
 -spec function_probes(Patterns :: [function_pattern()]) -> ok | {error, function_probes_error()}.
 function_probes(Patterns) ->
     dtrace_vm_probes:function_probes(Patterns).
+
+%% @doc Makes each outermost call of these functions a span, for code
+%% that never calls {@link span/2}: "why was it slow" on a node as it
+%% is. Replaces the previous set; `[]' clears it. Each function is
+%% `{Module, Function, Arity}', exactly (no `_'), at most 64.
+%%
+%% A call is a span of kind `"Module:Function/Arity"' (as the VM probes
+%% write an mfa), with no user tag (the tracer cannot read the process's
+%% dictionary), from the call until it returns (outcome `ok') or an
+%% exception leaves it (the class). A call of a function already open in
+%% the same process (recursion) is part of that span; a call of another of
+%% these functions inside it is a span of its own, nested. The span probes
+%% fire as for {@link span/2}: `span__begin', `span__end', and
+%% `span__slow' when the call lasted the slow-span threshold (so
+%% priv/span-latency.bt, priv/dtrace-slow-spans and the flight recorder
+%% work on them). Span ids of function spans have bit 62 set.
+%%
+%% Only while a tracer listens to a span probe: automatic mode sets
+%% call-trace patterns (`exception_trace', local calls included) on
+%% these functions, and the `call' flag on every process it traces (as
+%% for {@link function_probes/1}, in its own session on OTP 27: an
+%% operator's patterns and flags stay theirs; on OTP 25 and 26 the trace
+%% patterns are the node's). While a `span__vm_*' probe listens too, it
+%% also sets their flags on every process it traces, and the NIF fires
+%% them only for a process inside a function span. All of it is removed
+%% within one poll of the last listener leaving. Each traced call costs
+%% two trace events (make bench: "function span").
+%%
+%% Do not name a function that never returns, such as a server's loop
+%% (`gen_server:loop/7'): with `exception_trace' each of its tail calls
+%% keeps a frame, so the process's stack grows while the pattern is set
+%% (as with `dbg''s `return_trace'). Name the callbacks (`handle_call/3').
+%% Bounded: at most 16384 processes with an open span and 8 nested
+%% function spans per process; past that no new span begins.
+%%
+%% The functions are kept in the application environment
+%% (`function_spans'), where `sys.config' may also set them. Returns
+%% `ok', `{error, {bad_function, F}}', `{error, {too_many, N}}',
+%% `{error, {not_a_list, Functions}}' or `{error, not_started}'.
+-spec function_spans(Functions :: [mfa()]) -> ok | {error, function_spans_error()}.
+function_spans(Functions) ->
+    dtrace_vm_probes:function_spans(Functions).
 
 %% @doc "Why is my probe silent?", from inside the node: prints one line per
 %% check (`ok', `info', `warn', `FAIL', with the fix of each failure) and

@@ -50,7 +50,7 @@
          slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 -export([user_stack/3]).
--export([vm_listening/0, vm_flags/0, vm_call_probes/3, vm_port_name/3, vm_monitor_event/4]).
+-export([vm_listening/0, vm_flags/0, vm_call_probes/3, vm_function_spans/1, vm_port_name/3, vm_monitor_event/4]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
@@ -63,7 +63,7 @@
        span_enabled/0, span_begin/4, span_end/6, span_slow_end/1, span_slow/6,
        slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1,
        efile_enabled/0, efile_entry/10, efile_return/6,
-       user_stack/3, vm_listening/0, vm_flags/0, vm_call_probes/3, vm_port_name/3, vm_monitor_event/4,
+       user_stack/3, vm_listening/0, vm_flags/0, vm_call_probes/3, vm_function_spans/1, vm_port_name/3, vm_monitor_event/4,
        provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
        provider_probe/2, provider_path/1, provider_delete/1,
@@ -274,6 +274,12 @@ vm_monitor_event(_Source, _Tag, _Subject, _Info) ->
 %% {M, F, A} (their calls fire bif__entry, nif__entry).
 -spec vm_call_probes(Patterns :: [tuple()], Bifs :: [mfa()], Nifs :: [mfa()]) -> ok.
 vm_call_probes(_Patterns, _Bifs, _Nifs) ->
+    stub(ok).
+
+%% The functions whose outermost calls are spans (vm/function_spans.rs),
+%% [{M, F, A}]; every open span is forgotten.
+-spec vm_function_spans(Functions :: [mfa()]) -> ok.
+vm_function_spans(_Functions) ->
     stub(ok).
 
 %%%===================================================================

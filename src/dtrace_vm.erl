@@ -54,7 +54,7 @@
 -module(dtrace_vm).
 -behaviour(gen_server).
 
--export([start_link/0, status/0, set_mode/1, function_probes/1, traced/0, sync/0]).
+-export([start_link/0, status/0, set_mode/1, function_probes/1, function_spans/1, traced/0, sync/0]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2, format_status/1]).
 
 %% The tracer of automatic mode without sessions: the one users set by
@@ -110,7 +110,9 @@
             tracing :: tracing(),
             flags = {[], []} :: flags(),
             patterns = [] :: [pattern()],
-            active = [] :: [pattern()],
+            spans = [] :: [mfa()],
+            %% The patterns set now: function probes' and function spans'.
+            active = {[], []} :: {[pattern()], [mfa()]},
             new = free :: free | ours | {taken, term()},
             spawn_meta = off :: off | on | {taken, term()},
             exit_meta = off :: off | on | {taken, term()},
@@ -136,6 +138,30 @@ function_probes(Patterns) ->
         {ok, Normal} -> gen_server:call(?MODULE, {patterns, Normal});
         {error, _} = Error -> Error
     end.
+
+%% The most functions function_spans/1 takes (the NIF keeps as many).
+-define(MAX_SPAN_FUNCTIONS, 64).
+
+%% @private
+function_spans(Functions) ->
+    case span_functions(Functions) of
+        {ok, Normal} -> gen_server:call(?MODULE, {spans, Normal});
+        {error, _} = Error -> Error
+    end.
+
+span_functions(L) when is_list(L), length(L) > ?MAX_SPAN_FUNCTIONS ->
+    {error, {too_many, length(L)}};
+span_functions(L) when is_list(L) ->
+    case [F || F <- L, not is_mfa(F)] of
+        [] -> {ok, lists:usort(L)};
+        [Bad | _] -> {error, {bad_function, Bad}}
+    end;
+span_functions(Other) ->
+    {error, {not_a_list, Other}}.
+
+is_mfa({M, F, A}) -> is_atom(M) andalso M =/= '_' andalso is_atom(F) andalso F =/= '_'
+                         andalso is_integer(A) andalso A >= 0 andalso A =< 255;
+is_mfa(_) -> false.
 
 %% @private Polls now, and returns once the flags and patterns follow the
 %% listeners as they are at this moment (the poll that runs every
@@ -187,8 +213,15 @@ init([]) ->
                       clear_all(),
                       legacy
               end,
+    Spans = case span_functions(application:get_env(dtrace, function_spans, [])) of
+                {ok, Sp} -> Sp;
+                {error, SpWhy} ->
+                    logger:warning("dtrace: function_spans in the application environment "
+                                   "ignored: ~p", [SpWhy]),
+                    []
+            end,
     self() ! poll,
-    {ok, #s{mode = Mode, poll = Poll, patterns = Patterns, tracing = Tracing}}.
+    {ok, #s{mode = Mode, poll = Poll, patterns = Patterns, spans = Spans, tracing = Tracing}}.
 
 function_probes_env() ->
     normalize(application:get_env(dtrace, function_probes, []), []).
@@ -216,6 +249,9 @@ handle_call({mode, Mode}, _From, S) when Mode =:= auto; Mode =:= manual ->
 handle_call({patterns, Patterns}, _From, S) ->
     ok = application:set_env(dtrace, function_probes, [external(P) || P <- Patterns]),
     {reply, ok, poll(S#s{patterns = Patterns})};
+handle_call({spans, Spans}, _From, S) ->
+    ok = application:set_env(dtrace, function_spans, Spans),
+    {reply, ok, poll(S#s{spans = Spans})};
 handle_call(_Other, _From, S) ->
     {reply, {error, badarg}, S}.
 
@@ -282,12 +318,24 @@ poll(S) ->
     {ProcFlags0, PortFlags, _Listening, Sources} = dtrace_nif:vm_listening(),
     Spawn = [spawn || lists:member(spawn, Sources)],
     CallsListened = lists:member(call, ProcFlags0),
+    %% Function spans: their patterns while a span probe listens, the call
+    %% flags for them, and while a span__vm_* probe listens too its flags
+    %% on every process (the NIF fires those only for a process inside a
+    %% function span: no code runs at a span's begin to set them).
+    Spans = case S#s.spans =/= [] andalso dtrace_nif:span_enabled() =/= false of
+                true -> S#s.spans;
+                false -> []
+            end,
+    SpanFlags = case Spans of
+                    [] -> [];
+                    _ -> [call, arity | dtrace_nif:span_vm_flags()]
+                end,
     S1 = case S#s.mode of
              auto ->
-                 ProcFlags1 = case S#s.patterns of
-                                  [] -> ProcFlags0 -- [call, arity];
-                                  _ -> ProcFlags0
-                              end,
+                 ProcFlags1 = lists:usort(SpanFlags ++ case S#s.patterns of
+                                                          [] -> ProcFlags0 -- [call, arity];
+                                                          _ -> ProcFlags0
+                                                      end),
                  %% process__spawn: from the procs flag when processes are
                  %% traced anyway (events in order with the others),
                  %% otherwise from meta tracing, which costs nothing to
@@ -305,7 +353,11 @@ poll(S) ->
              manual ->
                  apply_send_code(false, apply_system_monitor(false, apply_node_monitor(false, apply_exit_meta(false, apply_meta(false, S)))))
          end,
-    apply_patterns(CallsListened andalso S1#s.patterns =/= [], S1).
+    Probes = case CallsListened of
+                 true -> S1#s.patterns;
+                 false -> []
+             end,
+    apply_patterns({Probes, Spans}, S1).
 
 %% process__exit_signal: a meta pattern on erlang:exit/2 (the tracer
 %% {dtrace, exit_meta}: no trace flag on any process), only while it
@@ -619,23 +671,31 @@ destroy_sessions({session, Auto, Meta}) ->
 %%%===================================================================
 %%% Function probes
 
-apply_patterns(true, #s{patterns = P, active = P} = S) ->
+apply_patterns(Want, #s{active = Want} = S) ->
     S;
-apply_patterns(true, #s{patterns = P, tracing = T} = S) ->
+apply_patterns({Probes, Spans} = Want, #s{tracing = T} = S) ->
     S1 = clear_patterns(S),
-    _ = [code:ensure_loaded(M) || M <- lists:usort([M || {M, _, _, _} <- P])],
-    _ = [set_pattern(T, {M, F, A}, ?MS, Kind) || {M, F, A, Kind} <- P],
-    ok = dtrace_nif:vm_call_probes(P, bifs(P), nifs(P)),
-    S1#s{active = P};
-apply_patterns(false, #s{active = []} = S) ->
-    S;
-apply_patterns(false, S) ->
-    clear_patterns(S).
+    All = set_list(Want),
+    _ = [code:ensure_loaded(M) || M <- lists:usort([M || {M, _, _, _} <- All])],
+    %% The NIF's tables first, so that the first events are told apart.
+    ok = dtrace_nif:vm_call_probes(Probes, bifs(Probes), nifs(Probes)),
+    ok = dtrace_nif:vm_function_spans(Spans),
+    _ = [set_pattern(T, {M, F, A}, ?MS, Kind) || {M, F, A, Kind} <- All],
+    S1#s{active = Want}.
 
+clear_patterns(#s{active = {[], []}} = S) ->
+    S;
 clear_patterns(#s{active = Active, tracing = T} = S) ->
-    _ = [set_pattern(T, {M, F, A}, false, Kind) || {M, F, A, Kind} <- Active],
+    _ = [set_pattern(T, {M, F, A}, false, Kind) || {M, F, A, Kind} <- set_list(Active)],
     _ = dtrace_nif:vm_call_probes([], [], []),
-    S#s{active = []}.
+    _ = dtrace_nif:vm_function_spans([]),
+    S#s{active = {[], []}}.
+
+%% The patterns to set: the function probes', then each function span's
+%% function (local calls too; after a probe pattern on it, which it
+%% replaces).
+set_list({Probes, Spans}) ->
+    Probes ++ [{M, F, A, local} || {M, F, A} <- Spans].
 
 %% A call-trace pattern: in our session (an operator's patterns on the
 %% same function stay theirs), or without sessions the node's.
@@ -694,7 +754,7 @@ pattern(P) ->
 %%%===================================================================
 %%% Status
 
-status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active = Active, new = New,
+status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, spans = Spans, active = Active, new = New,
           spawn_meta = Meta, exit_meta = ExitMeta, node_monitor = NodeMonitor, system_monitor = SystemMonitor, send_code = SendCode,
           tracing = Tracing}) ->
     {ListenP, ListenO, Probes, _} = dtrace_nif:vm_listening(),
@@ -717,7 +777,9 @@ status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, active 
       traced => Ours,
       skipped => Others,
       function_patterns => [external(Pt) || Pt <- Patterns],
-      function_patterns_set => Active =/= []}.
+      function_patterns_set => Active =/= {[], []},
+      function_spans => Spans,
+      function_spans_set => element(2, Active) =/= []}.
 
 %% The processes and ports of ours.
 ours({session, Auto, _}) ->

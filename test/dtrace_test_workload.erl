@@ -10,6 +10,8 @@
 %% For the VM-probe suites.
 -export([terminate_self/0, double/1, sink/0, wait_flags/2, wait_until/2, our_traced/0, our_traced/1,
          ping_load/1, span_flags/0, span_traced/0]).
+%% For function spans.
+-export([fspan/2, fspan_outer/0, fspan_raise/1]).
 %% For the run-time provider suites.
 -export([provider_holder/3, provider_handle/1]).
 %% A gen_server that answers `tags' with {get_tag(), get_tag_data()}.
@@ -155,6 +157,23 @@ terminate_self() ->
 %% A function to put call-trace patterns on.
 double(X) ->
     2 * X.
+
+%% N calls deep (body recursion), then sleeps Ms at the bottom.
+fspan(0, Ms) ->
+    timer:sleep(Ms),
+    ok;
+fspan(N, Ms) ->
+    ok = fspan(N - 1, Ms),
+    ok.
+
+%% Calls fspan/2 inside: with both named, a span inside a span.
+fspan_outer() ->
+    ok = fspan(2, 0),
+    ok.
+
+%% Raises an exception of Class.
+fspan_raise(Class) ->
+    erlang:raise(Class, planted, []).
 
 %% A process that takes any message and forgets it; `stop' ends it.
 sink() ->

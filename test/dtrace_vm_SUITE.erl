@@ -14,7 +14,7 @@
 -export([no_tracer_no_flags/1, process_events_in_otps_order/1,
          sends_and_queues_with_flat_sizes/1, flat_sizes_are_erts_debugs/1, remote_send_names_the_node/1,
          links_and_unlinks/1,
-         major_gcs_pair_up/1, function_probes_follow_the_tracer/1,
+         major_gcs_pair_up/1, function_probes_follow_the_tracer/1, function_spans_follow_the_tracer/1,
          attach_detach_cycles_leave_operators_alone/1,
          shipped_scripts/1, otp_d_scripts_match_the_catalogue/1,
          manual_mode_and_user_tracer/1, spawn_alone_sets_no_flag/1,
@@ -23,6 +23,7 @@
 all() ->
     [no_tracer_no_flags, process_events_in_otps_order, sends_and_queues_with_flat_sizes,
      flat_sizes_are_erts_debugs, remote_send_names_the_node, links_and_unlinks, major_gcs_pair_up, function_probes_follow_the_tracer,
+     function_spans_follow_the_tracer,
      attach_detach_cycles_leave_operators_alone, manual_mode_and_user_tracer,
      spawn_alone_sets_no_flag, stopping_leaves_nothing,
      shipped_scripts, otp_d_scripts_match_the_catalogue].
@@ -424,6 +425,65 @@ function_probes_follow_the_tracer(Config) ->
     ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(ClearedPid)) =/= nomatch]),
     %% The tracer gone, the pattern is not set again.
     ?assertEqual({traced, false}, in_peer(Config, fun() -> ok = dtrace_vm:sync(), erlang:trace_info(MFA, traced) end)).
+
+%% Function spans: the outermost call of a named function is one span
+%% (recursion inside it is not another), of kind m:f/a with its duration
+%% and outcome; a named function inside another is a nested span; nothing
+%% fires for another process once the functions are cleared, and no
+%% trace pattern is set while no span probe listens.
+function_spans_follow_the_tracer(Config) ->
+    Fspan = {dtrace_test_workload, fspan, 2},
+    Fns = [Fspan, {dtrace_test_workload, fspan_outer, 0}, {dtrace_test_workload, fspan_raise, 1}],
+    ok = in_peer(Config, fun() -> {module, _} = code:ensure_loaded(dtrace_test_workload),
+                                  dtrace:function_spans(Fns) end),
+    ?assertEqual({traced, false}, in_peer(Config, fun() -> ok = dtrace_vm:sync(), erlang:trace_info(Fspan, traced) end)),
+    ?assertEqual({error, {bad_function, {a, '_', 1}}}, in_peer(Config, fun() -> dtrace:function_spans([{a, '_', 1}]) end)),
+    ?assertEqual({error, {too_many, 65}},
+                 in_peer(Config, fun() -> dtrace:function_spans([{a, b, I} || I <- lists:seq(0, 64)]) end)),
+    ?assertEqual(Fns, in_peer(Config, fun() -> maps:get(function_spans, dtrace:vm_probes()) end)),
+    Program = "
+        usdt:$SO:erlang:span__begin { printf(\"EV %lu begin %s %ld %ld %s\\n\", nsecs, str(arg0), arg2, arg3, str(arg4)); }
+        usdt:$SO:erlang:span__end { printf(\"EV %lu end %s %ld %ld %s %ld %s\\n\", nsecs, str(arg0), arg2, arg3, str(arg4), arg5, str(arg6)); }",
+    {{Pid, Caught, Cleared, ClearedPid}, Lines} =
+        dtrace_test_tracer:bpftrace_marked(
+          dtrace_bpftrace, ?config(peer, Config), Program,
+          fun() -> dtrace_test_workload:fspan(0, 0) end,
+          [{contains, <<" begin ">>}, {contains, <<" end ">>}],
+          fun() ->
+                  ok = dtrace_test_workload:fspan(3, 20),
+                  ok = dtrace_test_workload:fspan_outer(),
+                  C = [catch dtrace_test_workload:fspan_raise(Cl) || Cl <- [error, exit, throw]],
+                  Me = pid_to_list(self()),
+                  ok = dtrace:function_spans([]),
+                  ok = wait_traced(Fspan, false),
+                  {Other, Ref} = spawn_monitor(fun() -> dtrace_test_workload:fspan(1, 0) end),
+                  receive {'DOWN', Ref, process, Other, normal} -> ok end,
+                  {Me, C, erlang:trace_info(Fspan, traced), pid_to_list(Other)}
+          end),
+    ?assertMatch([{'EXIT', {planted, _}}, {'EXIT', planted}, planted], Caught),
+    ?assertEqual({traced, false}, Cleared),
+    P = list_to_binary(Pid),
+    Mine = [F || {_, [_, Pr | _] = F} <- events(Lines), Pr =:= P],
+    K = fun(F, A) -> iolist_to_binary(io_lib:format("dtrace_test_workload:~s/~b", [F, A])) end,
+    Shape = [case F of
+                 [<<"begin">>, _, _, Parent, Kind] -> {'begin', Kind, Parent =:= <<"0">>};
+                 [<<"end">>, _, _, Parent, Kind, _Ns, Outcome] -> {'end', Kind, Parent =:= <<"0">>, Outcome}
+             end || F <- Mine],
+    ?assertEqual([{'begin', K(fspan, 2), true}, {'end', K(fspan, 2), true, <<"ok">>},
+                  {'begin', K(fspan_outer, 0), true},
+                  {'begin', K(fspan, 2), false}, {'end', K(fspan, 2), false, <<"ok">>},
+                  {'end', K(fspan_outer, 0), true, <<"ok">>},
+                  {'begin', K(fspan_raise, 1), true}, {'end', K(fspan_raise, 1), true, <<"error">>},
+                  {'begin', K(fspan_raise, 1), true}, {'end', K(fspan_raise, 1), true, <<"exit">>},
+                  {'begin', K(fspan_raise, 1), true}, {'end', K(fspan_raise, 1), true, <<"throw">>}],
+                 Shape),
+    %% The slow one lasted its sleep; ids pair up, the nested one's parent
+    %% is the outer span, and ids have bit 62 set.
+    [[_, _, Id1, _, _], [_, _, Id1, _, _, Ns1, _], [_, _, Outer, _, _], [_, _, _, Outer, _] | _] = Mine,
+    ?assert(binary_to_integer(Ns1) >= 20000000),
+    ?assert(binary_to_integer(Id1) band (1 bsl 62) =/= 0),
+    ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(ClearedPid)) =/= nomatch]),
+    ?assertEqual({traced, false}, in_peer(Config, fun() -> ok = dtrace_vm:sync(), erlang:trace_info(Fspan, traced) end)).
 
 %% Waits (at most 5 s) until trace_info(MFA, traced) is {traced, Want}.
 wait_traced(MFA, Want) ->

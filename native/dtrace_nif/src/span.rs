@@ -59,7 +59,7 @@ nif_args!(
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock of `span_enabled/0`'s begin
 /// times; not ERTS's monotonic time, which is offset and corrected, so the
 /// two are never mixed: a span begun here ends in `span_slow_end/1`).
-fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec to a valid, owned pointer;
     // CLOCK_MONOTONIC exists on every Linux and BSD (vDSO on Linux).
@@ -148,6 +148,12 @@ fn outcome_str(term: Term<'_>) -> Str<'static> {
         c"ok"
     };
     Str::from_cstr(text)
+}
+
+/// The node's slow-span threshold in nanoseconds (for function spans,
+/// `vm/function_spans.rs`).
+pub(crate) fn slow_ns() -> i64 {
+    SLOW_NS.load(Relaxed)
 }
 
 /// `slow_span_threshold() -> Ns`: the node's slow-span threshold.

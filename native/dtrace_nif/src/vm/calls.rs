@@ -1,7 +1,8 @@
 //! Function calls (the `call` and `arity` flags, with the patterns
 //! `dtrace:function_probes/1` set): entries, returns and exceptions, told
 //! apart as BIF, NIF, global or local calls by the table `dtrace_vm` gives
-//! (`vm_call_probes/3`).
+//! (`vm_call_probes/3`); and the function spans' calls
+//! (`function_spans.rs`), which fire no function probe.
 
 use std::sync::RwLock;
 
@@ -9,6 +10,7 @@ use rustler::sys::ErlNifTerm;
 use rustler::types::atom::ok;
 use rustler::{Atom, Env, Term};
 
+use super::function_spans;
 use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED, mfa_parts, mfa_text};
 use crate::probes::org_erlang_dyntrace::{function_call, function_exception, function_return};
 use crate::probes::{
@@ -97,20 +99,24 @@ enum CallKind {
     Local,
 }
 
-fn call_kind(m: ErlNifTerm, f: ErlNifTerm, a: u32) -> CallKind {
-    let Ok(calls) = CALLS.read() else { return CallKind::Global };
+/// `None`: a function traced only for function spans (no function probe).
+fn call_kind(m: ErlNifTerm, f: ErlNifTerm, a: u32) -> Option<CallKind> {
+    let Ok(calls) = CALLS.read() else { return Some(CallKind::Global) };
     if calls.bifs.iter().any(|&(bm, bf, ba)| bm == m && bf == f && ba == a) {
-        return CallKind::Bif;
+        return Some(CallKind::Bif);
     }
     if calls.nifs.iter().any(|&(nm, nf, na)| nm == m && nf == f && na == a) {
-        return CallKind::Nif;
+        return Some(CallKind::Nif);
     }
-    let global = calls
+    match calls
         .patterns
         .iter()
         .find(|&&(pm, pf, pa, _)| pm == m && pf.is_none_or(|pf| pf == f) && pa.is_none_or(|pa| pa == a))
-        .is_none_or(|p| p.3);
-    if global { CallKind::Global } else { CallKind::Local }
+    {
+        Some(p) => Some(if p.3 { CallKind::Global } else { CallKind::Local }),
+        None if function_spans::is_span_function(m, f, a) => None,
+        None => Some(CallKind::Global),
+    }
 }
 
 /// `call`: the tracee calls TraceTerm (`{M, F, Arity}` with the arity
@@ -121,14 +127,15 @@ pub(crate) fn call(e: &Event<'_>, _tag: TraceTag) {
     if let Some((m, f, a)) = mfa_parts(e.term) {
         let mut mfa = TextBuf::new();
         match call_kind(m.as_c_arg(), f.as_c_arg(), a) {
-            CallKind::Bif if bif__entry::enabled() => bif__entry::fire(pid, mfa.mfa(m, f, a)),
-            CallKind::Nif if nif__entry::enabled() => nif__entry::fire(pid, mfa.mfa(m, f, a)),
-            CallKind::Global if global__function__entry::enabled() => {
+            Some(CallKind::Bif) if bif__entry::enabled() => bif__entry::fire(pid, mfa.mfa(m, f, a)),
+            Some(CallKind::Nif) if nif__entry::enabled() => nif__entry::fire(pid, mfa.mfa(m, f, a)),
+            Some(CallKind::Global) if global__function__entry::enabled() => {
                 global__function__entry::fire(pid, mfa.mfa(m, f, a), UNAVAILABLE)
             }
-            CallKind::Local if local__function__entry::enabled() => {
+            Some(CallKind::Local) if local__function__entry::enabled() => {
                 local__function__entry::fire(pid, mfa.mfa(m, f, a), UNAVAILABLE)
             }
+            None => return,
             _ => {}
         }
     }
@@ -147,11 +154,12 @@ pub(crate) fn call_return(e: &Event<'_>, tag: TraceTag) {
     if let Some((m, f, a)) = mfa_parts(e.term) {
         let mut mfa = TextBuf::new();
         match call_kind(m.as_c_arg(), f.as_c_arg(), a) {
-            CallKind::Bif if bif__return::enabled() => bif__return::fire(pid, mfa.mfa(m, f, a)),
-            CallKind::Nif if nif__return::enabled() => nif__return::fire(pid, mfa.mfa(m, f, a)),
-            CallKind::Global | CallKind::Local if function__return::enabled() => {
+            Some(CallKind::Bif) if bif__return::enabled() => bif__return::fire(pid, mfa.mfa(m, f, a)),
+            Some(CallKind::Nif) if nif__return::enabled() => nif__return::fire(pid, mfa.mfa(m, f, a)),
+            Some(CallKind::Global | CallKind::Local) if function__return::enabled() => {
                 function__return::fire(pid, mfa.mfa(m, f, a), UNAVAILABLE)
             }
+            None => return,
             _ => {}
         }
     }

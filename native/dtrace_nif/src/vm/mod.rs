@@ -33,6 +33,7 @@ use crate::probes::Str;
 use crate::text::TextBuf;
 
 mod calls;
+mod function_spans;
 mod gc;
 mod messages;
 mod monitors;
@@ -126,7 +127,9 @@ fn enabled(call: NifCall) -> ErlNifTerm {
     }
     let listened = trace_tag_of(a.trace_tag).is_some_and(|tag| {
         let target = target_of(a.tracer_state, call.is_port(a.tracee));
-        listens(target, tag) || (target == Target::Ports && names_port(tag) && port_names_wanted())
+        listens(target, tag)
+            || (target == Target::Ports && names_port(tag) && port_names_wanted())
+            || (target == Target::Processes && function_spans::feeds(tag))
     });
     if listened { atoms::trace() } else { atoms::discard() }.as_c_arg()
 }
@@ -149,6 +152,9 @@ fn trace(call: NifCall) -> ErlNifTerm {
             let names = target == Target::Ports && names_port(tag) && port_names_wanted();
             if names && tag == TraceTag::Open {
                 ports::remember(&event);
+            }
+            if target == Target::Processes && function_spans::feeds(tag) {
+                function_spans::event(&event, tag);
             }
             dispatch(target, tag, &event);
             if names && tag == TraceTag::Closed {
@@ -326,6 +332,11 @@ impl<'a> Event<'a> {
     /// There a process inside a span is traced in the span session too.
     fn auto_session(&self) -> bool {
         self.tracer_state.as_c_arg() == atoms::auto().as_c_arg()
+    }
+
+    /// Is the tracer the span tracer (`{dtrace, span}`)?
+    fn span_state(&self) -> bool {
+        self.tracer_state.as_c_arg() == atoms::span().as_c_arg()
     }
 
     /// The trace tag's name (`in`, `out_exited`, `link`, ...).

@@ -10,17 +10,36 @@
 //! consumers keep the events of processes inside a span. Automatic mode's
 //! own session (OTP 27, state `auto`) is skipped: there the span session
 //! has the process's events.
+//!
+//! Function spans (`function_spans.rs`) have no code to set flags at their
+//! begin: while functions are named and one of these probes listens,
+//! automatic mode sets these rows' flags on every process, and the rows
+//! of its tracers (`auto`, and `[]` then) fire only for a process with an
+//! open function span.
 
 use rustler::TermType;
 
-use super::{Event, TraceTag, UNAVAILABLE, UNKNOWN_MFA, mfa_text};
+use super::{Event, TraceTag, UNAVAILABLE, UNKNOWN_MFA, function_spans, mfa_text};
 use crate::flat_size::flat_size;
 use crate::probes::{span__vm_gc, span__vm_receive, span__vm_scheduled, span__vm_send};
 use crate::text::TextBuf;
 
+/// Is the event one of a process inside a span: the span tracer's (`span`),
+/// or automatic mode's (`auto`, `[]`) for a process inside a function
+/// span; `[]`'s for any process while no function is named (module doc).
+fn wanted(e: &Event<'_>) -> bool {
+    if e.span_state() {
+        true
+    } else if e.auto_session() || function_spans::named() {
+        function_spans::inside(e.tracee.as_c_arg())
+    } else {
+        true
+    }
+}
+
 /// `in`, `out`: the tracee runs (in) or stops running (out) in TraceTerm's mfa.
 pub(crate) fn span_scheduled(e: &Event<'_>, _tag: TraceTag) {
-    if e.auto_session() {
+    if !wanted(e) {
         return;
     }
     let (mut pid, mut mfa, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
@@ -29,7 +48,7 @@ pub(crate) fn span_scheduled(e: &Event<'_>, _tag: TraceTag) {
 
 /// `gc_minor_start` .. `gc_major_end`: the words needed or reclaimed.
 pub(crate) fn span_gc(e: &Event<'_>, _tag: TraceTag) {
-    if e.auto_session() {
+    if !wanted(e) {
         return;
     }
     let (mut pid, mut kind) = (TextBuf::new(), TextBuf::new());
@@ -40,7 +59,7 @@ pub(crate) fn span_gc(e: &Event<'_>, _tag: TraceTag) {
 /// `send`, `send_to_non_existing_process`: to `extra`, as given to the
 /// send (a registered name is not resolved here).
 pub(crate) fn span_send(e: &Event<'_>, _tag: TraceTag) {
-    if e.auto_session() {
+    if !wanted(e) {
         return;
     }
     let (mut pid, mut to) = (TextBuf::new(), TextBuf::new());
@@ -54,7 +73,7 @@ pub(crate) fn span_send(e: &Event<'_>, _tag: TraceTag) {
 
 /// `'receive'` on a process: a message was queued to it.
 pub(crate) fn span_receive(e: &Event<'_>, _tag: TraceTag) {
-    if e.auto_session() {
+    if !wanted(e) {
         return;
     }
     if e.tracee.get_type() == TermType::Port {
