@@ -19,6 +19,8 @@
 -export([suite/0, all/0, init_per_suite/1, end_per_suite/1]).
 -export([broker_attach_trace_detach/1]).
 
+-define(CHANNEL_CAST, {rabbit_channel, handle_cast, 2}).
+
 
 suite() ->
     [{timetrap, {minutes, 10}}].
@@ -149,13 +151,56 @@ trace_broker(Config, Node, Before) ->
     ?assert(lists:member(<<"Send to receiver scheduled (us), and the longest wait per receiver:">>, Lines)),
     Receivers = [L || L <- Lines, re:run(L, "^@[a-z_]*\\[<0\\.[0-9]+\\.0>\\]: [0-9]+$") =/= nomatch],
     ?assertNotEqual([], Receivers),
+    Causes = function_spans(Config, Node, OsPid),
     {0, Detached} = attach(Config, ["--detach"]),
     ?assert(has(Detached, ["detached dtrace from ", atom_to_list(Node)])),
     After = snapshot(Node),
     ?assertEqual(Before, After),
     Ebin = filename:dirname(code:which(dtrace)),
     ?assertEqual([], [M || {M, F} <- erpc:call(Node, code, all_loaded, []), is_list(F), lists:prefix(Ebin, F)]),
-    {comment, io_lib:format("~b receivers in message-latency.bt's output", [length(Receivers)])}.
+    ?assertEqual({traced, false}, erpc:call(Node, erlang, trace_info, [?CHANNEL_CAST, traced])),
+    {comment, io_lib:format("~b receivers in message-latency.bt's output; function spans of ~s: ~b broken "
+                            "down, causes: ~ts", [length(Receivers), "rabbit_channel:handle_cast/2",
+                                                 length(Causes), lists:join("; ", lists:usort(Causes))])}.
+
+%% The channel's casts (each AMQP method the reader passes on) as function
+%% spans: priv/dtrace-slow-spans (threshold 0: every one) breaks them down
+%% and names a cause. Returns the causes.
+function_spans(Config, Node, OsPid) ->
+    {0, Set} = attach(Config, ["--function", "rabbit_channel:handle_cast/2"]),
+    ?assert(has(Set, [": function spans on rabbit_channel:handle_cast/2"])),
+    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
+    Port = open_port({spawn_executable, Script}, [{args, ["-p", OsPid, "--threshold", "0"]},
+                                                 {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    Set_ = fun() -> ok = erpc:call(Node, dtrace_vm, sync, []),
+                    maps:get(function_spans_set, erpc:call(Node, dtrace, vm_probes, [])) end,
+    ok = dtrace_test_workload:wait_until(Set_, dtrace_test_tracer:ceiling(60000)),
+    {0, Load} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config), "/usr/bin/python3",
+                                               load_script(), ?config(amqp_port, Config), "500", "10000"]),
+    ?assert(lists:member(<<"published 500 consumed 500">>, Load)),
+    Causes = fun(Ls) -> [C || {match, [C]} <- [re:run(L, "^    cause: (.*), [0-9.]+ ms \\([0-9]+%\\)$",
+                                                        [{capture, all_but_first, binary}]) || L <- Ls]] end,
+    Lines = collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
+                    erlang:monotonic_time(millisecond) + dtrace_test_tracer:ceiling(30000)),
+    port_close(Port),
+    ct:log("dtrace-slow-spans on the broker (first 200 lines):~n~ts", [lists:join("\n", lists:sublist(Lines, 200))]),
+    ?assert(has(Lines, ["slow span: rabbit_channel:handle_cast/2 "])),
+    ?assert(length(Causes(Lines)) >= 10),
+    {0, None} = attach(Config, ["--function", "none"]),
+    ?assert(has(None, [": no function spans"])),
+    Causes(Lines).
+
+collect(Port, Acc, Done, Deadline) ->
+    case Done(Acc) of
+        true -> Acc;
+        false ->
+            receive
+                {Port, {data, {_, Line}}} -> collect(Port, Acc ++ [Line], Done, Deadline);
+                {Port, {exit_status, S}} -> ct:fail("dtrace-slow-spans exited (~p): ~p", [S, Acc])
+            after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+                    ct:fail("dtrace-slow-spans: ~b lines, not enough breakdowns: ~p", [length(Acc), lists:sublist(Acc, 100)])
+            end
+    end.
 
 %% Ports free now on 127.0.0.1 (the kernel's choice), as strings.
 free_ports(N) ->
