@@ -118,39 +118,38 @@ attach_trace_detach(Config) ->
     ?assert(has(Status, [?config(node, Config), " (OS pid ", OsPid, "): no dtrace; dyntrace: OTP's"])).
 
 %% Code that never calls the library, on a node deployed without it:
-%% attached with --function, priv/dtrace-slow-spans breaks a slow call of
-%% that function down and names its cause (a sleep: scheduled out in
-%% timer:sleep/1); --function none removes the call-trace pattern, and
-%% detach leaves the node as it was.
+%% priv/dtrace-slow-spans --node --function attaches the library through
+%% dtrace-attach, breaks a slow call of that function down and names its
+%% cause (a sleep: scheduled out in timer:sleep/1); stopped, it turns the
+%% function spans off (no call-trace pattern), and detach leaves the node
+%% as it was.
 function_spans_say_why(Config) ->
     Peer = ?config(peer, Config),
     MFA = {dtrace_test_workload, fspan, 2},
     {module, _} = peer:call(Peer, code, ensure_loaded, [dtrace_test_workload]),
     ?assertMatch({2, _}, attach(Config, ["--function", "dtrace_test_workload:fspan"])),
-    {0, Out} = attach(Config, ["--function", "dtrace_test_workload:fspan/2"]),
-    ?assert(has(Out, ["attached dtrace to ", ?config(node, Config)])),
-    ?assert(has(Out, [": function spans on dtrace_test_workload:fspan/2"])),
-    ?assertEqual({traced, false}, peer:call(Peer, erlang, trace_info, [MFA, traced])),
     Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
     Port = open_port({spawn_executable, Script},
-                     [{args, ["-p", peer:call(Peer, os, getpid, []), "--threshold", "10"]},
+                     [{args, ["--node", ?config(node, Config), "--cookie", ?COOKIE,
+                              "--function", "dtrace_test_workload:fspan/2", "--threshold", "10"]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
     %% Ready once a slow call's breakdown names its sleep (the tracer
     %% attaches probe by probe; the patterns follow within a poll).
     Sleep = fun(Blocks) -> [B || {_, Cause, B} <- Blocks, Cause =:= <<"scheduled out in timer:sleep/1">>] end,
     ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [fun() -> dtrace_test_workload:fspan(0, 12) end]),
-    Lines0 = collect(Port, [], fun(Ls) -> Sleep(blocks(Ls)) =/= [] end, dtrace_test_tracer:ceiling(60000)),
+    Lines0 = dtrace_why_lib:collect(Port, [], fun(Ls) -> Sleep(blocks(Ls)) =/= [] end, dtrace_test_tracer:ceiling(60000)),
     Pid = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run,
                     [fun() -> ok = dtrace_test_workload:fspan(2, 40), pid_to_list(self()) end]),
     Mine = fun(Ls) -> [B || {P, Cause, B} <- blocks(Ls), P =:= list_to_binary(Pid),
                             Cause =:= <<"scheduled out in timer:sleep/1">>] end,
-    Lines = collect(Port, Lines0, fun(Ls) -> Mine(Ls) =/= [] end, dtrace_test_tracer:ceiling(30000)),
-    port_close(Port),
+    Lines = dtrace_why_lib:stop(Port, dtrace_why_lib:collect(Port, Lines0, fun(Ls) -> Mine(Ls) =/= [] end,
+                                                               dtrace_test_tracer:ceiling(30000))),
     ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
+    ?assert(has(Lines, ["attached dtrace to ", ?config(node, Config)])),
+    ?assert(has(Lines, [": function spans on dtrace_test_workload:fspan/2"])),
     [Block] = Mine(Lines),
     ?assertMatch({match, _}, re:run(Block, "slow span: dtrace_test_workload:fspan/2 [0-9.]+ ms, tag \\(none\\)")),
-    {0, None} = attach(Config, ["--function", "none"]),
-    ?assert(has(None, [": no function spans"])),
+    ?assertEqual([], maps:get(function_spans, peer:call(Peer, dtrace, vm_probes, []))),
     ok = peer:call(Peer, dtrace_vm, sync, []),
     ?assertEqual({traced, false}, peer:call(Peer, erlang, trace_info, [MFA, traced])),
     {0, _} = attach(Config, ["--detach"]),
@@ -176,23 +175,6 @@ blocks([L | Rest], Acc) ->
         nomatch ->
             blocks(Rest, Acc)
     end.
-
-%% Port's lines (Acc, oldest first) until Done(Lines), at most Ms.
-collect(Port, Acc, Done, Ms) ->
-    Deadline = erlang:monotonic_time(millisecond) + Ms,
-    Collect = fun Loop(A) ->
-                      case Done(A) of
-                          true -> A;
-                          false ->
-                              receive
-                                  {Port, {data, {_, Line}}} -> Loop(A ++ [Line]);
-                                  {Port, {exit_status, S}} -> ct:fail("dtrace-slow-spans exited (~p): ~p", [S, A])
-                              after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-                                      ct:fail("dtrace-slow-spans: timed out; printed so far: ~p", [A])
-                              end
-                      end
-              end,
-    Collect(Acc).
 
 %% The node does not see the installation (a tmpfs hides it): the script
 %% copies ebin/ and priv/ over the connection, bpftrace reaches the copy

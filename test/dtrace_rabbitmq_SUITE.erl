@@ -180,27 +180,14 @@ function_spans(Config, Node, OsPid) ->
     ?assert(lists:member(<<"published 500 consumed 500">>, Load)),
     Causes = fun(Ls) -> [C || {match, [C]} <- [re:run(L, "^    cause: (.*), [0-9.]+ ms \\([0-9]+%\\)$",
                                                         [{capture, all_but_first, binary}]) || L <- Ls]] end,
-    Lines = collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
-                    erlang:monotonic_time(millisecond) + dtrace_test_tracer:ceiling(30000)),
-    port_close(Port),
+    Lines = dtrace_why_lib:stop(Port, dtrace_why_lib:collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
+                                                             dtrace_test_tracer:ceiling(30000))),
     ct:log("dtrace-slow-spans on the broker (first 200 lines):~n~ts", [lists:join("\n", lists:sublist(Lines, 200))]),
     ?assert(has(Lines, ["slow span: rabbit_channel:handle_cast/2 "])),
     ?assert(length(Causes(Lines)) >= 10),
     {0, None} = attach(Config, ["--function", "none"]),
     ?assert(has(None, [": no function spans"])),
     Causes(Lines).
-
-collect(Port, Acc, Done, Deadline) ->
-    case Done(Acc) of
-        true -> Acc;
-        false ->
-            receive
-                {Port, {data, {_, Line}}} -> collect(Port, Acc ++ [Line], Done, Deadline);
-                {Port, {exit_status, S}} -> ct:fail("dtrace-slow-spans exited (~p): ~p", [S, Acc])
-            after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-                    ct:fail("dtrace-slow-spans: ~b lines, not enough breakdowns: ~p", [length(Acc), lists:sublist(Acc, 100)])
-            end
-    end.
 
 %% Ports free now on 127.0.0.1 (the kernel's choice), as strings.
 free_ports(N) ->

@@ -7,7 +7,7 @@
 
 -include_lib("stdlib/include/assert.hrl").
 
--export([slow_spans/6, check/3, blocks/1, section/1, span_probes_on/0]).
+-export([slow_spans/6, check/3, blocks/1, section/1, span_probes_on/0, collect/4, stop/2]).
 
 %% Spans of at least this many ms are broken down (the fast requests take
 %% well under 1 ms; the slow ones 20 ms and more).
