@@ -94,13 +94,19 @@ class Breakdown:
         self.calls = []         # [(ns, mfa)], slowest first
         self.on_cpu = 0
         self.intervals = []     # [(start, end, "out" | "gc", mfa)], for a timeline
+        self.names = {}         # pid -> its name (dtrace_process__name), where known
+
+    def named(self, pid):
+        """A pid with its name, where the node named it: `<0.1.0> (name)`."""
+        name = self.names.get(pid)
+        return "%s (%s)" % (pid, name) if name else pid
 
     def _who(self, mfa):
         text = ""
         if mfa in self.waiting_on:
-            text += ", waiting on %s" % self.waiting_on[mfa]
+            text += ", waiting on %s" % self.named(self.waiting_on[mfa])
         if mfa in self.woken_by:
-            text += ", woken by %s" % self.woken_by[mfa]
+            text += ", woken by %s" % self.named(self.woken_by[mfa])
         return text
 
     def causes(self):
@@ -121,7 +127,7 @@ class Breakdown:
         return ns, text
 
     def as_json(self):
-        return {"node": self.node, "pid": self.pid, "span_id": self.span_id, "parent_id": self.parent_id,
+        return {"node": self.node, "pid": self.pid, "name": self.names.get(self.pid), "span_id": self.span_id, "parent_id": self.parent_id,
                 "kind": self.kind, "tag": self.tag, "begin_ns": self.begin, "duration_ns": self.duration,
                 "on_cpu_ns": self.on_cpu, "gc_ns": self.gc, "gcs": self.gcs,
                 "scheduled_out_ns": self.scheduled_out,
@@ -142,7 +148,7 @@ class Breakdown:
         share = 100.0 * cause_ns / self.duration if self.duration else 0.0
         out = ["%s slow span: %s %s, tag %s, pid %s (span %s)" % (
             clock(self.begin), self.kind, ms(self.duration),
-            json.dumps(self.tag) if self.tag is not None else "(none)", self.pid, self.span_id)
+            json.dumps(self.tag) if self.tag is not None else "(none)", self.named(self.pid), self.span_id)
             + (" FAILED: %s" % self.outcome if self.outcome != "ok" else "")]
         if not self.complete:
             # The tracer started (or the ring buffer begins) inside it.
@@ -186,6 +192,7 @@ class Why:
         self.procs = {}         # (node, pid) -> _Proc
         self.files = {}         # (node, key) -> [start, end, command, tag]
         self.done_files = []    # [(node, start, end, command, tag)]
+        self.names = {}         # pid -> name, from dtrace_process__name (one node)
 
     def feed(self, node, ts, kind, *f):
         """One event; returns a Breakdown at a span end, else None."""
@@ -249,6 +256,7 @@ class Why:
             complete = False
         b = Breakdown(node, pid, span_id, parent, skind, tag, begin, begin + duration, complete,
                       p.truncated if p is not None else False, outcome)
+        b.names = self.names
         # The events are those from the begin event to the end event (the
         # duration, measured in Erlang between the two, is a little shorter).
         b.window_end = max(ts, begin + duration)

@@ -1,5 +1,5 @@
 %%% @doc The dtrace application: the VM probes' automatic mode ({@link
-%%% dtrace_vm}) and, on a VM built without dynamic trace, the `dyntrace'
+%%% dtrace_vm}), the process names for tracers ({@link dtrace_names}) and, on a VM built without dynamic trace, the `dyntrace'
 %%% compatibility layer, installed at start and removed at stop (see
 %%% {@link dtrace_compat}). The user and file probes work whether or not
 %%% the application is started: `dtrace:p/N' only needs the module.
@@ -41,4 +41,7 @@ init([]) ->
     %% The flight recorders (dtrace_recorder) and their pg scope.
     Recorders = #{id => dtrace_recorder_sup, start => {dtrace_recorder_sup, start_link, []},
                   restart => permanent, shutdown => infinity, type => supervisor},
-    {ok, {#{strategy => one_for_one, intensity => 5, period => 10}, [Vm, Recorders]}}.
+    %% dtrace_process__name's names, while a tracer listens.
+    Names = #{id => dtrace_names, start => {dtrace_names, start_link, []},
+              restart => permanent, shutdown => 5000, type => worker},
+    {ok, {#{strategy => one_for_one, intensity => 5, period => 10}, [Vm, Names, Recorders]}}.

@@ -50,7 +50,8 @@
          slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1]).
 -export([efile_enabled/0, efile_entry/10, efile_return/6]).
 -export([user_stack/3]).
--export([vm_listening/0, vm_flags/0, vm_call_probes/3, vm_function_spans/1, vm_port_name/3, vm_monitor_event/4]).
+-export([vm_listening/0, vm_flags/0, vm_call_probes/3, vm_function_spans/1, vm_port_name/3, vm_monitor_event/4,
+         process_names/0, process_name/2]).
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
@@ -64,7 +65,7 @@
        slow_span_threshold/0, set_slow_span_threshold/1, span_vm_flags/0, vm_mode/1,
        efile_enabled/0, efile_entry/10, efile_return/6,
        user_stack/3, vm_listening/0, vm_flags/0, vm_call_probes/3, vm_function_spans/1, vm_port_name/3, vm_monitor_event/4,
-       provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
+       process_names/0, process_name/2, provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
        provider_probe/2, provider_path/1, provider_delete/1,
        test_panic/0, test_allocations/0, test_dof_force_active/0]).
@@ -281,6 +282,17 @@ vm_call_probes(_Patterns, _Bifs, _Nifs) ->
 -spec vm_function_spans(Functions :: [mfa()]) -> ok.
 vm_function_spans(_Functions) ->
     stub(ok).
+
+%% false while no tracer listens to dtrace_process__name, else how many do
+%% (vm/names.rs).
+-spec process_names() -> false | pos_integer().
+process_names() ->
+    stub(false).
+
+%% Fires dtrace_process__name(Pid, Name) if it listens.
+-spec process_name(Pid :: pid(), Name :: binary()) -> boolean().
+process_name(_Pid, _Name) ->
+    stub(false).
 
 %%%===================================================================
 %%% Run-time providers (provider.rs): see dtrace_provider. Without the

@@ -149,8 +149,13 @@ trace_broker(Config, Node, Before) ->
     %% The histogram of waits, and the longest wait per receiver: pids of
     %% the broker's processes, with counts.
     ?assert(lists:member(<<"Send to receiver scheduled (us), and the longest wait per receiver:">>, Lines)),
-    Receivers = [L || L <- Lines, re:run(L, "^@[a-z_]*\\[<0\\.[0-9]+\\.0>\\]: [0-9]+$") =/= nomatch],
+    %% Each receiver with its name (dtrace_process__name), where the
+    %% broker's process has one: the channels' process_name.
+    Receivers = [{P, N} || L <- Lines,
+                           {match, [P, N]} <- [re:run(L, "^@max_wait_us\\[(<0\\.[0-9]+\\.0>), (.*)\\]: [0-9]+$",
+                                                      [{capture, all_but_first, binary}])]],
     ?assertNotEqual([], Receivers),
+    ?assertNotEqual([], [N || {_, N} <- Receivers, N =/= <<>>]),
     Causes = function_spans(Config, Node, OsPid),
     {0, Detached} = attach(Config, ["--detach"]),
     ?assert(has(Detached, ["detached dtrace from ", atom_to_list(Node)])),
@@ -184,6 +189,8 @@ function_spans(Config, Node, OsPid) ->
                                                              dtrace_test_tracer:ceiling(30000))),
     ct:log("dtrace-slow-spans on the broker (first 200 lines):~n~ts", [lists:join("\n", lists:sublist(Lines, 200))]),
     ?assert(has(Lines, ["slow span: rabbit_channel:handle_cast/2 "])),
+    %% The channel by its name.
+    ?assertMatch([_ | _], [L || L <- Lines, re:run(L, "slow span: rabbit_channel:handle_cast/2 .* pid <0\\.[0-9]+\\.0> \\(\\{rabbit_channel,") =/= nomatch]),
     ?assert(length(Causes(Lines)) >= 10),
     {0, None} = attach(Config, ["--function", "none"]),
     ?assert(has(None, [": no function spans"])),

@@ -15,6 +15,7 @@
          sends_and_queues_with_flat_sizes/1, flat_sizes_are_erts_debugs/1, remote_send_names_the_node/1,
          links_and_unlinks/1,
          major_gcs_pair_up/1, function_probes_follow_the_tracer/1, function_spans_follow_the_tracer/1,
+         process_names/1,
          attach_detach_cycles_leave_operators_alone/1,
          shipped_scripts/1, otp_d_scripts_match_the_catalogue/1,
          manual_mode_and_user_tracer/1, spawn_alone_sets_no_flag/1,
@@ -23,7 +24,7 @@
 all() ->
     [no_tracer_no_flags, process_events_in_otps_order, sends_and_queues_with_flat_sizes,
      flat_sizes_are_erts_debugs, remote_send_names_the_node, links_and_unlinks, major_gcs_pair_up, function_probes_follow_the_tracer,
-     function_spans_follow_the_tracer,
+     function_spans_follow_the_tracer, process_names,
      attach_detach_cycles_leave_operators_alone, manual_mode_and_user_tracer,
      spawn_alone_sets_no_flag, stopping_leaves_nothing,
      shipped_scripts, otp_d_scripts_match_the_catalogue].
@@ -484,6 +485,37 @@ function_spans_follow_the_tracer(Config) ->
     ?assert(binary_to_integer(Id1) band (1 bsl 62) =/= 0),
     ?assertEqual([], [L || L <- Lines, binary:match(L, list_to_binary(ClearedPid)) =/= nomatch]),
     ?assertEqual({traced, false}, in_peer(Config, fun() -> ok = dtrace_vm:sync(), erlang:trace_info(Fspan, traced) end)).
+
+%% dtrace_process__name: once a tracer listens, every live process by its
+%% name (registered, RabbitMQ's process_name, proc_lib's initial call);
+%% then a process started after.
+process_names(Config) ->
+    {Registered, Dict, Plain} =
+        in_peer(Config, fun() ->
+                                Wait = fun() -> receive stop -> ok end end,
+                                R = spawn(Wait),
+                                true = register(dtrace_suite_named, R),
+                                D = proc_lib:spawn(fun() -> put(process_name, {rabbit_channel, {<<"a -> b">>, 1}}),
+                                                            receive stop -> ok end end),
+                                P = proc_lib:spawn(fun dtrace_test_workload:sink/0),
+                                {pid_to_list(R), pid_to_list(D), pid_to_list(P)}
+                        end),
+    Line = fun(Pid, Name) -> iolist_to_binary(["NAME ", Pid, " ", Name]) end,
+    {New, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config),
+          "usdt:$SO:erlang:dtrace_process__name { printf(\"NAME %s %s\\n\", str(arg0), str(arg1)); }",
+          fun() -> ok end,
+          [Line(Registered, "dtrace_suite_named")],
+          fun() ->
+                  N = spawn(fun() -> receive stop -> ok end end),
+                  true = register(dtrace_suite_later, N),
+                  pid_to_list(N)
+          end,
+          fun(N, Ls) -> lists:member(Line(N, "dtrace_suite_later"), Ls) end),
+    ?assert(lists:member(Line(Dict, "{rabbit_channel,{<<\"a -> b\">>,1}}"), Lines)),
+    ?assert(lists:member(Line(Plain, "dtrace_test_workload:sink/0"), Lines)),
+    ?assert(lists:member(Line(New, "dtrace_suite_later"), Lines)).
 
 %% Waits (at most 5 s) until trace_info(MFA, traced) is {traced, Want}.
 wait_traced(MFA, Want) ->

@@ -359,6 +359,9 @@ provider erlang {
 
 	/* Not OTP's. dtrace_vm's poll (every vm_probes_poll_ms, 100 by default) while a tracer listens: the VM probes' mode, "auto" or "manual" (in manual mode the VM probes fire only for processes traced with {tracer, dtrace, []}: a shipped script warns). */
 	probe dtrace_vm__mode(char *mode);
+
+	/* Not OTP's. dtrace_names, while it listens: p is named name, for each live process when a tracer starts listening (the semaphore rises) and for each new or renamed one after (dtrace_names says how often). name is the first of: its registered name, its proc_lib label (OTP 27), a process_name in its dictionary (RabbitMQ's), its $initial_call as m:f/arity, its initial call; cut at 255 bytes. */
+	probe dtrace_process__name(char *p, char *name);
 };
 
 /*

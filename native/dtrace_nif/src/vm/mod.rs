@@ -37,6 +37,7 @@ mod function_spans;
 mod gc;
 mod messages;
 mod monitors;
+mod names;
 mod ports;
 mod procs;
 mod running;
