@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif dist test test-repeat test-kernels test-trixie demo demo-recorder bench bench-messages bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist test test-repeat test-kernels test-trixie demo demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -99,6 +99,13 @@ bench-messages: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh bench/run.sh messages
+
+# The function-span rows alone (bench/attach_bench.erl): prints them and
+# their budget, writes nothing.
+bench-attach: deps
+	@scripts/tracefs.sh
+	$(REBAR3) compile
+	sh bench/run.sh attach
 
 # The flight recorder always on, alone (bench/always_on_bench.erl).
 bench-always-on: deps

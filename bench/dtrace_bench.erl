@@ -24,9 +24,9 @@
 -module(dtrace_bench).
 
 -export([main/1, empty/0, work/1, pingpong/1, vm_rows_for_test/0, p4_disabled_ns/1]).
-%% For message_bench.
+%% For message_bench and attach_bench.
 -export([can_trace/0, can_lttng/0, with_vm_tracer/4, wait_vm/2, lttng_start/1, lttng_stop/1,
-         raise_semaphore/2, lower_semaphore/2, nif/0]).
+         raise_semaphore/2, lower_semaphore/2, nif/0, stop_lines/1]).
 
 -define(ROUNDS, 7).
 -define(N_DISABLED, 2000000).
@@ -137,6 +137,8 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin]) ->
     Messages = message_bench:rows(FloorBuild),
     AlwaysOn = always_on_bench:run(),
     io:format("~s", [always_on_bench:markdown(AlwaysOn)]),
+    Attach = attach_bench:run(),
+    io:format("~nFunction spans (attach_bench):~n~s", [attach_bench:markdown(Attach)]),
     Totals = totals(Floors, EnRows, VmRows, LttngRows),
     io:format("~nTotal = floors + own work:~n"),
     [io:format("  ~-62s total ~7.1f = floors ~7.1f (~s) + own ~6.1f ns~n",
@@ -144,17 +146,17 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin]) ->
     Budgets = budgets(DisRows, Tput, Work)
         ++ lttng_budgets(LttngRows) ++ provider_budgets(DisRows)
         ++ total_budgets(Totals, VmRows) ++ message_bench:budgets(Messages)
-        ++ always_on_bench:budgets(AlwaysOn),
+        ++ always_on_bench:budgets(AlwaysOn) ++ attach_bench:budgets(Attach),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, verdict(OK)]) || {Text, OK} <- Budgets],
     Figures = figures(#{disabled => DisRows ++ Spread, floors => Floors, enabled => EnRows, vm => VmRows,
                         families => FamilyRows, lttng => LttngRows, totals => Totals}) ++
-        message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn),
+        message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn) ++ attach_bench:figures(Attach),
     write_md(OutFile, #{disabled => DisRows ++ Spread, tput => Tput, work => Work ++ ProvWork,
                         floors => Floors, enabled => EnRows, why => Why, vm => VmRows,
                         families => FamilyRows, lttng => {LttngRows, LttngWhy}, recorder => Recorder,
                         totals => Totals, budgets => Budgets, figures => Figures, messages => Messages,
-                        always_on => AlwaysOn, apart => {Apart, Floors}}),
+                        always_on => AlwaysOn, attach => Attach, apart => {Apart, Floors}}),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 
@@ -1040,7 +1042,7 @@ verdict(info) -> "measured".
 write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, enabled := En,
                  why := Why, vm := Vm, families := Families, lttng := {Lttng, LttngWhy},
                  recorder := Recorder, totals := Totals, budgets := Budgets, figures := Figures,
-                 messages := Messages, always_on := AlwaysOn, apart := ApartFloors}) ->
+                 messages := Messages, always_on := AlwaysOn, attach := Attach, apart := ApartFloors}) ->
     Row = fun({Name, {Med, Min, Max}}) ->
                   io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [Name, Med, Min, Max])
           end,
@@ -1082,6 +1084,13 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "texts are constants, as any library can cache them) and the sink (a bare SDT site under\n"
          "bpftrace; a C LTTng event recorded).\n\n",
          message_bench:markdown(Messages),
+         "\n## Function spans\n\n"
+         "A call of a function named to `dtrace:function_spans/1` (bench/attach_bench.erl: an external\n"
+         "call summing a 20-element list), ns per call, against OTP's own call tracing of the same\n"
+         "function with `return_trace` to a `dbg` process tracer, whose round ends when the tracer\n"
+         "has taken every message. The budget: no dearer than dbg.\n\n"
+         "| call | ns | spread | |\n|---|---|---|---|\n",
+         attach_bench:markdown(Attach),
          "\n## Floors\n\n| floor | ns | spread | |\n|---|---|---|---|\n",
          [case R of
               {skip, W} -> io_lib:format("| ~s | skipped: ~s | | |~n", [L, W]);

@@ -9,13 +9,17 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_floors.erl bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl
+erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_floors.erl bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl bench/attach_bench.erl
 case "${1:-}" in
     messages)
         # make bench-messages: the realistic-message rows alone.
         mkdir -p "$work/floors"
         exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
             -eval "message_bench:main([\"$work/floors\"])." ;;
+    attach)
+        # make bench-attach: the function-span rows alone.
+        exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
+            +sbwt none +sbwtdcpu none +sbwtdio none -eval "attach_bench:main([])." ;;
     always_on)
         # make bench-always-on: the recorder always on, alone.
         exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \

@@ -39,7 +39,7 @@
 -module(dtrace_names).
 -behaviour(gen_server).
 
--export([start_link/0, name/1]).
+-export([start_link/0, name/1, sync/0]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2]).
 
 %% How often the listeners are read (ms).
@@ -67,6 +67,12 @@
 %% @private
 start_link() ->
     gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
+
+%% @private Checks now, while a tracer listens (the names of the processes
+%% alive now fired, where new): for tests.
+-spec sync() -> ok.
+sync() ->
+    gen_server:call(?MODULE, sync).
 
 %% @doc The name `dtrace_process__name' gives `Pid' (a local process),
 %% as a binary (see the module doc for which name), or `undefined' when
@@ -148,6 +154,12 @@ init([]) ->
     {ok, #s{interval = Interval}}.
 
 %% @private
+handle_call(sync, _From, S) ->
+    S1 = case dtrace_nif:process_names() of
+             false -> S;
+             N -> check_all(S#s{listeners = N, last = erlang:monotonic_time(millisecond)})
+         end,
+    {reply, ok, S1};
 handle_call(_Msg, _From, S) ->
     {reply, {error, badarg}, S}.
 

@@ -63,7 +63,7 @@ end_per_testcase(_TC, Config) ->
 
 %%--------------------------------------------------------------------
 
-%% A node with the application: process, library, its 1027 notes are ok,
+%% A node with the application: process, library, its 1028 notes are ok,
 %% no FAIL line, exit 0; with bpftrace attached to one probe, the
 %% semaphores line names that probe.
 healthy_node_and_a_listening_probe(Config) ->

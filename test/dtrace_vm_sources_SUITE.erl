@@ -13,13 +13,14 @@
 -export([all/0, init_per_testcase/2, end_per_testcase/2]).
 -export([port_requests_fire_otps_port_probes/1, connect_of_ports_of_unknown_name/1, heap_grows_and_shrinks/1,
          nodes_up_and_down/1, busy_dist_port/1, busy_port_while_the_system_monitor_is_free/1,
-         operators_system_monitor_untouched/1, large_messages_name_their_code/1, user_probe_stack/1,
+         operators_system_monitor_untouched/1, large_messages_name_their_code/1,
+         large_messages_name_their_senders/1, user_probe_stack/1,
          nif_calls/1, exit_signals/1, ustack_names_erlang_code/1]).
 
 all() ->
     [port_requests_fire_otps_port_probes, connect_of_ports_of_unknown_name, heap_grows_and_shrinks, nodes_up_and_down, busy_dist_port,
      busy_port_while_the_system_monitor_is_free, operators_system_monitor_untouched,
-     large_messages_name_their_code, user_probe_stack, nif_calls, exit_signals, ustack_names_erlang_code].
+     large_messages_name_their_code, large_messages_name_their_senders, user_probe_stack, nif_calls, exit_signals, ustack_names_erlang_code].
 
 init_per_testcase(TC, Config) when TC =:= nodes_up_and_down; TC =:= busy_dist_port ->
     dtrace_test_tracer:with_tracer(bpftrace, Config);
@@ -421,15 +422,15 @@ operators_system_monitor_untouched(Config) ->
     ?assertEqual([], [C || {On, Off} = C <- Cycles, {On, Off} =/= {{ok, Theirs, 1}, {off, Theirs}}]),
     ?assertEqual(Theirs, peer:call(Peer, erlang, system_monitor, [])).
 
-%% priv/large-messages.bt (its default thresholds: 8192 words, 1 MB of
-%% binaries) names the code that sent large messages: a tuple of 3000
+%% priv/large-messages-code.bt (its default thresholds: 8192 words, 64 KB
+%% of binaries) names the code that sent large messages: a tuple of 3000
 %% floats (9001 words) and a 2 MB binary, sent by
 %% dtrace_test_workload:send_large/3, are printed with that function and
 %% counted for it at exit; a small message is not printed. The send match
 %% spec that gives the code is gone once the script is.
 large_messages_name_their_code(Config) ->
     Peer = ?config(peer, Config),
-    Script = filename:join(code:priv_dir(dtrace), "large-messages.bt"),
+    Script = filename:join(code:priv_dir(dtrace), "large-messages-code.bt"),
     Big = list_to_tuple([float(I) || I <- lists:seq(1, 3000)]),
     Bin = binary:copy(<<"b">>, 2 bsl 20),
     {{Me, Sink}, Lines} =
@@ -466,6 +467,47 @@ large_messages_name_their_code(Config) ->
                                                             send_pattern_default()
                                                end, 5000)
                                      end)).
+
+%% priv/large-messages.bt (8192 words, 64 KB of binaries by default) names
+%% the processes that send large messages, without a process dump: a
+%% tuple of 3000 floats and a 100 KB binary (off-heap, under the old 1 MB
+%% default) are printed with the sender's name, counted at exit for the
+%% receiver by its name; a small message is not printed, and no send
+%% match spec is set.
+large_messages_name_their_senders(Config) ->
+    Peer = ?config(peer, Config),
+    Script = filename:join(code:priv_dir(dtrace), "large-messages.bt"),
+    Big = list_to_tuple([float(I) || I <- lists:seq(1, 3000)]),
+    Bin = binary:copy(<<"b">>, 100 * 1024),
+    {{Me, Sink}, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, Peer, {file, Script},
+          fun() -> dtrace_test_workload:send_large(self(), {ready, Big}, 1),
+                   receive {ready, _} -> ok end end,
+          [{contains, <<"large: ">>}],
+          fun() ->
+                  S = spawn(fun dtrace_test_workload:sink/0),
+                  true = register(dtrace_suite_sink, S),
+                  %% Both named before the sends.
+                  ok = dtrace_names:sync(),
+                  ok = dtrace_test_workload:send_large(S, Big, 3),
+                  ok = dtrace_test_workload:send_large(S, Bin, 2),
+                  ok = dtrace_test_workload:send_large(S, small, 5),
+                  S ! stop,
+                  {pid_to_list(self()), pid_to_list(S)}
+          end,
+          fun({M, S}, Ls) ->
+                  length([L || L <- Ls, binary:match(L, iolist_to_binary(["large: ", M, " "])) =/= nomatch,
+                               binary:match(L, list_to_binary(S)) =/= nomatch]) >= 5
+          end),
+    ct:log("~p", [Lines]),
+    Mine = [L || L <- Lines, binary:match(L, iolist_to_binary(["large: ", Me, " ("])) =/= nomatch,
+                 binary:match(L, iolist_to_binary([" -> ", Sink, ": "])) =/= nomatch],
+    ?assert(lists:member(iolist_to_binary(["@large_received[", Sink, ", dtrace_suite_sink]: 5"]), Lines)),
+    ?assertEqual(3, length([L || L <- Mine, binary:match(L, <<": 9001 words, 0 binary bytes">>) =/= nomatch])),
+    ?assertEqual(2, length([L || L <- Mine, binary:match(L, integer_to_binary(100 * 1024)) =/= nomatch])),
+    ?assertEqual(5, length(Mine)),
+    ?assertEqual(off, in_peer(Config, fun() -> maps:get(send_code, dtrace:vm_probes()) end)).
 
 %% dtrace_user__stack, while it listens: right after user_trace__i4s4 (and
 %% user_trace__n<L>), in the same process and with the same tag, the

@@ -345,6 +345,9 @@ provider erlang {
 	/* Not OTP's. send, while it listens (dtrace_vm then sets the send match spec [{'_', [], [{message, {process_dump}}]}]): sender sent a message of size words (message__send's size; -1 when not counted) holding binaries of binary_bytes bytes to receiver; code: the functions on the sender's stack, innermost first, joined by " <- " (up to 4; "<unknown>" when the dump has none). Costs a process dump per send while it listens. */
 	probe dtrace_message__send_code(char *sender, char *receiver, int64_t size, int64_t binary_bytes, char *code);
 
+	/* Not OTP's. send, for large messages only: sender sent a message of size words (message__send's size) holding binaries of binary_bytes bytes (shared by a local send, copied to another node) to receiver, and size is at least 1024 or binary_bytes at least 16384, or size is -1 (not counted: over 10,000 terms, or a fun). A smaller send fires nothing: it costs the trace event and the walk of its message, not the probe (priv/large-messages.bt). */
+	probe dtrace_message__send_large(char *sender, char *receiver, int64_t size, int64_t binary_bytes);
+
 	/* Not OTP's. procs: p and other were linked or unlinked; kind is link, unlink, getting_linked or getting_unlinked. */
 	probe dtrace_process__link(char *p, char *other, char *kind);
 
@@ -457,6 +460,7 @@ provider org_erlang_dyntrace {
  */
 #pragma dtrace_nif feed on=processes flags=send tags=send,send_to_non_existing_process sdt=message__send,message__send__remote lttng=message_send fmt=send
 #pragma dtrace_nif feed on=processes flags=send tags=send,send_to_non_existing_process sdt=dtrace_message__send_code fmt=send_code
+#pragma dtrace_nif feed on=processes flags=send tags=send,send_to_non_existing_process sdt=dtrace_message__send_large fmt=send_large
 #pragma dtrace_nif feed on=processes flags=receive tags=receive sdt=message__queued lttng=message_receive fmt=queued
 #pragma dtrace_nif feed on=processes flags=running,exiting tags=in,in_exiting sdt=process__scheduled lttng=process_scheduled fmt=scheduled
 #pragma dtrace_nif feed on=processes flags=running,exiting tags=out,out_exiting,out_exited sdt=process__unscheduled,process__hibernate lttng=process_scheduled fmt=unscheduled

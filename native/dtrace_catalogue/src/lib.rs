@@ -1048,7 +1048,7 @@ mod tests {
     fn the_library_catalogue_has_otps_user_and_file_probes() {
         let p = parse(&probes_d()).unwrap().provider;
         assert_eq!(p.name, "erlang");
-        assert_eq!(p.count(), 1027);
+        assert_eq!(p.count(), 1028);
         let i4s4 = p.probe("user_trace__i4s4").unwrap();
         assert_eq!(
             i4s4.prototype(),

@@ -497,7 +497,7 @@ mod tests {
     #[test]
     fn erlang_terms_expand_numbered_probes() {
         let e = erlang(&catalogue(), Arch::X86_64);
-        assert_eq!(e.lines().filter(|l| l.starts_with("{probe, ")).count(), 1027);
+        assert_eq!(e.lines().filter(|l| l.starts_with("{probe, ")).count(), 1028);
         assert!(e.contains("{probe, \"user_trace__n950\", [{\"proc\", \"char *\", \"rdi\", \"8@%rdi\"}"));
         assert!(e.contains("{\"thread_id\", \"int\", \"rdi\", \"-4@%edi\"}"));
         assert!(e.contains(

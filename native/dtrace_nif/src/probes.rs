@@ -274,12 +274,12 @@ mod tests {
     #[test]
     fn every_probe_of_the_catalogue_is_generated() {
         assert_eq!(PROVIDER, "erlang");
-        assert_eq!(PROBE_COUNT, 1027);
+        assert_eq!(PROBE_COUNT, 1028);
         assert_eq!((user_trace__n::FIRST, user_trace__n::LAST, user_trace__n::COUNT), (0, 950, 951));
     }
 
     /// Raising one semaphore, as a tracer does, enables that probe and no
-    /// other: for each of the 1027 probes.
+    /// other: for each of the 1028 probes.
     #[cfg(dtrace_sdt)]
     #[test]
     fn each_probe_reads_its_own_semaphore() {

@@ -22,6 +22,8 @@
 //!   process with an open function span ([`inside`]).
 
 use std::collections::HashMap;
+
+use arrayvec::ArrayVec;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
 
@@ -60,8 +62,13 @@ struct Frame {
     begin_ns: i64,
 }
 
+/// The open spans of a process: no heap allocation per span.
+type Frames = ArrayVec<Frame, MAX_DEPTH>;
+
 /// The open spans per process (a local pid's term bits: an immediate).
-static OPEN: Mutex<Option<HashMap<usize, Vec<Frame>>>> = Mutex::new(None);
+/// A process's entry stays when its last span ends (no allocation per
+/// span); entries with no open span go when the table is full.
+static OPEN: Mutex<Option<HashMap<usize, Frames>>> = Mutex::new(None);
 
 static NEXT_ID: AtomicI64 = AtomicI64::new(1);
 
@@ -108,7 +115,7 @@ pub(super) fn inside(pid: ErlNifTerm) -> bool {
         return false;
     }
     let Some(key) = immediate_bits(pid) else { return false };
-    OPEN.lock().is_ok_and(|open| open.as_ref().is_some_and(|o| o.contains_key(&key)))
+    OPEN.lock().is_ok_and(|open| open.as_ref().and_then(|o| o.get(&key)).is_some_and(|f| !f.is_empty()))
 }
 
 fn any_listens() -> bool {
@@ -146,6 +153,7 @@ fn call<'t>(e: &Event<'_>, m: Term<'t>, f: Term<'t>, a: u32) {
         let now = crate::span::now_ns();
         if !open.contains_key(&key) && open.len() >= MAX_PROCESSES {
             open.retain(|_, frames| frames.first().is_some_and(|f| now - f.begin_ns < STALE_NS));
+            open.shrink_to_fit();
             if open.len() >= MAX_PROCESSES {
                 return;
             }
@@ -154,7 +162,7 @@ fn call<'t>(e: &Event<'_>, m: Term<'t>, f: Term<'t>, a: u32) {
         if let Some(frame) = frames.iter_mut().find(|fr| fr.function == function) {
             frame.depth = frame.depth.saturating_add(1);
             None
-        } else if frames.len() >= MAX_DEPTH {
+        } else if frames.is_full() {
             None
         } else {
             let id = ID_BIT | (NEXT_ID.fetch_add(1, Relaxed) & (ID_BIT - 1));
@@ -193,9 +201,6 @@ fn call_return<'t>(e: &Event<'_>, m: Term<'t>, f: Term<'t>, a: u32, exception: O
         // caught between them) end with it, unfired.
         let frame = frames.swap_remove(at);
         frames.truncate(at);
-        if frames.is_empty() {
-            open.remove(&key);
-        }
         frame
     };
     let duration = crate::span::now_ns() - ended.begin_ns;

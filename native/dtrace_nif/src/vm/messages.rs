@@ -8,7 +8,8 @@ use super::{Event, NO_TOKEN, TraceTag, UNAVAILABLE, UNDEFINED, UNKNOWN_MFA};
 use crate::flat_size::{flat_size, size_and_binary_bytes};
 use crate::probes::org_erlang_dyntrace::{message_receive, message_send};
 use crate::probes::{
-    Str, dtrace_message__send_code, message__queued, message__send, message__send__remote, port__command,
+    Str, dtrace_message__send_code, dtrace_message__send_large, message__queued, message__send, message__send__remote,
+    port__command,
 };
 use crate::text::{TextBuf, is_local_pid};
 
@@ -98,6 +99,25 @@ pub(crate) fn port_command(e: &Event<'_>, _tag: TraceTag) {
     let _ = e.tracee(&mut port);
     known_port(&port, &mut name, None);
     port__command::fire(e.id(from, &mut pid), port.get(), name.get(), k.literal(kind));
+}
+
+/// The least words, and bytes of binaries, of a send that fires
+/// `dtrace_message__send_large`.
+const LARGE_WORDS: i64 = 1024;
+const LARGE_BYTES: i64 = 16384;
+
+/// `send`, `send_to_non_existing_process`: `dtrace_message__send_large`,
+/// the sizes of `send_code` without a process dump (no match spec), for a
+/// message of at least `LARGE_WORDS` words or `LARGE_BYTES` bytes of
+/// binaries (or not counted): a smaller one costs the walk, not the probe.
+pub(crate) fn send_large(e: &Event<'_>, _tag: TraceTag) {
+    let Some(to) = e.extra() else { return };
+    let (size, bytes) = size_and_binary_bytes(e.term).map_or((UNAVAILABLE, UNAVAILABLE), |(w, b)| (w as i64, b as i64));
+    if size != UNAVAILABLE && size < LARGE_WORDS && bytes < LARGE_BYTES {
+        return;
+    }
+    let (mut sender, mut receiver) = (TextBuf::new(), TextBuf::new());
+    dtrace_message__send_large::fire(e.tracee(&mut sender), e.id(to, &mut receiver), size, bytes);
 }
 
 /// `send`, `send_to_non_existing_process` while `dtrace_vm` has set the

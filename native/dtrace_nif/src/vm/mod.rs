@@ -47,7 +47,7 @@ mod spans;
 mod fmt {
     pub(super) use super::calls::{call, call_return};
     pub(super) use super::gc::{gc, heap_size};
-    pub(super) use super::messages::{port_command, queued, send, send_code};
+    pub(super) use super::messages::{port_command, queued, send, send_code, send_large};
     pub(super) use super::monitors::{busy_dist_port, busy_port, dist_monitor};
     pub(super) use super::ports::{port_exit, port_link, port_open, port_receive, port_scheduled};
     pub(super) use super::procs::{exit, exit_signal, link, register, spawn, spawn_meta, unlink};

@@ -4,8 +4,6 @@
 //! name, label, dictionary, initial call): a tracer callback cannot read
 //! them.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use rustler::{Binary, Term, TermType};
 
 use crate::probes::dtrace_process__name;
@@ -22,7 +20,19 @@ fn process_names(env: rustler::Env<'_>) -> Term<'_> {
     if !dtrace_process__name::enabled() {
         return false.encode(env);
     }
-    u32::from(dtrace_process__name::SEMAPHORE.load(Relaxed)).max(1).encode(env)
+    listeners().max(1).encode(env)
+}
+
+/// The probe's SDT semaphore: how many tracers attached it.
+#[cfg(dtrace_sdt)]
+fn listeners() -> u32 {
+    u32::from(dtrace_process__name::SEMAPHORE.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// No SDT sites on this platform (DOF and LTTng do not count).
+#[cfg(not(dtrace_sdt))]
+fn listeners() -> u32 {
+    1
 }
 
 /// `process_name(Pid, Name :: binary()) -> boolean()`: fires
