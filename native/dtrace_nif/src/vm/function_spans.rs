@@ -171,11 +171,12 @@ fn call<'t>(e: &Event<'_>, m: Term<'t>, f: Term<'t>, a: u32) {
             Some((id, parent))
         }
     };
-    if let Some((id, parent)) = begun
-        && span__begin::enabled()
-    {
-        let (mut pid, mut kind) = (TextBuf::new(), TextBuf::new());
-        span__begin::fire(e.tracee(&mut pid), Str::NULL, id, parent, kind.mfa(m, f, a));
+    // No let chains: Rust 1.85 (Debian 13's) builds this crate.
+    if let Some((id, parent)) = begun {
+        if span__begin::enabled() {
+            let (mut pid, mut kind) = (TextBuf::new(), TextBuf::new());
+            span__begin::fire(e.tracee(&mut pid), Str::NULL, id, parent, kind.mfa(m, f, a));
+        }
     }
 }
 
