@@ -15,7 +15,14 @@ start(_Type, _Args) ->
     case slow_span_threshold(application:get_env(dtrace, slow_span_us, 1000)) of
         ok ->
             _ = dtrace_compat:install(),
-            supervisor:start_link({local, dtrace_sup}, ?MODULE, []);
+            case supervisor:start_link({local, dtrace_sup}, ?MODULE, []) of
+                {ok, _} = Ok ->
+                    Ok;
+                Error ->
+                    %% No stop/1 follows a failed start: OTP's dyntrace back.
+                    _ = dtrace_compat:uninstall(),
+                    Error
+            end;
         {error, _} = Error ->
             Error
     end.

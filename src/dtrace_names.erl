@@ -23,7 +23,7 @@
 %%%
 %%% When: all processes when the probe's listener count rises (an SDT
 %%% semaphore: each tracer raises it; a tracer attaches its probes one by
-%%% one, so the next check names them all again); after that, a process
+%%% one, so a second later they are all named again); after that, a process
 %%% not seen before is named at the next check, a process is checked
 %%% again at each of its first 10 checks (a label set after it started)
 %%% and every process at every 30th (a later registration or label).
@@ -44,6 +44,8 @@
 
 %% How often the listeners are read (ms).
 -define(TICK, 100).
+%% After a rise, every process is named again this much later (ms).
+-define(REFIRE_MS, 1000).
 %% A process's name is checked again at each of its first YOUNG checks.
 -define(YOUNG, 10).
 %% Every process's name is checked again every EVERY checks.
@@ -58,6 +60,8 @@
             listeners = false :: false | pos_integer(),
             %% Checks left that name every process (after a rise).
             full = 0 :: non_neg_integer(),
+            %% When every process is named again after a rise (monotonic ms).
+            refire_at :: integer() | undefined,
             checks = 0 :: non_neg_integer(),
             %% Pid => Name, of every process named.
             known = #{} :: #{pid() => binary()},
@@ -177,10 +181,13 @@ handle_info(_Msg, S) ->
 %% Every TICK: the listeners; a check when they rose, or when the last
 %% check is older than the interval for this many processes.
 tick(false, _Now, S) ->
-    S#s{listeners = false, full = 0, known = #{}, young = #{}};
+    S#s{listeners = false, full = 0, refire_at = undefined, known = #{}, young = #{}};
 tick(N, Now, #s{listeners = Was} = S) when Was =:= false; N > Was ->
-    %% A tracer came: every process now, and at the next check again.
-    check_all(S#s{listeners = N, full = 2, last = Now});
+    %% A tracer came: every process now, and a second later again (a
+    %% tracer raises the semaphore ms before its probe is live).
+    check_all(S#s{listeners = N, full = 1, last = Now, refire_at = Now + ?REFIRE_MS});
+tick(N, Now, #s{refire_at = At} = S) when is_integer(At), Now >= At ->
+    check_all(S#s{listeners = N, full = 1, last = Now, refire_at = undefined});
 tick(N, Now, #s{last = Last, interval = Max} = S) ->
     %% About 10 us per process between checks (a check looks each one up:
     %% about 50 ns), at least TICK and at most process_names_ms apart.

@@ -131,6 +131,7 @@ api(vm_probes, [M], {ok, R}) -> (M =:= auto orelse M =:= manual) andalso
                                     (R =:= ok orelse R =:= {error, not_started});
 api(vm_probes, [M], {error, badarg, _}) -> not (M =:= auto orelse M =:= manual);
 api(function_probes, [_], {ok, R}) -> R =:= ok orelse (is_tuple(R) andalso element(1, R) =:= error);
+api(function_spans, [_], {ok, R}) -> R =:= ok orelse (is_tuple(R) andalso element(1, R) =:= error);
 %% doctor/1 takes a map of options (none yet) and returns the findings.
 api(doctor, [Opts], {ok, L}) -> is_map(Opts) andalso is_list(L);
 api(doctor, [Opts], {error, function_clause, {dtrace, doctor, _, _}}) -> not is_map(Opts);
@@ -168,6 +169,10 @@ nif(efile_return, _, {ok, ok}) -> true;
 nif(vm_listening, [], {ok, {P, O, L, M}}) -> is_list(P) andalso is_list(O) andalso is_list(L) andalso is_list(M);
 nif(vm_flags, [], {ok, {P, O}}) -> is_list(P) andalso is_list(O);
 nif(vm_call_probes, [_, _, _], {ok, R}) -> R =:= ok;
+nif(vm_function_spans, [_], {ok, R}) -> R =:= ok;
+%% Process names (vm/names.rs): how many listen, and whether it fired.
+nif(process_names, [], {ok, R}) -> R =:= false orelse (is_integer(R) andalso R >= 1);
+nif(process_name, [_, _], {ok, R}) -> is_boolean(R);
 nif(vm_port_name, [_, _, _], {ok, R}) -> is_boolean(R);
 %% Monitor messages passed on (dtrace_vm): fires only a row that listens.
 nif(vm_monitor_event, [_, _, _, _], {ok, R}) -> is_boolean(R);
