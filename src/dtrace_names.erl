@@ -42,6 +42,10 @@
 -export([start_link/0, name/1, sync/0]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2]).
 
+%% OTP 25's spec of erlang:process_info/2 lacks {dictionary, Key} (OTP
+%% 26.2 and later take it: by_key/0 asks the node once).
+-dialyzer({nowarn_function, [dictionary_name/1, by_key/0]}).
+
 %% How often the listeners are read (ms).
 -define(TICK, 100).
 %% After a rise, every process is named again this much later (ms).
