@@ -126,10 +126,12 @@ bpftrace_start(OsPid, Program) ->
     bpftrace_start(bpftrace, OsPid, Program).
 
 %% The same with Tool: bpftrace itself, or dtrace_bpftrace, the wrapper
-%% shipped as priv/dtrace-bpftrace. Program may also be {file, Script}.
+%% shipped as priv/dtrace-bpftrace. Program may also be {file, Script} or
+%% {file, Script, Args} (the script's positional parameters).
 bpftrace_start(Tool, OsPid, Program) ->
     Args = case Program of
                {file, Script} -> ["-p", OsPid, Script];
+               {file, Script, ScriptArgs} -> ["-p", OsPid, Script | ScriptArgs];
                _ -> ["-p", OsPid, "-e", unicode:characters_to_list(
                                           string:replace(Program, "$SO", dtrace_test_catalogue:nif_path(), all))]
            end,

@@ -682,10 +682,14 @@ shipped_scripts(Config) ->
     %% Runs Script in a window; Expect(WorkloadResult) lists the lines (a
     %% binary, or {contains, Part}) the workload must make it print: the
     %% window stays open until they came, and each must be there.
-    Run = fun(Script, Ready, Seen, Work, Expect) ->
+    Run = fun(ScriptArgs, Ready, Seen, Work, Expect) ->
+                  {Script, Args} = case ScriptArgs of
+                                       {S, A} -> {S, A};
+                                       S -> {S, []}
+                                   end,
                   %% filename:join/2 keeps an absolute Script as it is.
                   {R, Lines} = dtrace_test_tracer:bpftrace_window(
-                                 bpftrace, Peer, {file, filename:join(Priv, Script)}, Ready, Seen, Work,
+                                 bpftrace, Peer, {file, filename:join(Priv, Script), Args}, Ready, Seen, Work,
                                  fun(R, Ls) -> missing(Expect(R), Ls) =:= [] end),
                   ?assertEqual({Script, []}, {Script, missing(Expect(R), Lines)}),
                   {R, Lines}
@@ -729,20 +733,23 @@ shipped_scripts(Config) ->
         fun({From, To}) -> [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),
                             iolist_to_binary(["queued: ", To, ": 4 words"])]
         end),
-    %% garbage-collection.bt: its per-process times are a map, printed as
-    %% bpftrace exits.
-    {_, L4} = Run("garbage-collection.bt", fun() -> erlang:garbage_collect() end,
-                  [{contains, <<"GC major start">>}, {contains, <<"GC major end">>}],
-                  fun() ->
-                          Self = self(),
-                          P = spawn(fun() -> erlang:garbage_collect(), Self ! {collected, self()},
-                                             receive stop -> ok end end),
-                          receive {collected, P} -> pid_to_list(P) end
-                  end,
-                  fun(P) -> [{contains, iolist_to_binary(["GC major start pid ", P, " need "])},
-                             {contains, iolist_to_binary(["GC major end pid ", P, " reclaimed "])}]
-                  end),
+    %% garbage-collection.bt, threshold 1 us (every collection of a us or
+    %% more): a line per collection as it ends; its per-process tables are
+    %% maps, printed as bpftrace exits.
+    %% Live data, so that each collection takes well over a microsecond.
+    Collect = fun() -> L = lists:seq(1, 100000), true = erlang:garbage_collect(), length(L) end,
+    {P4, L4} = Run({"garbage-collection.bt", ["1"]}, Collect,
+                   [{contains, <<" GC major pid ">>}],
+                   fun() ->
+                           Self = self(),
+                           P = spawn(fun() -> _ = Collect(), Self ! {collected, self()},
+                                              receive stop -> ok end end),
+                           receive {collected, P} -> pid_to_list(P) end
+                   end,
+                   fun(P) -> [{contains, iolist_to_binary([" GC major pid ", P, " ("])}] end),
+    ?assert(lists:any(fun(L) -> re:run(L, [" GC major pid ", P4, " \\([^)]*\\): need -?[0-9]+, reclaimed -?[0-9]+ words, [0-9]+ us$"]) =/= nomatch end, L4)),
     ?assert(lists:member(<<"Time in garbage collection (us), per process:">>, L4)),
+    ?assert(lists:member(<<"The slowest collection (us) of the 10 processes with the slowest:">>, L4)),
     %% function-calls.bt
     ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_workload, double, 1}, {erlang, phash2, 1}]]),
     Run("function-calls.bt",
