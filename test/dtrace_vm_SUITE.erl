@@ -704,8 +704,8 @@ shipped_scripts(Config) ->
         fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
                    iolist_to_binary(["pid ", P, " reason shipped"])]
         end),
-    %% process-scheduling.bt
-    Run("process-scheduling.bt",
+    %% process-scheduling.bt, every event (its default is a summary at exit)
+    Run({"process-scheduling.bt", ["all", "every"]},
         fun() -> P = spawn(fun() -> erlang:hibernate(erlang, exit, [normal]) end),
                  dtrace_test_workload:wait_hibernating(P), P ! wake end,
         [{contains, <<"  Schedule pid">>}, {contains, <<"Unschedule pid">>},
