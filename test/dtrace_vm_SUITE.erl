@@ -752,7 +752,7 @@ shipped_scripts(Config) ->
     ?assert(lists:member(<<"The slowest collection (us) of the 10 processes with the slowest:">>, L4)),
     %% function-calls.bt
     ok = peer:call(Peer, dtrace, function_probes, [[{dtrace_test_workload, double, 1}, {erlang, phash2, 1}]]),
-    Run("function-calls.bt",
+    Run({"function-calls.bt", ["all", "every"]},
         fun() -> dtrace_test_workload:double(1), erlang:phash2(x) end,
         [{contains, <<"enter (global)">>}, {contains, <<" return ">>},
          {contains, <<"BIF entry">>}, {contains, <<"BIF return">>}],
