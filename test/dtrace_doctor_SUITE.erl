@@ -11,14 +11,15 @@
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1, init_per_testcase/2, end_per_testcase/2]).
 -export([healthy_node_and_a_listening_probe/1, library_not_loaded/1, library_replaced_under_the_node/1,
-         no_privileges/1, bpftrace_version_and_its_argument_limit/1, the_nodes_own_view/1]).
+         no_privileges/1, bpftrace_version_and_its_argument_limit/1, the_nodes_own_view/1,
+         application_stopped/1]).
 
 suite() ->
     [{timetrap, {minutes, 3}}].
 
 all() ->
     [healthy_node_and_a_listening_probe, library_not_loaded, library_replaced_under_the_node,
-     no_privileges, bpftrace_version_and_its_argument_limit, the_nodes_own_view].
+     no_privileges, bpftrace_version_and_its_argument_limit, the_nodes_own_view, application_stopped].
 
 init_per_suite(Config) ->
     case {string:trim(os:cmd("id -u")), os:find_executable("python3"), os:find_executable("readelf")} of
@@ -88,6 +89,24 @@ healthy_node_and_a_listening_probe(Config) ->
             end;
         {skip, _} ->
             ok
+    end.
+
+%% The library mapped but its application stopped (as an unload by hand
+%% leaves it): the doctor asks automatic mode through bpftrace, gets no
+%% answer and says so, with the fix; running, it answers.
+application_stopped(Config) ->
+    case dtrace_test_tracer:require_tracer(bpftrace) of
+        ok ->
+            Peer = ?config(peer, Config),
+            OsPid = dtrace_test_peer:os_pid(Peer),
+            {0, Running} = doctor(OsPid, []),
+            ?assert(has(Running, <<"ok   application the dtrace application runs">>)),
+            ok = peer:call(Peer, application, stop, [dtrace]),
+            {0, Stopped} = doctor(OsPid, []),
+            ?assert(has(Stopped, <<"warn application the library is mapped but the dtrace application does not run">>)),
+            ?assert(has(Stopped, <<"fix: application:ensure_all_started(dtrace) in the node, or priv/dtrace-attach NODE">>));
+        Skip ->
+            Skip
     end.
 
 library_not_loaded(Config) ->
