@@ -15,7 +15,7 @@
 
 -export([suite/0, all/0, init_per_testcase/2, end_per_testcase/2]).
 -export([attach_trace_detach/1, attach_copies_unseen_files/1, attach_detach_20_times/1, refusals/1,
-         failed_start_undone/1, function_spans_say_why/1]).
+         failed_start_undone/1, function_spans_say_why/1, release_attached_20_times/1]).
 
 -define(COOKIE, "dtrace_attach_suite").
 
@@ -24,8 +24,11 @@ suite() ->
 
 all() ->
     [attach_trace_detach, attach_copies_unseen_files, attach_detach_20_times, refusals, failed_start_undone,
-     function_spans_say_why].
+     function_spans_say_why, release_attached_20_times].
 
+init_per_testcase(release_attached_20_times, Config) ->
+    %% The release is the node: no peer.
+    [{peer, none} | Config];
 init_per_testcase(function_spans_say_why, Config) ->
     init_per_testcase(attach_trace_detach, Config);
 init_per_testcase(attach_trace_detach, Config) ->
@@ -58,6 +61,8 @@ init_per_testcase(failed_start_undone, Config) ->
 init_per_testcase(_TC, Config) ->
     start(Config).
 
+end_per_testcase(release_attached_20_times, _Config) ->
+    ok;
 end_per_testcase(_TC, Config) ->
     dtrace_test_peer:stop_peer(?config(peer, Config)).
 
@@ -174,6 +179,60 @@ blocks([L | Rest], Acc) ->
             blocks(Rest1, [{Pid, Cause, iolist_to_binary(lists:join("\n", [L | Body]))} | Acc]);
         nomatch ->
             blocks(Rest, Acc)
+    end.
+
+%% A release built without the library (rebar3's release template, relx),
+%% run as operators run one (bin/NAME daemon), reached by its own name and
+%% cookie (vm.args): attached and detached 20 times in a row, each detach
+%% unloading the library's modules; after the last, the node has no
+%% dtrace and OTP's dyntrace (or none) as before.
+release_attached_20_times(Config) ->
+    Priv = ?config(priv_dir, Config),
+    %% The release's build and its node must not see this run's rebar3,
+    %% escript and code path settings.
+    Env = [{"REBAR_BASE_DIR", false}, {"ESCRIPT_NAME", false}, {"ERL_LIBS", false}, {"ERL_FLAGS", false},
+           {"ERL_AFLAGS", false}, {"ERL_ZFLAGS", false}],
+    {0, _} = sh(Priv, "rebar3 new release dtrace_plain", Env),
+    App = filename:join(Priv, "dtrace_plain"),
+    Sname = "dtrace_plain_" ++ os:getpid(),
+    Cookie = "dtrace_plain_" ++ integer_to_list(erlang:unique_integer([positive])),
+    ok = file:write_file(filename:join([App, "config", "vm.args"]), ["-sname ", Sname, "\n-setcookie ", Cookie, "\n"]),
+    {0, _} = sh(App, "rebar3 release", Env),
+    Bin = filename:join([App, "_build", "default", "rel", "dtrace_plain", "bin", "dtrace_plain"]),
+    {0, _} = sh(App, Bin ++ " daemon", Env),
+    {ok, Host} = inet:gethostname(),
+    Node = Sname ++ "@" ++ Host,
+    try
+        Up = fun() -> sh(App, Bin ++ " ping", Env) =:= {0, [<<"pong">>]} end,
+        ok = dtrace_test_workload:wait_until(Up, dtrace_test_tracer:ceiling(30000)),
+        Cycle = fun(I) ->
+                        {0, A} = attach([{node, Node} | Config], ["--cookie", Cookie]),
+                        {0, D} = attach([{node, Node} | Config], ["--cookie", Cookie, "--detach"]),
+                        {I, has(A, ["attached dtrace to ", Node]), has(D, ["detached dtrace from ", Node])}
+                end,
+        ?assertEqual([{I, true, true} || I <- lists:seq(1, 20)], [Cycle(I) || I <- lists:seq(1, 20)]),
+        {0, Status} = attach([{node, Node} | Config], ["--cookie", Cookie, "--status"]),
+        ?assert(has(Status, [Node, " (OS pid "]) andalso has(Status, ["): no dtrace; dyntrace: "])),
+        ?assertNot(has(Status, ["dyntrace: the library's"]))
+    after
+        sh(App, Bin ++ " stop", Env)
+    end.
+
+%% Cmd through sh in Dir, with Env: {ExitStatus, Lines}.
+sh(Dir, Cmd, Env) ->
+    Port = open_port({spawn_executable, "/bin/sh"},
+                     [{args, ["-c", Cmd]}, {cd, Dir}, {env, Env}, {line, 65536}, stderr_to_stdout, exit_status,
+                      binary]),
+    Out = sh_collect(Port, []),
+    ct:log("~ts (in ~ts): ~p", [Cmd, Dir, Out]),
+    Out.
+
+sh_collect(Port, Acc) ->
+    receive
+        {Port, {data, {_, Line}}} -> sh_collect(Port, [Line | Acc]);
+        {Port, {exit_status, S}} -> {S, lists:reverse(Acc)}
+    after dtrace_test_tracer:ceiling(120000) ->
+            ct:fail("still running after ~b ms: ~p", [dtrace_test_tracer:ceiling(120000), lists:reverse(Acc)])
     end.
 
 %% The node does not see the installation (a tmpfs hides it): the script
