@@ -182,8 +182,9 @@ blocks([L | Rest], Acc) ->
     end.
 
 %% A release built without the library (rebar3's release template, relx),
-%% run as operators run one (bin/NAME daemon), reached by its own name and
-%% cookie (vm.args): attached and detached 20 times in a row, each detach
+%% run as operators run one (bin/NAME daemon), reached by its directory
+%% (--release: name and cookie from its vm.args) and then by its name and
+%% cookie: attached and detached 20 times in a row, each detach
 %% unloading the library's modules; after the last, the node has no
 %% dtrace and OTP's dyntrace (or none) as before.
 release_attached_20_times(Config) ->
@@ -205,9 +206,19 @@ release_attached_20_times(Config) ->
     try
         Up = fun() -> sh(App, Bin ++ " ping", Env) =:= {0, [<<"pong">>]} end,
         ok = dtrace_test_workload:wait_until(Up, dtrace_test_tracer:ceiling(30000)),
+        %% The first cycle names the release's directory only: the node's
+        %% name and cookie come from its vm.args.
+        RelDir = filename:dirname(filename:dirname(Bin)),
+        Run = fun(1, Extra) ->
+                      R = dtrace_test_tracer:run(script(), ["--release", RelDir | Extra]),
+                      ct:log("dtrace-attach --release ~ts ~p: ~p", [RelDir, Extra, R]),
+                      R;
+                 (_, Extra) ->
+                      attach([{node, Node} | Config], ["--cookie", Cookie | Extra])
+              end,
         Cycle = fun(I) ->
-                        {0, A} = attach([{node, Node} | Config], ["--cookie", Cookie]),
-                        {0, D} = attach([{node, Node} | Config], ["--cookie", Cookie, "--detach"]),
+                        {0, A} = Run(I, []),
+                        {0, D} = Run(I, ["--detach"]),
                         {I, has(A, ["attached dtrace to ", Node]), has(D, ["detached dtrace from ", Node])}
                 end,
         ?assertEqual([{I, true, true} || I <- lists:seq(1, 20)], [Cycle(I) || I <- lists:seq(1, 20)]),
