@@ -183,8 +183,8 @@ blocks([L | Rest], Acc) ->
 
 %% A release built without the library (rebar3's release template, relx),
 %% run as operators run one (bin/NAME daemon), reached by its directory
-%% (--release: name and cookie from its vm.args) and then by its name and
-%% cookie: attached and detached 20 times in a row, each detach
+%% (--release: name and cookie from its vm.args), then by its own eval
+%% command (--eval "bin/NAME eval"), then by its name and cookie: attached and detached 20 times in a row, each detach
 %% unloading the library's modules; after the last, the node has no
 %% dtrace and OTP's dyntrace (or none) as before.
 release_attached_20_times(Config) ->
@@ -207,11 +207,16 @@ release_attached_20_times(Config) ->
         Up = fun() -> sh(App, Bin ++ " ping", Env) =:= {0, [<<"pong">>]} end,
         ok = dtrace_test_workload:wait_until(Up, dtrace_test_tracer:ceiling(30000)),
         %% The first cycle names the release's directory only: the node's
-        %% name and cookie come from its vm.args.
+        %% name and cookie come from its vm.args. The second names the
+        %% release's eval command: the node says its name and cookie.
         RelDir = filename:dirname(filename:dirname(Bin)),
         Run = fun(1, Extra) ->
                       R = dtrace_test_tracer:run(script(), ["--release", RelDir | Extra]),
                       ct:log("dtrace-attach --release ~ts ~p: ~p", [RelDir, Extra, R]),
+                      R;
+                 (2, Extra) ->
+                      R = dtrace_test_tracer:run(script(), ["--eval", Bin ++ " eval" | Extra]),
+                      ct:log("dtrace-attach --eval '~ts eval' ~p: ~p", [Bin, Extra, R]),
                       R;
                  (_, Extra) ->
                       attach([{node, Node} | Config], ["--cookie", Cookie | Extra])

@@ -2,8 +2,9 @@
 %% without the library: Debian's RabbitMQ (scripts/rabbitmq.sh unpacks the
 %% package; it runs on the system's OTP, as Debian ships it), on
 %% 127.0.0.1, given a bounded AMQP load (test/loads/amqp.py, Debian's
-%% python3-pika). priv/dtrace-attach reaches it by name and its cookie
-%% file, as an operator would; a shipped VM script (priv/message-latency.bt)
+%% python3-pika). priv/dtrace-attach reaches it through rabbitmqctl eval
+%% (the node says its name and cookie), and by name and cookie file, as an
+%% operator would; a shipped VM script (priv/message-latency.bt)
 %% shows the broker's mailbox waits under the load; --detach leaves the
 %% broker as it was: code path, applications, trace flags and send and
 %% receive match specs equal to before the attach, no module of the library.
@@ -94,6 +95,7 @@ start_broker(Config) ->
     end,
     OsPid = erpc:call(Node, os, getpid, []),
     [{broker, Node}, {broker_os_pid, OsPid}, {cookie_file, Cookie}, {base, Base}, {amqp_port, AmqpPort},
+     {rabbitmqctl, filename:join(Root, "usr/lib/rabbitmq/bin/rabbitmqctl")}, {home, Home},
      {pythonpath, filename:join(Root, "usr/lib/python3/dist-packages")} | Config].
 
 stop_broker(Config) ->
@@ -128,7 +130,15 @@ broker_attach_trace_detach(Config) ->
     end.
 
 trace_broker(Config, Node, Before) ->
-    {0, Out} = attach(Config, []),
+    %% As an operator with only the broker's own tools: rabbitmqctl eval
+    %% gives the node's name and cookie (no NODE, no cookie file here).
+    Ctl = lists:flatten(["env -u ESCRIPT_NAME -u ERL_LIBS -u ERL_FLAGS -u ERL_AFLAGS -u ERL_ZFLAGS "
+                         "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=", ?config(home, Config), " ",
+                         ?config(rabbitmqctl, Config), " -n ", atom_to_list(Node), " eval"]),
+    {Status, Out} = dtrace_test_tracer:run(filename:join(code:priv_dir(dtrace), "dtrace-attach"), ["--eval", Ctl]),
+    ct:log("dtrace-attach --eval '~ts': exit status ~p~n~ts", [Ctl, Status, lists:join("\n", Out)]),
+    ?assertEqual(0, Status),
+    ?assert(has(Out, ["attached dtrace to ", atom_to_list(Node)])),
     [OsPid] = [P || L <- Out, {match, [P]} <- [re:run(L, "\\(OS pid ([0-9]+),", [{capture, all_but_first, list}])]],
     ?assertEqual(OsPid, erpc:call(Node, os, getpid, [])),
     Script = filename:join(code:priv_dir(dtrace), "message-latency.bt"),
