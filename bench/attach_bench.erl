@@ -39,7 +39,7 @@
 %%%       -eval 'attach_bench:main([]).'   (halts: 0, or 1 if a budget is missed)
 -module(attach_bench).
 
--export([main/1, run/0, markdown/1, budgets/1, figures/1, work/1, broker_round/0, per_call/0]).
+-export([main/1, save/1, load/1, run/0, markdown/1, budgets/1, figures/1, work/1, broker_round/0, per_call/0]).
 
 -define(N, 200000).
 -define(MESSAGES, 50000).
@@ -54,6 +54,17 @@ main(_) ->
     [io:format("  ~-90s ~s~n", [T, case OK of true -> "ok"; false -> "MISSED"; _ -> OK end])
      || {T, OK} <- Budgets],
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
+
+%% @doc For make bench (bench/run.sh): run/0's result into File, from a VM
+%% started as main/1's is (no scheduler busy-waiting); dtrace_bench reads
+%% it with load/1.
+save(File) ->
+    ok = file:write_file(File, io_lib:format("~p.~n", [run()])),
+    halt(0).
+
+load(File) ->
+    {ok, [R]} = file:consult(File),
+    R.
 
 %% @doc #{untraced, span, dbg := stats(), span_events := float()} (ns per
 %% call; events bpftrace counted per call) or {skip, Why}.
@@ -261,5 +272,5 @@ figures({skip, _}) ->
 figures(#{untraced := {U, _, _}, span := {S, _, _}, dbg := {D, _, _}, broker_off := {O, _, _},
           broker_on := {L, _, _}}) ->
     F = fun(Fmt, Args) -> lists:flatten(io_lib:format(Fmt, Args)) end,
-    [{"function_span_added", F("~.0f ns", [S - U])}, {"function_span_dbg_added", F("~.0f ns", [D - U])},
+    [{"function_span_added", F("~b ns", [round(S - U)])}, {"function_span_dbg_added", F("~b ns", [round(D - U)])},
      {"large_messages_broker", F("~.2fx", [L / O])}].

@@ -38,6 +38,10 @@ cp "$target/no-lttng/release/libdtrace_nif.so" "$nolttng/priv/dtrace_nif.so"
 sh scripts/test-hooks-build.sh
 dof=${REBAR_BASE_DIR:-$PWD/_build}/test_hooks/dtrace/ebin
 mkdir -p "$work/floors"
+# The function-span rows first, in a VM of their own without scheduler
+# busy-waiting (their CPU figures would count it), as make bench-attach.
+erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
+    +sbwt none +sbwtdcpu none +sbwtdio none -eval "attach_bench:save(\"$work/attach.eterm\")."
 # Two schedulers, bound, so the throughput rows mean "one per core".
 exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
-    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$work/floors\", \"$nolttng/ebin\", \"$work/recorder.md\", \"$dof\"])."
+    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$work/floors\", \"$nolttng/ebin\", \"$work/recorder.md\", \"$dof\", \"$work/attach.eterm\"])."

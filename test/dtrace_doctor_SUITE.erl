@@ -12,14 +12,15 @@
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1, init_per_testcase/2, end_per_testcase/2]).
 -export([healthy_node_and_a_listening_probe/1, library_not_loaded/1, library_replaced_under_the_node/1,
          no_privileges/1, bpftrace_version_and_its_argument_limit/1, the_nodes_own_view/1,
-         application_stopped/1]).
+         application_stopped/1, perf_cache_without_events/1]).
 
 suite() ->
     [{timetrap, {minutes, 3}}].
 
 all() ->
     [healthy_node_and_a_listening_probe, library_not_loaded, library_replaced_under_the_node,
-     no_privileges, bpftrace_version_and_its_argument_limit, the_nodes_own_view, application_stopped].
+     no_privileges, bpftrace_version_and_its_argument_limit, the_nodes_own_view, application_stopped,
+     perf_cache_without_events].
 
 init_per_suite(Config) ->
     case {string:trim(os:cmd("id -u")), os:find_executable("python3"), os:find_executable("readelf")} of
@@ -192,6 +193,39 @@ the_nodes_own_view(Config) ->
     end.
 
 %%--------------------------------------------------------------------
+
+%% perf's build-id cache with another copy of the same build added first
+%% (two releases, an upgrade into a new directory): the node's copy, added
+%% second, has no list of SDT events, and `perf probe -x' on it fails. The
+%% doctor names it; after its fix (purge, add again) it says ok.
+perf_cache_without_events(Config) ->
+    case os:find_executable("perf") of
+        false -> unavailable("no perf (linux-perf)");
+        _ ->
+            OsPid = dtrace_test_peer:os_pid(?config(peer, Config)),
+            {ok, Maps} = file:read_file("/proc/" ++ OsPid ++ "/maps"),
+            [Lib | _] = [P || L <- string:lexemes(binary_to_list(Maps), "\n"),
+                              P <- [lists:last(string:lexemes(L, " "))], filename:basename(P) =:= "dtrace_nif.so"],
+            Priv = ?config(priv_dir, Config),
+            Cache = filename:join(Priv, "perf-cache"),
+            Other = filename:join([Priv, "other-release", "dtrace_nif.so"]),
+            ok = filelib:ensure_dir(Other),
+            {ok, _} = file:copy(Lib, Other),
+            Perf = fun(Args) -> {0, _} = dtrace_test_tracer:run("perf", ["--buildid-dir", Cache, "buildid-cache" | Args]) end,
+            Env = [{"PERF_BUILDID_DIR", Cache}],
+            {0, Empty} = doctor(OsPid, Env),
+            ?assert(has(Empty, iolist_to_binary(["ok   perf-cache  ", Cache, " has no entry for the library's build id"]))),
+            Perf(["--add", Other]),
+            Perf(["--add", Lib]),
+            {0, Stale} = doctor(OsPid, Env),
+            ?assert(has(Stale, iolist_to_binary(["warn perf-cache  ", Cache, " has the library's build id "]))),
+            ?assert(has(Stale, iolist_to_binary(["but no SDT events for ", Lib, ": `perf probe -x ", Lib]))),
+            ?assert(has(Stale, iolist_to_binary(["perf buildid-cache --purge ", Lib, ", then add it again"]))),
+            Perf(["--purge", Lib]),
+            Perf(["--add", Lib]),
+            {0, Fixed} = doctor(OsPid, Env),
+            ?assert(has(Fixed, iolist_to_binary(["ok   perf-cache  ", Cache, " lists the SDT events of ", Lib])))
+    end.
 
 doctor_path() ->
     filename:join(code:priv_dir(dtrace), "dtrace-doctor").

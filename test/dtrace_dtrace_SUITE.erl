@@ -39,7 +39,7 @@
 -export([otp_user_probe/1, otp_user_probe_n/1, otp_messages/1, otp_process_scheduling/1,
          otp_spawn_exit/1, otp_garbage_collection/1, otp_function_calls/1, otp_port1/1, otp_memory1/1, otp_dist/1,
          shipped_spawn_exit/1, shipped_span_latency/1, shipped_message_latency/1,
-         shipped_efile_drv/1, shipped_slow_spans/1]).
+         shipped_efile_drv/1, shipped_slow_spans/1, otp_dyntrace_suite/1]).
 
 %% Ceilings on a quiet host (dtrace_test_tracer:ceiling/1 makes them
 %% longer in the guest and on a slow host). DTrace takes 10-20 s to start
@@ -65,7 +65,8 @@ all() ->
 groups() ->
     Scripts = [otp_user_probe, otp_user_probe_n, otp_messages, otp_process_scheduling,
                otp_spawn_exit, otp_garbage_collection, otp_function_calls, otp_port1, otp_memory1,
-               shipped_spawn_exit, shipped_span_latency, shipped_message_latency, shipped_efile_drv],
+               shipped_spawn_exit, shipped_span_latency, shipped_message_latency, shipped_efile_drv,
+               otp_dyntrace_suite],
     %% dist.d needs two distributed nodes: the guest has no network
     %% (listening fails with enetunreach), so on the host only.
     [{stapsdt, [], Scripts ++ [otp_dist, shipped_slow_spans]},
@@ -163,7 +164,8 @@ otp_examples(Priv) ->
     Dir = filename:join(Priv, "otp-source"),
     ok = filelib:ensure_path(Dir),
     {0, _} = dtrace_test_tracer:run("tar", ["-xJf", Tarball, "-C", Dir, "--wildcards",
-                                            "*/lib/runtime_tools/examples/*.d"]),
+                                            "*/lib/runtime_tools/examples/*.d",
+                                            "*/lib/runtime_tools/test/dyntrace_SUITE.erl"]),
     [Examples] = filelib:wildcard(filename:join(Dir, "*/lib/runtime_tools/examples")),
     ct:log("OTP's example D scripts from ~ts: ~p", [Tarball, filelib:wildcard("*.d", Examples)]),
     Examples.
@@ -220,6 +222,67 @@ example(Config, Script, Name) ->
     Cleanup(),
     no_dtrace_messages(Result),
     Result.
+
+%% OTP's own Common Test suite for DTrace, lib/runtime_tools/test/
+%% dyntrace_SUITE.erl of the OTP source (never copied here), run in the
+%% peer (which runs the library) as Common Test runs it: all/0, then
+%% init_per_suite/1, smoke/1 and process/1 (its group is a sequence).
+%% Compiled with the adaptations a stock VM with the library needs, each
+%% below with why; a change of OTP's text that one no longer matches
+%% fails the case.
+otp_dyntrace_suite(Config) ->
+    Source = filename:join([filename:dirname(?config(otp_examples, Config)), "test", "dyntrace_SUITE.erl"]),
+    {ok, Text} = file:read_file(Source),
+    DTrace = ?config(dtrace, Config),
+    Adapted = lists:foldl(fun({Why, Old, New}, T) ->
+                                  case binary:matches(T, Old) of
+                                      [] -> ct:fail("~ts: no ~p in OTP's suite (~ts)", [Source, Old, Why]);
+                                      _ -> binary:replace(T, Old, New, [global])
+                                  end
+                          end, Text, dyntrace_adaptations(DTrace)),
+    Dir = filename:join(?config(priv_dir, Config), "otp-dyntrace"),
+    ok = filelib:ensure_path(Dir),
+    File = filename:join(Dir, "dyntrace_SUITE.erl"),
+    ok = file:write_file(File, Adapted),
+    {ok, dyntrace_SUITE, Beam} = compile:file(File, [binary, return_errors, {i, code:lib_dir(common_test, include)}]),
+    Peer = ?config(peer, Config),
+    {module, dyntrace_SUITE} = peer:call(Peer, code, load_binary, [dyntrace_SUITE, File, Beam]),
+    %% Its D script is written to the current directory.
+    ok = peer:call(Peer, file, set_cwd, [Dir]),
+    ?assertEqual([{group, smoke}], peer:call(Peer, dyntrace_SUITE, all, [])),
+    SuiteConfig = peer:call(Peer, dyntrace_SUITE, init_per_suite, [[]]),
+    Run = fun(Case) ->
+                  Result = peer:call(Peer, erlang, apply,
+                                     [fun() -> try {ok, dyntrace_SUITE:Case(SuiteConfig)}
+                                               catch C:R:St -> {C, R, St}
+                                               end
+                                      end, []], ?CALL_TIMEOUT),
+                  ct:log("OTP's dyntrace_SUITE:~s/1: ~p", [Case, Result]),
+                  ?assertEqual({Case, {ok, ok}}, {Case, Result})
+          end,
+    [Run(Case) || Case <- [smoke, process]],
+    ok.
+
+%% {Why, OTP's text, the text run here}.
+dyntrace_adaptations(DTrace) ->
+    [{"a stock VM says dynamic_trace none: here the library's probes are DTrace's (dtrace:available/0)",
+      <<"erlang:system_info(dynamic_trace)">>,
+      <<"(case dtrace:available() of true -> dtrace; false -> none end)">>},
+     {"the probes are in the library's dtrace_nif.so, not in the emulator beam.smp",
+      <<"[{emu_name,N}|Config]">>, <<"[{emu_name,\"dtrace_nif.so\"}|Config]">>},
+     {"listed by the node's provider and the library's module; DTrace is this host's (root, no sudo)",
+      <<"os:cmd(\"sudo /usr/sbin/dtrace -l -m\" ++ Emu)">>,
+      iolist_to_binary(["os:cmd(\"", DTrace, " -l -n erlang\" ++ os:getpid() ++ \":\" ++ Emu ++ \"::\")"])},
+     {"DTrace is this host's, run as root (no sudo)",
+      <<"Sudo = os:find_executable(sudo),">>, iolist_to_binary(["Sudo = \"", DTrace, "\","])},
+     {"DTrace is this host's, run as root (no sudo)",
+      <<"Args = [\"/usr/sbin/dtrace\", \"-q\",\"-s\",SrcFile],">>, <<"Args = [\"-q\",\"-s\",SrcFile],">>},
+     {"the library's automatic mode sets the trace flags within a poll of the probes' rise: "
+      "the action waits for it (dtrace_vm:sync/0)",
+      <<"Res = Action(),">>, <<"ok = dtrace_vm:sync(), Res = Action(),">>},
+     {"process-hibernate's mfa is erlang:hibernate/3 on a stock VM, not the function the process "
+      "resumes in (docs/vm-probes.md says why)",
+      <<"{hibernate,PidStr,\"erlang:apply/2\"}">>, <<"{hibernate,PidStr,\"erlang:hibernate/3\"}">>}].
 
 %%--------------------------------------------------------------------
 %% The D scripts shipped in priv/
