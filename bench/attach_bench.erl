@@ -29,6 +29,12 @@
 %%% rounds of ?MESSAGES messages per pipeline. The budget: at most 2x the
 %%% CPU a message.
 %%%
+%%% And a node deployed without the library (a peer without dtrace on its
+%%% code path): the same broker-like round in it, before and after
+%%% ?CYCLES cycles of priv/dtrace-attach and --detach. The budget: after
+%%% at most 1.05x before (a trace flag or pattern left behind costs
+%%% several times that).
+%%%
 %%% CPU is the VM's, every thread's (/proc/self/task/*/schedstat): the
 %%% traced process's, a tracer process's (dbg's) and the kernel's time in
 %%% the probes the schedulers hit; bpftrace's own process is not in it.
@@ -45,6 +51,7 @@
 -define(MESSAGES, 50000).
 -define(WINDOW, 500).
 -define(ROUNDS, 7).
+-define(CYCLES, 20).
 -define(FUNCTION, {?MODULE, work, 1}).
 
 main(_) ->
@@ -116,8 +123,48 @@ measure() ->
     _ = broker_round(),
     BrokerOff = stats([broker_round() || _ <- lists:seq(1, ?ROUNDS)]),
     {BrokerOn, Large} = large_messages(fun() -> [broker_round() || _ <- lists:seq(1, ?ROUNDS)] end),
+    {Before, After} = attach_cycles(),
     #{untraced => Untraced, span => stats(Span), span_events => Events / (?ROUNDS * ?N), dbg => Dbg,
-      broker_off => BrokerOff, broker_on => stats(BrokerOn), large_lines => Large / ?ROUNDS}.
+      broker_off => BrokerOff, broker_on => stats(BrokerOn), large_lines => Large / ?ROUNDS,
+      cycles_before => Before, cycles_after => After}.
+
+%% A node deployed without the library (a peer with this bench's modules
+%% on its code path, not dtrace's; no scheduler busy-waiting, as here):
+%% the broker-like round in it, CPU a message, before and after
+%% ?CYCLES attach/detach cycles of priv/dtrace-attach.
+attach_cycles() ->
+    Cookie = "attach_bench_" ++ integer_to_list(erlang:unique_integer([positive])),
+    {ok, Peer, Node} = peer:start(#{name => peer:random_name(attach_bench), connection => standard_io,
+                                    args => ["-setcookie", Cookie, "-pa", filename:dirname(code:which(?MODULE)),
+                                             "+S", "2:2", "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none"]}),
+    try
+        non_existing = peer:call(Peer, code, which, [dtrace]),
+        Rounds = fun() ->
+                         _ = peer:call(Peer, ?MODULE, broker_round, [], 60000),
+                         stats([peer:call(Peer, ?MODULE, broker_round, [], 60000) || _ <- lists:seq(1, ?ROUNDS)])
+                 end,
+        Before = Rounds(),
+        Script = filename:join(code:priv_dir(dtrace), "dtrace-attach"),
+        [begin
+             {0, _} = script(Script, [atom_to_list(Node), "--cookie", Cookie]),
+             {0, _} = script(Script, [atom_to_list(Node), "--cookie", Cookie, "--detach"])
+         end || _ <- lists:seq(1, ?CYCLES)],
+        non_existing = peer:call(Peer, code, which, [dtrace]),
+        {Before, Rounds()}
+    after
+        peer:stop(Peer)
+    end.
+
+script(Path, Args) ->
+    Port = open_port({spawn_executable, Path}, [{args, Args}, stderr_to_stdout, exit_status, binary]),
+    script_output(Port, <<>>).
+
+script_output(Port, Acc) ->
+    receive
+        {Port, {data, D}} -> script_output(Port, <<Acc/binary, D/binary>>);
+        {Port, {exit_status, S}} -> {S, Acc}
+    after 60000 -> error({dtrace_attach_late, Acc})
+    end.
 
 %% Fun() with bpftrace running priv/large-messages.bt on this node, once
 %% automatic mode set the send flag: {Fun's value, the "large:" lines it
@@ -245,7 +292,8 @@ stats(Xs) ->
 markdown({skip, Why}) ->
     ["\nFunction spans: skipped: ", Why, "\n"];
 markdown(#{untraced := {U, Umin, Umax}, span := {S, Smin, Smax}, dbg := {D, Dmin, Dmax}, span_events := E,
-           broker_off := {O, Omin, Omax}, broker_on := {L, Lmin, Lmax}, large_lines := Lines}) ->
+           broker_off := {O, Omin, Omax}, broker_on := {L, Lmin, Lmax}, large_lines := Lines,
+           cycles_before := {B, Bmin, Bmax}, cycles_after := {A, Amin, Amax}}) ->
     [io_lib:format("| ~s | ~.1f | ~.1f..~.1f | ~s |~n", [Row, M, Mi, Ma, Extra])
      || {Row, M, Mi, Ma, Extra} <-
             [{"untraced", U, Umin, Umax, ""},
@@ -255,22 +303,28 @@ markdown(#{untraced := {U, Umin, Umax}, span := {S, Smin, Smax}, dbg := {D, Dmin
               io_lib:format("+~.1f ns a call", [D - U])},
              {"a broker-like message (4 sends), untraced", O, Omin, Omax, ""},
              {"a broker-like message, priv/large-messages.bt attached", L, Lmin, Lmax,
-              io_lib:format("~.2fx; ~b large messages printed a round", [L / O, round(Lines)])}]].
+              io_lib:format("~.2fx; ~b large messages printed a round", [L / O, round(Lines)])},
+             {"the same message in a node deployed without the library", B, Bmin, Bmax, ""},
+             {io_lib:format("the same, after ~b cycles of priv/dtrace-attach and --detach", [?CYCLES]),
+              A, Amin, Amax, io_lib:format("~.2fx", [A / B])}]].
 
 %% @doc The budget: a function span no dearer than dbg's call tracing.
 budgets({skip, Why}) ->
     [{"function span vs dbg: skipped: " ++ Why, skipped}];
-budgets(#{span := {S, _, _}, dbg := {D, _, _}, broker_off := {O, _, _}, broker_on := {L, _, _}}) ->
+budgets(#{span := {S, _, _}, dbg := {D, _, _}, broker_off := {O, _, _}, broker_on := {L, _, _},
+          cycles_before := {B, _, _}, cycles_after := {A, _, _}}) ->
     [{io_lib:format("function span per call <= dbg's call tracing with return_trace: ~.1f <= ~.1f ns", [S, D]),
       S =< D},
      {io_lib:format("large-messages.bt on a broker-like node: time a message <= 2x: ~.2fx", [L / O]),
-      L =< 2 * O}].
+      L =< 2 * O},
+     {io_lib:format("a node after ~b attach/detach cycles: time a message <= 1.05x before: ~.2fx", [?CYCLES, A / B]),
+      A =< 1.05 * B}].
 
 %% @doc The figures the docs quote.
 figures({skip, _}) ->
     [];
 figures(#{untraced := {U, _, _}, span := {S, _, _}, dbg := {D, _, _}, broker_off := {O, _, _},
-          broker_on := {L, _, _}}) ->
+          broker_on := {L, _, _}, cycles_before := {B, _, _}, cycles_after := {A, _, _}}) ->
     F = fun(Fmt, Args) -> lists:flatten(io_lib:format(Fmt, Args)) end,
     [{"function_span_added", F("~b ns", [round(S - U)])}, {"function_span_dbg_added", F("~b ns", [round(D - U)])},
-     {"large_messages_broker", F("~.2fx", [L / O])}].
+     {"large_messages_broker", F("~.2fx", [L / O])}, {"attach_cycles_after", F("~.2fx", [A / B])}].

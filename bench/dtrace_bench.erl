@@ -1086,12 +1086,15 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "texts are constants, as any library can cache them) and the sink (a bare SDT site under\n"
          "bpftrace; a C LTTng event recorded).\n\n",
          message_bench:markdown(Messages),
-         "\n## Function spans\n\n"
-         "A call of a function named to `dtrace:function_spans/1` (bench/attach_bench.erl: an external\n"
-         "call summing a 20-element list), ns per call, against OTP's own call tracing of the same\n"
-         "function with `return_trace` to a `dbg` process tracer, whose round ends when the tracer\n"
-         "has taken every message. The budget: no dearer than dbg.\n\n"
-         "| call | ns | spread | |\n|---|---|---|---|\n",
+         "\n## Any running node: function spans, large messages, attach cycles\n\n"
+         "bench/attach_bench.erl, CPU ns (every thread of the VM, no scheduler busy-waiting), median\n"
+         "and spread of 7 rounds; its module doc gives each workload. A call of a function named to\n"
+         "`dtrace:function_spans/1` against OTP's own call tracing of it with `return_trace` to a `dbg`\n"
+         "process tracer (budget: no dearer than dbg); a broker-like message (4 sends) with\n"
+         "`priv/large-messages.bt` attached (budget: 2x); the same message in a node deployed without\n"
+         "the library, before and after 20 cycles of `priv/dtrace-attach` and `--detach` (budget:\n"
+         "1.05x).\n\n"
+         "| workload | ns | spread | |\n|---|---|---|---|\n",
          attach_bench:markdown(Attach),
          "\n## Floors\n\n| floor | ns | spread | |\n|---|---|---|---|\n",
          [case R of

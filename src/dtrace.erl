@@ -391,7 +391,7 @@ function_probes(Patterns) ->
 %% also sets their flags on every process it traces, and the NIF fires
 %% them only for a process inside a function span. All of it is removed
 %% within one poll of the last listener leaving. Each traced call costs
-%% two trace events (`make bench-attach', bench/attach_bench.erl).
+%% two trace events (BENCHMARKS.md, "Any running node"; bench/attach_bench.erl).
 %%
 %% Do not name a function that never returns, such as a server's loop
 %% (`gen_server:loop/7'): with `exception_trace' each of its tail calls
