@@ -146,24 +146,13 @@ attach_cycles() ->
         Before = Rounds(),
         Script = filename:join(code:priv_dir(dtrace), "dtrace-attach"),
         [begin
-             {0, _} = script(Script, [atom_to_list(Node), "--cookie", Cookie]),
-             {0, _} = script(Script, [atom_to_list(Node), "--cookie", Cookie, "--detach"])
+             {0, _} = dtrace_bench:command(Script, [atom_to_list(Node), "--cookie", Cookie]),
+             {0, _} = dtrace_bench:command(Script, [atom_to_list(Node), "--cookie", Cookie, "--detach"])
          end || _ <- lists:seq(1, ?CYCLES)],
         non_existing = peer:call(Peer, code, which, [dtrace]),
         {Before, Rounds()}
     after
         peer:stop(Peer)
-    end.
-
-script(Path, Args) ->
-    Port = open_port({spawn_executable, Path}, [{args, Args}, stderr_to_stdout, exit_status, binary]),
-    script_output(Port, <<>>).
-
-script_output(Port, Acc) ->
-    receive
-        {Port, {data, D}} -> script_output(Port, <<Acc/binary, D/binary>>);
-        {Port, {exit_status, S}} -> {S, Acc}
-    after 60000 -> error({dtrace_attach_late, Acc})
     end.
 
 %% Fun() with bpftrace running priv/large-messages.bt on this node, once

@@ -25,7 +25,7 @@
 
 -export([main/1, empty/0, work/1, pingpong/1, vm_rows_for_test/0, p4_disabled_ns/1]).
 %% For message_bench and attach_bench.
--export([can_trace/0, can_lttng/0, with_vm_tracer/4, wait_vm/2, lttng_start/1, lttng_stop/1,
+-export([command/2, can_trace/0, can_lttng/0, with_vm_tracer/4, wait_vm/2, lttng_start/1, lttng_stop/1,
          raise_semaphore/2, lower_semaphore/2, nif/0, stop_lines/1]).
 
 -define(ROUNDS, 7).
@@ -637,15 +637,19 @@ lttng_stop(Dir) ->
     end.
 
 lttng(Args) ->
-    Port = open_port({spawn_executable, os:find_executable("lttng")},
-                     [{args, Args}, stderr_to_stdout, exit_status, binary]),
-    collect(Port, <<>>).
+    command(os:find_executable("lttng"), Args).
 
-collect(Port, Acc) ->
+%% @doc Runs the executable Path with Args: {ExitStatus, Output (stdout
+%% and stderr)}; fails after 60 s without an exit.
+command(Path, Args) ->
+    Port = open_port({spawn_executable, Path}, [{args, Args}, stderr_to_stdout, exit_status, binary]),
+    collect(Port, Path, <<>>).
+
+collect(Port, Path, Acc) ->
     receive
-        {Port, {data, D}} -> collect(Port, <<Acc/binary, D/binary>>);
+        {Port, {data, D}} -> collect(Port, Path, <<Acc/binary, D/binary>>);
         {Port, {exit_status, S}} -> {S, binary_to_list(Acc)}
-    after 60000 -> error(lttng_did_not_answer)
+    after 60000 -> error({did_not_answer, Path, Acc})
     end.
 
 wait_until(Check) ->
