@@ -121,7 +121,7 @@ init_per_testcase(_TC, Config) ->
 end_per_testcase(TC, _Config) when TC =:= dof_in_guest; TC =:= dof_two_nodes_started_later ->
     ok;
 end_per_testcase(_TC, Config) ->
-    dtrace_test_peer:stop_peer(?config(peer, Config)).
+    dtrace_test_peer:stop_peer(?config(peer, Config), ?config(os_pid, Config)).
 
 %% The project's root (this file is in its test/).
 root() ->
@@ -477,7 +477,7 @@ dof_two_nodes_started_later(Config) ->
                         "both nodes' probes"),
         ct:log("~ts", [lists:join("\n", stop_dtrace(Port, Lines))])
     after
-        [dtrace_test_peer:stop_peer(P) || P <- Peers]
+        [dtrace_test_peer:stop_peer(P, dtrace_test_peer:os_pid(P)) || P <- Peers]
     end.
 
 %% A run-time provider, defined while DTrace runs, is seen as prov*:::,

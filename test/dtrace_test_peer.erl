@@ -2,7 +2,7 @@
 %%% process, so that gdb stopping it never stops the test runner.
 -module(dtrace_test_peer).
 
--export([start_peer/0, start_peer/1, start_named_peer/3, start_named_peer/4, stop_peer/1, os_pid/1,
+-export([start_peer/0, start_peer/1, start_named_peer/3, start_named_peer/4, stop_peer/1, stop_peer/2, os_pid/1,
          start_test_hooks_peer/0, test_hooks_nif/0]).
 
 %% A separate node to trace, so that a tracer stopping the traced OS
@@ -44,6 +44,17 @@ wait_boot() ->
 stop_peer(Peer) ->
     catch peer:stop(Peer),
     ok.
+
+%% Stops Peer and waits until its OS process OsPid (a string, os_pid/1) is
+%% gone from /proc. A system-wide DTrace (erlang*:::) started while a node
+%% with the library exits fails with "failed to grab process PID": DTrace
+%% 2.0 grabs every process whose DOF dtprobed holds, and one still exiting
+%% cannot be grabbed (docs/tracers.md). The next case's DTrace must not
+%% meet the last case's peer.
+stop_peer(Peer, OsPid) ->
+    ok = stop_peer(Peer),
+    ok = dtrace_test_workload:wait_until(fun() -> not filelib:is_file("/proc/" ++ OsPid) end,
+                                         wait_boot()).
 
 os_pid(Peer) ->
     peer:call(Peer, os, getpid, [], wait_boot()).
