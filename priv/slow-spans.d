@@ -23,6 +23,11 @@ BEGIN
     printf("T\t%d\t%d\n", timestamp, walltimestamp);
 }
 
+erlang*:::dtrace_process-name
+{
+    printf("N\t%d\t%s\t%s\n", timestamp, copyinstr(arg0), copyinstr(arg1));
+}
+
 erlang*:::span-begin
 {
     this->p = copyinstr(arg0);

@@ -16,6 +16,11 @@
  * The first 10 spans over 10 ms are printed as they end (all are counted
  * in @slow_spans), and the first 10 failed spans; Ctrl-C prints the
  * counts (failed spans by kind and outcome) and histograms.
+ * A span with no user tag (a function span, dtrace:function_spans/1, in a
+ * process that set none) names its process instead (dtrace_process__name:
+ * registered name, label, RabbitMQ's process_name, initial call;
+ * docs/reference.md), as "pid <0.90.0> (my_server)"; () is a process the
+ * node has not named yet (it does within 100 ms of a spawn).
  */
 
 #pragma D option quiet
@@ -23,6 +28,12 @@
 BEGIN
 {
     printf("Tracing dtrace spans (span-end)... Ctrl-C to end.\n");
+}
+
+/* Each process's name (dtrace_process__name), per node. */
+erlang*:::dtrace_process-name
+{
+    name[pid, copyinstr(arg0)] = copyinstr(arg1);
 }
 
 erlang*:::span-end
@@ -40,10 +51,19 @@ erlang*:::span-end
 }
 
 erlang*:::span-end
-/arg5 / 1000 > 10000 && printed <= 10/
+/arg5 / 1000 > 10000 && printed <= 10 && arg1 != NULL/
 {
-    printf("slow span: %s, %d us, tag '%s', pid %s\n", copyinstr(arg4), arg5 / 1000,
-           arg1 != NULL ? copyinstr(arg1) : "", copyinstr(arg0));
+    printf("slow span: %s, %d us, tag '%s', pid %s\n", copyinstr(arg4), arg5 / 1000, copyinstr(arg1),
+           copyinstr(arg0));
+}
+
+erlang*:::span-end
+/arg5 / 1000 > 10000 && printed <= 10 && arg1 == NULL/
+{
+    this->p = copyinstr(arg0);
+    this->name = name[pid, this->p];
+    printf("slow span: %s, %d us, pid %s (%s)\n", copyinstr(arg4), arg5 / 1000, this->p,
+           this->name != NULL ? this->name : "");
 }
 
 erlang*:::span-end
@@ -54,10 +74,19 @@ erlang*:::span-end
 }
 
 erlang*:::span-end
-/copyinstr(arg6) != "ok" && failed <= 10/
+/copyinstr(arg6) != "ok" && failed <= 10 && arg1 != NULL/
 {
     printf("failed span: %s (%s), %d us, tag '%s', pid %s\n", copyinstr(arg4), copyinstr(arg6),
-           arg5 / 1000, arg1 != NULL ? copyinstr(arg1) : "", copyinstr(arg0));
+           arg5 / 1000, copyinstr(arg1), copyinstr(arg0));
+}
+
+erlang*:::span-end
+/copyinstr(arg6) != "ok" && failed <= 10 && arg1 == NULL/
+{
+    this->p = copyinstr(arg0);
+    this->name = name[pid, this->p];
+    printf("failed span: %s (%s), %d us, pid %s (%s)\n", copyinstr(arg4), copyinstr(arg6),
+           arg5 / 1000, this->p, this->name != NULL ? this->name : "");
 }
 
 END

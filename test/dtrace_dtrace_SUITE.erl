@@ -290,7 +290,7 @@ dyntrace_adaptations(DTrace) ->
 %% The D scripts shipped in priv/
 
 shipped_spawn_exit(Config) ->
-    example(Config, shipped_script("spawn-exit.d"), spawn_exit).
+    example(Config, shipped_script("spawn-exit.d"), shipped_spawn_exit).
 
 %% A slow span prints as it ends, with its tag; at exit, the counts and
 %% histograms per kind.

@@ -246,9 +246,9 @@ changed([Text], _Fed) -> [Text].
 %% priv/*.stp and the probes a window waits for in each.
 shipped_stap() ->
     [{"user-probe", ["user_trace__i4s4"]},
-     {"spawn-exit", ["process__spawn", "process__exit"]},
-     {"span-latency", ["span__end"]},
-     {"message-latency", ["message__send", "process__scheduled"]},
+     {"spawn-exit", ["process__spawn", "process__exit", "dtrace_process__name"]},
+     {"span-latency", ["span__end", "dtrace_process__name"]},
+     {"message-latency", ["message__send", "process__scheduled", "dtrace_process__name"]},
      {"messages", ["message__send", "message__queued"]},
      {"process-scheduling", ["process__scheduled", "process__unscheduled", "process__hibernate"]},
      {"garbage-collection", ["gc_major__start", "gc_major__end"]},
@@ -508,7 +508,7 @@ stap_shipped_scripts(Config) ->
             end,
             fun(P) -> [iolist_to_binary([P, " stag 1 2 0 0 'abc' 'def' '' ''"])] end),
     #{ready := SpawnReady, work := SpawnWork, expect := SpawnExpect} =
-        dtrace_test_otp_examples:example(spawn_exit, ?config(peer, Config)),
+        dtrace_test_otp_examples:example(shipped_spawn_exit, ?config(peer, Config)),
     _ = Run("spawn-exit", SpawnReady, SpawnWork, SpawnExpect),
     [begin
          #{ready := Ready, work := Work, expect := Expect} =
@@ -558,7 +558,8 @@ shipped_bpftrace_script(Config) ->
                              receive {'DOWN', Ref, process, P, kernels} -> pid_to_list(P) end
                      end, []], ?C(120000)),
     {Port, Lines} = dtrace_test_tracer:bpftrace_await({Port, []}, [{contains, iolist_to_binary([Pid, " mfa "])},
-                                                                   {contains, iolist_to_binary([Pid, " reason kernels"])}]),
+                                                                   {contains, iolist_to_binary([Pid, " ("])},
+                                                                   {contains, <<") reason kernels">>}]),
     ct:log("~ts", [lists:join("\n", dtrace_test_tracer:bpftrace_stop({Port, Lines}))]).
 
 %% priv/dtrace-doctor on the node: no check fails; the guest's bpftrace

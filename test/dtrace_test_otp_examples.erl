@@ -14,7 +14,7 @@
               | garbage_collection | function_calls | port1 | memory1 | dist
               %% The library's own shipped scripts (span-latency, message-latency:
               %% .d, .bt and .stp print the same lines).
-              | span_latency | message_latency.
+              | shipped_spawn_exit | span_latency | message_latency.
 %% An expected line: equal, or one containing Part; {at_exit, _} ones are
 %% printed as the tracer exits.
 -type wanted() :: binary() | {contains, binary()} | {at_exit, binary() | {contains, binary()}}.
@@ -56,8 +56,11 @@ probes(function_calls) -> ["global-function-entry", "function-return", "bif-entr
 probes(port1) -> ["port-open", "port-command", "port-exit", "port-control", "port-connect", "port-busy"];
 probes(memory1) -> ["process-heap_grow", "process-heap_shrink"];
 probes(dist) -> ["dist-monitor", "dist-port_busy", "process-scheduled"];
-probes(span_latency) -> ["span-end"];
-probes(message_latency) -> ["message-send", "process-scheduled"].
+%% The library's scripts name processes: their windows wait for
+%% dtrace_process__name too, which each ready call fires (named/2).
+probes(shipped_spawn_exit) -> ["process-spawn", "process-exit", "dtrace_process-name"];
+probes(span_latency) -> ["span-end", "dtrace_process-name"];
+probes(message_latency) -> ["message-send", "process-scheduled", "dtrace_process-name"].
 
 %% The example's calls, made ready in Peer (function patterns, a port
 %% opened before the tracer): ready and work run in the peer; cleanup,
@@ -289,8 +292,16 @@ example(memory1, _Peer) ->
 %% A slow span prints as it ends, with its tag, and a failed one (it
 %% raised) with its outcome; at exit, the counts and histograms per kind,
 %% and the failed spans per kind and outcome.
+%% The library's spawn-exit scripts (.bt, .d, .stp) name a process at
+%% its exit.
+example(shipped_spawn_exit, _Peer) ->
+    plain(named(suite_ready_exit, fun() -> ok end),
+          fun() -> (named(suite_exit, fun() -> exit(shipped) end))() end,
+          fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
+                     iolist_to_binary(["pid ", P, " (suite_exit) reason shipped"])]
+          end);
 example(span_latency, _Peer) ->
-    plain(fun() -> dtrace:span(ready, fun() -> ok end) end,
+    plain(named(suite_ready_span, fun() -> dtrace:span(ready, fun() -> ok end) end),
           fun() ->
                   dtrace:put_tag(<<"slowtag">>),
                   dtrace:span(suite_slow, fun() -> timer:sleep(15) end),
@@ -298,31 +309,53 @@ example(span_latency, _Peer) ->
                   {'EXIT', {boom, _}} = (catch dtrace:span(suite_fail, fun() -> error(boom) end)),
                   dtrace:put_tag(undefined),
                   [dtrace:span(suite_fast, fun() -> ok end) || _ <- [1, 2, 3]],
-                  pid_to_list(self())
+                  %% No user tag: the process's name instead.
+                  Named = named(suite_untagged,
+                                fun() -> dtrace:span(suite_untagged, fun() -> timer:sleep(15) end) end),
+                  {pid_to_list(self()), Named()}
           end,
-          fun(P) -> [{contains, <<"slow span: suite_slow, ">>},
-                     {contains, iolist_to_binary([" us, tag 'slowtag', pid ", P])},
-                     {contains, <<"failed span: suite_fail (error), ">>},
-                     {contains, iolist_to_binary([" us, tag 'failtag', pid ", P])},
-                     {at_exit, <<"spans suite_fast: 3">>},
-                     {at_exit, <<"spans suite_slow: 1">>},
-                     {at_exit, <<"slow spans suite_slow: 1">>},
-                     {at_exit, <<"failed spans suite_fail error: 1">>},
-                     {at_exit, <<"latency (us) suite_slow:">>},
-                     {at_exit, <<"latency (us) suite_fast:">>}]
+          fun({P, N}) -> [{contains, <<"slow span: suite_slow, ">>},
+                         {contains, <<"slow span: suite_untagged, ">>},
+                         {contains, iolist_to_binary([" us, pid ", N, " (suite_untagged)"])},
+                         {contains, iolist_to_binary([" us, tag 'slowtag', pid ", P])},
+                         {contains, <<"failed span: suite_fail (error), ">>},
+                         {contains, iolist_to_binary([" us, tag 'failtag', pid ", P])},
+                         {at_exit, <<"spans suite_fast: 3">>},
+                         {at_exit, <<"spans suite_slow: 1">>},
+                         {at_exit, <<"slow spans suite_slow: 1">>},
+                         {at_exit, <<"failed spans suite_fail error: 1">>},
+                         {at_exit, <<"latency (us) suite_slow:">>},
+                         {at_exit, <<"latency (us) suite_fast:">>}]
           end);
 %% The wait from a send to its receiver running, at exit, per receiver.
 example(message_latency, _Peer) ->
-    plain(fun() -> Self = self(), spawn(fun() -> Self ! ready end), receive ready -> ok end end,
+    plain(named(suite_ready_msg, fun() -> Self = self(), spawn(fun() -> Self ! ready end),
+                                          receive ready -> ok end end),
           fun() ->
                   Self = self(),
                   E = spawn(fun() -> receive ping -> Self ! pong end end),
+                  true = register(suite_echo, E),
+                  ok = dtrace_names:sync(),
                   E ! ping,
                   receive pong -> pid_to_list(E) end
           end,
           fun(E) -> [{at_exit, <<"wait (us):">>},
-                     {at_exit, {contains, iolist_to_binary(["longest wait ", E, ": "])}}]
+                     {at_exit, {contains, iolist_to_binary(["longest wait ", E, " (suite_echo): "])}}]
           end).
+
+%% A fun that runs Fun in a new process registered as Name and named to
+%% tracers at once (dtrace_names:sync/0: it fires dtrace_process__name for
+%% each new process), and returns the process's pid (as a string) once it
+%% ended.
+named(Name, Fun) ->
+    fun() ->
+            {P, R} = spawn_monitor(fun() ->
+                                           true = register(Name, self()),
+                                           ok = dtrace_names:sync(),
+                                           Fun()
+                                   end),
+            receive {'DOWN', R, process, P, _} -> pid_to_list(P) end
+    end.
 
 %% Opens a port whose program never reads, with busy limits of 4 KB, and
 %% a process that sends it data until the port's busyness suspends it; the

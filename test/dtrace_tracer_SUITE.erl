@@ -557,14 +557,26 @@ bpftrace_sees_spans(Config) ->
 %% priv/span-latency.bt (through priv/dtrace-bpftrace, as its usage says)
 %% prints a slow span as it ends, a failed one with its outcome whatever
 %% its duration, and at exit the failed spans by kind and outcome and the
-%% spans per kind.
+%% spans per kind. A span with no user tag names its process instead.
 span_latency_bt_shows_failed_spans(Config) ->
     Script = filename:join(code:priv_dir(dtrace), "span-latency.bt"),
-    {Pid, Lines} =
+    %% The application names processes (dtrace_names).
+    {ok, _} = peer:call(?config(peer, Config), application, ensure_all_started, [dtrace]),
+    {Pids, Lines} =
         dtrace_test_tracer:bpftrace_window(
           dtrace_bpftrace, ?config(peer, Config), {file, Script},
-          fun() -> catch dtrace:span(ready, fun() -> throw(ready) end) end,
-          [{contains, <<"failed span: ready (throw)">>}],
+          %% Untagged, in a registered process named as it starts: once
+          %% its name is printed, every clause is attached (bpftrace
+          %% attaches them one by one).
+          fun() ->
+                  {_, R} = spawn_monitor(fun() ->
+                                                 true = register(bt_ready_proc, self()),
+                                                 ok = dtrace_names:sync(),
+                                                 catch dtrace:span(ready, fun() -> throw(ready) end)
+                                         end),
+                  receive {'DOWN', R, process, _, _} -> ok end
+          end,
+          [{contains, <<"failed span: ready (throw)">>}, {contains, <<"(bt_ready_proc)">>}],
           fun() ->
                   dtrace:put_tag(<<"slowtag">>),
                   dtrace:span(bt_slow, fun() -> timer:sleep(15) end),
@@ -572,14 +584,33 @@ span_latency_bt_shows_failed_spans(Config) ->
                   {'EXIT', {boom, _}} = (catch dtrace:span(bt_fail, fun() -> error(boom) end)),
                   dtrace:put_tag(undefined),
                   [dtrace:span(bt_fast, fun() -> ok end) || _ <- [1, 2, 3]],
-                  pid_to_list(self())
+                  %% No tag, a registered name (fired before its spans end).
+                  Me = self(),
+                  {Named, Ref} =
+                      spawn_monitor(fun() ->
+                                            true = register(bt_named_proc, self()),
+                                            ok = dtrace_names:sync(),
+                                            dtrace:span(bt_untagged, fun() -> timer:sleep(15) end),
+                                            catch dtrace:span(bt_untagged_fail, fun() -> exit(x) end),
+                                            Me ! {done, self()}
+                                    end),
+                  receive {done, Named} -> ok end,
+                  receive {'DOWN', Ref, process, Named, normal} -> ok end,
+                  {pid_to_list(self()), pid_to_list(Named)}
           end,
-          fun(_, Ls) -> [L || L <- Ls, binary:match(L, <<"failed span: bt_fail ">>) =/= nomatch] =/= [] end),
+          fun(_, Ls) -> lists:all(fun(K) -> lists:any(fun(L) -> binary:match(L, K) =/= nomatch end, Ls) end,
+                                  [<<"failed span: bt_fail ">>, <<"failed span: bt_untagged_fail ">>])
+          end),
+    {Pid, NamedPid} = Pids,
     P = list_to_binary(Pid),
+    N = list_to_binary(NamedPid),
     Has = fun(Parts) -> [L || L <- Lines, lists:all(fun(X) -> binary:match(L, X) =/= nomatch end, Parts)] end,
     ?assertMatch([_], Has([<<" slow span: bt_slow, ">>, <<" us, tag 'slowtag', pid ", P/binary>>])),
     ?assertMatch([_], Has([<<" failed span: bt_fail (error), ">>, <<" us, tag 'failtag', pid ", P/binary>>])),
     ?assertEqual([], Has([<<"span: bt_fast">>])),
+    ?assertMatch([_], Has([<<" slow span: bt_untagged, ">>, <<" us, pid ", N/binary, " (bt_named_proc)">>])),
+    ?assertMatch([_], Has([<<" failed span: bt_untagged_fail (exit), ">>,
+                           <<" us, pid ", N/binary, " (bt_named_proc)">>])),
     ?assertEqual(1, dtrace_test_tracer:bpftrace_map(<<"@failed_spans[bt_fail, error]">>, Lines)),
     ?assertEqual(undefined, dtrace_test_tracer:bpftrace_map(<<"@failed_spans[bt_slow, ok]">>, Lines, undefined)),
     ?assertEqual(3, dtrace_test_tracer:bpftrace_map(<<"@spans[bt_fast]">>, Lines)),

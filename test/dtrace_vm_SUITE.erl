@@ -694,15 +694,26 @@ shipped_scripts(Config) ->
                   ?assertEqual({Script, []}, {Script, missing(Expect(R), Lines)}),
                   {R, Lines}
           end,
-    %% spawn-exit.bt
-    Run("spawn-exit.bt", fun() -> spawn(fun() -> ok end) end,
-        [{contains, <<"mfa">>}, {contains, <<"reason">>}],
-        fun() ->
-                {P, Ref} = spawn_monitor(fun() -> exit(shipped) end),
-                receive {'DOWN', Ref, process, P, shipped} -> pid_to_list(P) end
-        end,
+    %% A process registered as Name, named to tracers at once, runs Fun
+    %% and exits; Named returns when it has. Its name in a script's line
+    %% means the script's dtrace_process__name clause is attached (bpftrace
+    %% attaches clauses one by one).
+    Named = fun(Name, Fun) ->
+                    fun() ->
+                            {P, R} = spawn_monitor(fun() ->
+                                                           true = register(Name, self()),
+                                                           ok = dtrace_names:sync(),
+                                                           Fun()
+                                                   end),
+                            receive {'DOWN', R, process, P, _} -> pid_to_list(P) end
+                    end
+            end,
+    %% spawn-exit.bt: an exit names its process.
+    Run("spawn-exit.bt", Named(bt_ready_exit, fun() -> ok end),
+        [{contains, <<"mfa">>}, {contains, <<"(bt_ready_exit) reason normal">>}],
+        Named(bt_shipped_exit, fun() -> exit(shipped) end),
         fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
-                   iolist_to_binary(["pid ", P, " reason shipped"])]
+                   iolist_to_binary(["pid ", P, " (bt_shipped_exit) reason shipped"])]
         end),
     %% process-scheduling.bt, every event (its default is a summary at exit)
     Run({"process-scheduling.bt", ["all", "every"]},
@@ -721,17 +732,19 @@ shipped_scripts(Config) ->
                    {contains, iolist_to_binary([" Unschedule pid ", P])},
                    {contains, iolist_to_binary(["   Schedule pid ", P, " mfa erlang:apply/2"])}]
         end),
-    %% messages.bt
+    %% messages.bt: a send names its sender, a queueing its receiver.
     Run("messages.bt",
-        fun() -> self() ! ready, receive ready -> ok end end,
-        [{contains, <<"send:">>}, {contains, <<"queued:">>}],
+        Named(bt_ready_msg, fun() -> self() ! ready, receive ready -> ok end end),
+        [{contains, <<"send:">>}, {contains, <<"queued:">>}, {contains, <<"(bt_ready_msg)">>}],
         fun() ->
                 S = spawn(fun dtrace_test_workload:sink/0),
-                S ! {a, b, c},
-                {pid_to_list(self()), pid_to_list(S)}
+                true = register(bt_sink, S),
+                From = (Named(bt_sender, fun() -> S ! {a, b, c} end))(),
+                S ! stop,
+                {From, pid_to_list(S)}
         end,
-        fun({From, To}) -> [iolist_to_binary(["send:   ", From, " -> ", To, ": 4 words"]),
-                            iolist_to_binary(["queued: ", To, ": 4 words"])]
+        fun({From, To}) -> [iolist_to_binary(["send:   ", From, " (bt_sender) -> ", To, ": 4 words"]),
+                            iolist_to_binary(["queued: ", To, " (bt_sink): 4 words"])]
         end),
     %% garbage-collection.bt, threshold 1 us (every collection of a us or
     %% more): a line per collection as it ends; its per-process tables are
