@@ -276,9 +276,18 @@ default_events_keep_slow_spans_only(Config) ->
                                  _ = dtrace:put_tag(["fast-", integer_to_list(I)]),
                                  dtrace:span(request, fun() -> I end)
                              end || I <- lists:seq(1, 500)],
-                            _ = dtrace:put_tag(<<"slow-1">>),
-                            late = (catch dtrace:span(slow, fun() -> timer:sleep(30), throw(late) end)),
-                            ok
+                            %% The slow one in a registered process, alive at
+                            %% the snapshot: the report names it.
+                            Me = self(),
+                            W = spawn(fun() ->
+                                              true = register(rec_slow_worker, self()),
+                                              _ = dtrace:put_tag(<<"slow-1">>),
+                                              late = (catch dtrace:span(slow, fun() -> timer:sleep(30),
+                                                                                       throw(late) end)),
+                                              Me ! {slow_done, self()},
+                                              receive stop -> ok end
+                                      end),
+                            receive {slow_done, W} -> ok end
                     end, []]),
     {ok, [#{path := Path, source := trigger}]} =
         ?T:wait_until(fun() ->
@@ -303,6 +312,10 @@ default_events_keep_slow_spans_only(Config) ->
     Report = report([Path], #{tags => [<<"slow-1">>]}),
     assert_contains(Report, [<<"Tag \"slow-1\"">>, <<"span slow (span_slow) FAILED: throw">>,
                              <<"1 x slow (throw)">>, <<"events => detail">>]),
+    %% The process by its pid and name (the sidecar's names).
+    Worker = list_to_binary(peer:call(Peer, erlang, apply,
+                                      [fun() -> pid_to_list(whereis(rec_slow_worker)) end, []])),
+    assert_contains(Report, [<<Worker/binary, " (rec_slow_worker)">>]),
     ok = peer:call(Peer, dtrace_recorder, stop, [R]),
     ok.
 
