@@ -359,15 +359,18 @@ named(Name, Fun) ->
 
 %% Opens a port whose program never reads, with busy limits of 4 KB, and
 %% a process that sends it data until the port's busyness suspends it; the
-%% port's text, once it is closed.
+%% port's text, once it is closed and its program killed (a port closed
+%% with output queued waits for its program, and so would the node's halt).
 busy_port() ->
     P = open_port({spawn, "sleep 30"}, [binary, {busy_limits_port, {1024, 4096}}]),
+    {os_pid, Program} = erlang:port_info(P, os_pid),
     Data = binary:copy(<<"x">>, 65536),
     Sender = spawn(fun() -> _ = [port_command(P, Data) || _ <- lists:seq(1, 100)] end),
     ok = dtrace_test_workload:wait_until(fun() -> process_info(Sender, status) =:= {status, suspended} end,
                                          dtrace_test_tracer:ceiling(10000)),
     exit(Sender, kill),
     ok = dtrace_test_workload:close_port(P),
+    _ = os:cmd("kill " ++ integer_to_list(Program)),
     erlang:port_to_list(P).
 
 plain(Ready, Work, Expect) ->

@@ -50,11 +50,21 @@ stop_peer(Peer) ->
 %% with the library exits fails with "failed to grab process PID": DTrace
 %% 2.0 grabs every process whose DOF dtprobed holds, and one still exiting
 %% cannot be grabbed (docs/tracers.md). The next case's DTrace must not
-%% meet the last case's peer.
+%% meet the last case's peer. A node halting flushes its ports first, so
+%% one that a port program never reads from can take as long as that
+%% program lives: after wait_boot() it is killed (SIGKILL), and waited for
+%% again.
 stop_peer(Peer, OsPid) ->
     ok = stop_peer(Peer),
-    ok = dtrace_test_workload:wait_until(fun() -> not filelib:is_file("/proc/" ++ OsPid) end,
-                                         wait_boot()).
+    Gone = fun() -> not filelib:is_file("/proc/" ++ OsPid) end,
+    case dtrace_test_workload:wait_until(Gone, wait_boot()) of
+        ok ->
+            ok;
+        timeout ->
+            ct:log("peer ~s still there ~b ms after it was stopped: killed", [OsPid, wait_boot()]),
+            _ = os:cmd("kill -KILL " ++ OsPid),
+            ok = dtrace_test_workload:wait_until(Gone, wait_boot())
+    end.
 
 os_pid(Peer) ->
     peer:call(Peer, os, getpid, [], wait_boot()).
