@@ -57,7 +57,7 @@ probes(port1) -> ["port-open", "port-command", "port-exit", "port-control", "por
 probes(memory1) -> ["process-heap_grow", "process-heap_shrink"];
 probes(dist) -> ["dist-monitor", "dist-port_busy", "process-scheduled"];
 %% The library's scripts name processes: their windows wait for
-%% dtrace_process__name too, which each ready call fires (named/2).
+%% dtrace_process__name too, which each ready call fires (dtrace_test_workload:named/2).
 probes(shipped_spawn_exit) -> ["process-spawn", "process-exit", "dtrace_process-name"];
 probes(span_latency) -> ["span-end", "dtrace_process-name"];
 probes(message_latency) -> ["message-send", "process-scheduled", "dtrace_process-name"].
@@ -295,13 +295,14 @@ example(memory1, _Peer) ->
 %% The library's spawn-exit scripts (.bt, .d, .stp) name a process at
 %% its exit.
 example(shipped_spawn_exit, _Peer) ->
-    plain(named(suite_ready_exit, fun() -> ok end),
-          fun() -> (named(suite_exit, fun() -> exit(shipped) end))() end,
+    plain(dtrace_test_workload:named(suite_ready_exit, fun() -> ok end),
+          fun() -> (dtrace_test_workload:named(suite_exit, fun() -> exit(shipped) end))() end,
           fun(P) -> [iolist_to_binary(["pid ", P, " mfa erlang:apply/2"]),
                      iolist_to_binary(["pid ", P, " (suite_exit) reason shipped"])]
           end);
 example(span_latency, _Peer) ->
-    plain(named(suite_ready_span, fun() -> dtrace:span(ready, fun() -> ok end) end),
+    plain(dtrace_test_workload:named(suite_ready_span,
+                                     fun() -> dtrace:span(ready, fun() -> ok end) end),
           fun() ->
                   dtrace:put_tag(<<"slowtag">>),
                   dtrace:span(suite_slow, fun() -> timer:sleep(15) end),
@@ -310,7 +311,7 @@ example(span_latency, _Peer) ->
                   dtrace:put_tag(undefined),
                   [dtrace:span(suite_fast, fun() -> ok end) || _ <- [1, 2, 3]],
                   %% No user tag: the process's name instead.
-                  Named = named(suite_untagged,
+                  Named = dtrace_test_workload:named(suite_untagged,
                                 fun() -> dtrace:span(suite_untagged, fun() -> timer:sleep(15) end) end),
                   {pid_to_list(self()), Named()}
           end,
@@ -329,8 +330,9 @@ example(span_latency, _Peer) ->
           end);
 %% The wait from a send to its receiver running, at exit, per receiver.
 example(message_latency, _Peer) ->
-    plain(named(suite_ready_msg, fun() -> Self = self(), spawn(fun() -> Self ! ready end),
-                                          receive ready -> ok end end),
+    plain(dtrace_test_workload:named(suite_ready_msg,
+                                     fun() -> Self = self(), spawn(fun() -> Self ! ready end),
+                                              receive ready -> ok end end),
           fun() ->
                   Self = self(),
                   E = spawn(fun() -> receive ping -> Self ! pong end end),
@@ -342,20 +344,6 @@ example(message_latency, _Peer) ->
           fun(E) -> [{at_exit, <<"wait (us):">>},
                      {at_exit, {contains, iolist_to_binary(["longest wait ", E, " (suite_echo): "])}}]
           end).
-
-%% A fun that runs Fun in a new process registered as Name and named to
-%% tracers at once (dtrace_names:sync/0: it fires dtrace_process__name for
-%% each new process), and returns the process's pid (as a string) once it
-%% ended.
-named(Name, Fun) ->
-    fun() ->
-            {P, R} = spawn_monitor(fun() ->
-                                           true = register(Name, self()),
-                                           ok = dtrace_names:sync(),
-                                           Fun()
-                                   end),
-            receive {'DOWN', R, process, P, _} -> pid_to_list(P) end
-    end.
 
 %% Opens a port whose program never reads, with busy limits of 4 KB, and
 %% a process that sends it data until the port's busyness suspends it; the

@@ -3,7 +3,7 @@
 %%% and small processes and functions for the VM-probe suites.
 -module(dtrace_test_workload).
 
--export([fire_user_probe/1, send_large/3, wait_hibernating/1, close_port/1]).
+-export([fire_user_probe/1, send_large/3, wait_hibernating/1, close_port/1, named/2]).
 -export([fire_until_true/1, fire_until_true/2, count_trues/2, start_ready_loop/1,
          stop_ready_loop_and_run/1, gdb_workload/1]).
 -export([churn_start/1, churn_open/1, churn_close/1, churn_stop/0, churn_workers_alive/0]).
@@ -207,6 +207,21 @@ ping_load(N) ->
                    receive y -> ok end,
                    Ping()
            end) || _ <- lists:seq(1, N)].
+
+%% A fun that runs Fun in a new process registered as Name and named to
+%% tracers at once (dtrace_names:sync/0: it fires dtrace_process__name for
+%% each new process), and returns the process's pid (as a string) once it
+%% ended.
+-spec named(Name :: atom(), Fun :: fun(() -> term())) -> fun(() -> string()).
+named(Name, Fun) ->
+    fun() ->
+            {P, R} = spawn_monitor(fun() ->
+                                           true = register(Name, self()),
+                                           ok = dtrace_names:sync(),
+                                           Fun()
+                                   end),
+            receive {'DOWN', R, process, P, _} -> pid_to_list(P) end
+    end.
 
 %% Calls Cond() every 10 ms until it returns true (ok) or Ms have passed
 %% (timeout).

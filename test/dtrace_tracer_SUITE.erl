@@ -568,14 +568,7 @@ span_latency_bt_shows_failed_spans(Config) ->
           %% Untagged, in a registered process named as it starts: once
           %% its name is printed, every clause is attached (bpftrace
           %% attaches them one by one).
-          fun() ->
-                  {_, R} = spawn_monitor(fun() ->
-                                                 true = register(bt_ready_proc, self()),
-                                                 ok = dtrace_names:sync(),
-                                                 catch dtrace:span(ready, fun() -> throw(ready) end)
-                                         end),
-                  receive {'DOWN', R, process, _, _} -> ok end
-          end,
+          dtrace_test_workload:named(bt_ready_proc, fun() -> catch dtrace:span(ready, fun() -> throw(ready) end) end),
           [{contains, <<"failed span: ready (throw)">>}, {contains, <<"(bt_ready_proc)">>}],
           fun() ->
                   dtrace:put_tag(<<"slowtag">>),
@@ -585,18 +578,13 @@ span_latency_bt_shows_failed_spans(Config) ->
                   dtrace:put_tag(undefined),
                   [dtrace:span(bt_fast, fun() -> ok end) || _ <- [1, 2, 3]],
                   %% No tag, a registered name (fired before its spans end).
-                  Me = self(),
-                  {Named, Ref} =
-                      spawn_monitor(fun() ->
-                                            true = register(bt_named_proc, self()),
-                                            ok = dtrace_names:sync(),
-                                            dtrace:span(bt_untagged, fun() -> timer:sleep(15) end),
-                                            catch dtrace:span(bt_untagged_fail, fun() -> exit(x) end),
-                                            Me ! {done, self()}
-                                    end),
-                  receive {done, Named} -> ok end,
-                  receive {'DOWN', Ref, process, Named, normal} -> ok end,
-                  {pid_to_list(self()), pid_to_list(Named)}
+                  Named = dtrace_test_workload:named(
+                            bt_named_proc,
+                            fun() ->
+                                    dtrace:span(bt_untagged, fun() -> timer:sleep(15) end),
+                                    catch dtrace:span(bt_untagged_fail, fun() -> exit(x) end)
+                            end),
+                  {pid_to_list(self()), Named()}
           end,
           fun(_, Ls) -> lists:all(fun(K) -> lists:any(fun(L) -> binary:match(L, K) =/= nomatch end, Ls) end,
                                   [<<"failed span: bt_fail ">>, <<"failed span: bt_untagged_fail ">>])

@@ -694,20 +694,10 @@ shipped_scripts(Config) ->
                   ?assertEqual({Script, []}, {Script, missing(Expect(R), Lines)}),
                   {R, Lines}
           end,
-    %% A process registered as Name, named to tracers at once, runs Fun
-    %% and exits; Named returns when it has. Its name in a script's line
-    %% means the script's dtrace_process__name clause is attached (bpftrace
-    %% attaches clauses one by one).
-    Named = fun(Name, Fun) ->
-                    fun() ->
-                            {P, R} = spawn_monitor(fun() ->
-                                                           true = register(Name, self()),
-                                                           ok = dtrace_names:sync(),
-                                                           Fun()
-                                                   end),
-                            receive {'DOWN', R, process, P, _} -> pid_to_list(P) end
-                    end
-            end,
+    %% A process named to tracers at once (dtrace_test_workload:named/2):
+    %% its name in a script's line means the script's dtrace_process__name
+    %% clause is attached (bpftrace attaches clauses one by one).
+    Named = fun dtrace_test_workload:named/2,
     %% spawn-exit.bt: an exit names its process.
     Run("spawn-exit.bt", Named(bt_ready_exit, fun() -> ok end),
         [{contains, <<"mfa">>}, {contains, <<"(bt_ready_exit) reason normal">>}],
