@@ -601,13 +601,20 @@ manual_mode_and_user_tracer(Config) ->
 %% process__spawn alone sets no trace flag on any process: automatic mode
 %% meta-traces the spawn BIFs, and every way of spawning fires it with the
 %% function the new process starts in; the patterns go when the tracer
-%% leaves.
+%% leaves. The patterns are set one BIF at a time, so the workload starts
+%% once each of the three BIFs has fired (a spawn through spawn_opt/4 went
+%% unseen when the first spawn/3 alone was awaited).
 spawn_alone_sets_no_flag(Config) ->
     Program = "usdt:$SO:erlang:process__spawn { printf(\"SPAWN %s %s\\n\", str(arg0), str(arg1)); }",
     {{Status, Ours, Spawned}, Lines} =
         dtrace_test_tracer:bpftrace_marked(
           ?config(peer, Config), Program,
-          fun() -> spawn(fun() -> ok end) end, [{contains, <<"SPAWN">>}],
+          fun() ->
+                  _ = spawn(lists, reverse, [[]]),
+                  _ = spawn_link(lists, seq, [1, 1]),
+                  spawn_opt(lists, last, [[1]], [])
+          end,
+          [{contains, <<" lists:reverse/1">>}, {contains, <<" lists:seq/2">>}, {contains, <<" lists:last/1">>}],
           fun() ->
                   P1 = spawn(fun() -> ok end),
                   P2 = spawn(dtrace_test_workload, double, [1]),
