@@ -59,6 +59,10 @@ mod vm;
 #[cfg(not(test))]
 mod entry;
 
+/// No circles among the crate's modules beyond the known ones.
+#[cfg(test)]
+mod layering;
+
 /// The rustler version entry.rs, the code resting on rustler's hidden
 /// items, was checked against.
 pub const AUDITED_RUSTLER: &str = "0.39.0";
