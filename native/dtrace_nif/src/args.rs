@@ -51,6 +51,17 @@ struct Immediates {
 
 static IMMEDIATES: OnceLock<Immediates> = OnceLock::new();
 
+// The load step: the atoms compared with, then the immediates.
+#[cfg(not(test))]
+inventory::submit!(crate::load::LoadStep {
+    order: crate::load::order::ARGS,
+    run: |env| {
+        let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
+        init(env);
+        true
+    },
+});
+
 /// Records the immediates; called once when the library is loaded.
 pub fn init(env: Env<'_>) {
     let _ = IMMEDIATES.set(Immediates {

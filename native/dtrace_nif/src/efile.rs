@@ -56,7 +56,8 @@ pub(crate) mod nifs {
 
     use super::EfileOp;
     use crate::args::{StrBuf, int64_or_zero};
-    use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
+    use crate::entry::raw_nif;
+    use crate::nif::{NifArgs, NifCall, NoArgs, nif_args};
     use crate::probes::{efile_drv__entry, efile_drv__int_entry, efile_drv__int_return, efile_drv__return};
     use crate::text::TextBuf;
 
@@ -77,9 +78,10 @@ pub(crate) mod nifs {
     /// immediates, so a reason is looked up by comparing raw terms.
     static ERRNOS: OnceLock<Vec<(ErlNifTerm, i32)>> = OnceLock::new();
 
-    /// The family's load step (`nif::load`): makes the errno atoms (about
-    /// 130, once).
-    pub(crate) fn load(env: Env<'_>) -> bool {
+    inventory::submit!(crate::load::LoadStep { order: crate::load::order::EFILE, run: load });
+
+    /// The family's load step: makes the errno atoms (about 130, once).
+    fn load(env: Env<'_>) -> bool {
         let _ = ERRNOS.get_or_init(|| {
             let mut table = Vec::new();
             crate::errno::for_each(|name, number| {

@@ -86,6 +86,18 @@ macro_rules! raw_nif {
 #[allow(unused_imports)]
 pub(crate) use raw_nif;
 
+/// The library's load, for `load` and `upgrade` alike: every registered
+/// load step (load.rs), then, once they all succeeded, DTrace's DOF
+/// (counted per module instance; `unload` takes it back). `false` refuses
+/// the load.
+pub(crate) fn load(env: rustler::Env<'_>, _info: rustler::Term<'_>) -> bool {
+    let loaded = crate::load::run(env);
+    if loaded {
+        crate::dof::load();
+    }
+    loaded
+}
+
 /// An erl_tracer callback (`enabled/3`, `trace/5`, vm/mod.rs), registered
 /// with `raw_nif!(tracer ...)`: a NIF of the tracer modules, collected
 /// apart from `dtrace_nif`'s own NIFs (`rustler::Nif`), so that each
@@ -158,7 +170,7 @@ mod library {
             (env, Term::new(env, info))
         };
         let loaded =
-            catch_unwind(|| ResourceRegistration::register_all_collected(env).is_ok() && crate::nif::load(env, info));
+            catch_unwind(|| ResourceRegistration::register_all_collected(env).is_ok() && super::load(env, info));
         if matches!(loaded, Ok(true)) { 0 } else { 1 }
     }
 
@@ -180,7 +192,7 @@ mod library {
             let env = Env::new_init_env(&scope, env);
             (env, Term::new(env, info))
         };
-        if matches!(catch_unwind(|| crate::nif::load(env, info)), Ok(true)) { 0 } else { 1 }
+        if matches!(catch_unwind(|| super::load(env, info)), Ok(true)) { 0 } else { 1 }
     }
 
     /// An instance of module `dtrace_nif` is purged: the last one using the

@@ -51,9 +51,11 @@ enum Pending {
 /// (OTP 27 and later); set by [`load`].
 static REFC_BINARY_WORDS: AtomicU64 = AtomicU64::new(6);
 
+inventory::submit!(crate::load::LoadStep { order: crate::load::order::FLAT_SIZE, run: |_| load() });
+
 /// Library load: the running VM's OTP release decides the size of a
-/// reference-counted binary.
-pub fn load() {
+/// reference-counted binary. Always succeeds.
+fn load() -> bool {
     let mut info = MaybeUninit::<rustler::sys::ErlNifSysInfo>::zeroed();
     // SAFETY: enif_system_info fills at most `size` bytes of the struct we
     // pass; zeroed first, so a field it does not fill is NULL or 0.
@@ -68,6 +70,7 @@ pub fn load() {
         text.to_str().ok().and_then(|t| t.parse::<u32>().ok()).unwrap_or(0)
     };
     REFC_BINARY_WORDS.store(if major >= 27 { 8 } else { 6 }, Relaxed);
+    true
 }
 
 /// Small integers are 60-bit on a 64-bit VM: -2^59 .. 2^59 - 1.
@@ -115,7 +118,7 @@ fn walk(term: Term<'_>, binary_bytes: &mut u64) -> Option<u64> {
         }
         // Immediates (atoms, small integers, local pids and ports, `[]`)
         // take no words: no call into the VM for them.
-        if crate::nif::immediate_bits(raw).is_some() {
+        if crate::term::immediate_bits(raw).is_some() {
             continue;
         }
         // SAFETY: `raw` is the message or a part of it, a term of `env`.
@@ -202,7 +205,7 @@ fn list_words(
         if *visits > MAX_VISITS {
             return None;
         }
-        if crate::nif::immediate_bits(head).is_none() {
+        if crate::term::immediate_bits(head).is_none() {
             pending.try_push(Pending::Term(head)).ok()?;
         }
         cell = tail;

@@ -30,7 +30,8 @@ pub mod probes;
 pub mod provider;
 pub mod sdt_object;
 
-// The probe families: each registers its own NIFs and load step. Their
+// The probe families: each registers its own NIFs and load step
+// (load.rs). Their
 // NIFs (and the shared plumbing in nif.rs) are left out of unit-test
 // builds: they reference the VM's enif_* functions, which only exist once
 // the VM loads the library; the unit tests never call into the VM.
@@ -39,6 +40,17 @@ pub mod efile;
 mod flat_size;
 #[cfg(not(test))]
 mod nif;
+// The load steps each family registers, run by entry.rs.
+#[cfg(not(test))]
+mod load;
+// What a raw term's bits say (leaf).
+#[cfg(not(test))]
+mod term;
+// The robustness tests' NIFs and counting allocator (feature test-hooks).
+#[cfg(all(not(test), feature = "test-hooks"))]
+mod alloc_count;
+#[cfg(all(not(test), feature = "test-hooks"))]
+mod test_hooks;
 // The names ports were opened with, for the VM's port probes (pure Rust:
 // unit-tested).
 mod port_names;
@@ -94,4 +106,4 @@ mod rustler_ground {
 // entry does that (without `upgrade`: reloading module dtrace_nif there
 // needs a purge first).
 #[cfg(all(windows, not(test)))]
-rustler::init!("dtrace_nif", load = nif::load);
+rustler::init!("dtrace_nif", load = entry::load);

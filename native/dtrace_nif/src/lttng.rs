@@ -59,6 +59,15 @@ pub(crate) fn status() -> Result<(), &'static str> {
 
 static STATUS: OnceLock<Result<(), String>> = OnceLock::new();
 
+#[cfg(not(test))]
+inventory::submit!(crate::load::LoadStep {
+    order: crate::load::order::LTTNG,
+    run: |_| {
+        load();
+        true
+    },
+});
+
 #[cfg(dtrace_lttng)]
 pub(crate) use sink::*;
 

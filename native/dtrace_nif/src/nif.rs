@@ -1,9 +1,9 @@
-//! What every probe family's NIFs share: registration of the hot NIFs
-//! without rustler's argument decoding, their arguments by name, the panic
-//! barrier, and the library's load steps.
+//! What every probe family's NIFs share: their arguments by name and the
+//! panic barrier. A leaf: it names no family (the load steps are in
+//! load.rs, registered by each family).
 //!
 //! The hot NIFs (a probe's disabled path, the erl_tracer callbacks) are
-//! registered by hand ([`raw_nif!`]) rather than with `#[rustler::nif]`:
+//! registered by hand ([`raw_nif!`](crate::entry::raw_nif)) rather than with `#[rustler::nif]`:
 //! rustler's wrapper collects the arguments into a heap `Vec` and decodes
 //! them before the body runs, while a disabled probe must return `false`
 //! after reading one semaphore and nothing else. They read their arguments
@@ -43,7 +43,7 @@ pub(crate) trait NifArgs<T>: Sized {
 /// Declares a raw NIF's arguments as a struct of named fields, in the
 /// order of the Erlang stub (`dtrace_nif.erl`), generic over the term
 /// type: `nif_args!(I4s4Args { i1, i2, i3, i4, s1, s2, s3, s4, user_tag })`.
-/// [`raw_nif!`] takes the NIF's arity from it, so the two cannot disagree.
+/// [`raw_nif!`](crate::entry::raw_nif) takes the NIF's arity from it, so the two cannot disagree.
 macro_rules! nif_args {
     ($(#[$meta:meta])* $name:ident { $($field:ident),* $(,)? }) => {
         $(#[$meta])*
@@ -64,10 +64,6 @@ macro_rules! nif_args {
     };
 }
 pub(crate) use nif_args;
-
-// `raw_nif!`, the registration of a raw NIF, rests on rustler's hidden
-// items: it lives in entry.rs with the rest of that ground.
-pub(crate) use crate::entry::raw_nif;
 
 /// The arguments of a NIF that takes none.
 pub(crate) struct NoArgs<T>(std::marker::PhantomData<T>);
@@ -160,7 +156,7 @@ impl NifCall {
                 terms.push(unsafe { Term::new(env, raw) });
             }
             #[cfg(feature = "test-hooks")]
-            let _counting = test_hooks::Counting::start();
+            let _counting = crate::alloc_count::Counting::start();
             body(env, &terms).as_c_arg()
         }));
         match result {
@@ -169,138 +165,5 @@ impl NifCall {
             // always valid; the NIF returns the value at once.
             Err(_) => unsafe { enif_raise_exception(self.env, atoms::nif_panicked().as_c_arg()) },
         }
-    }
-}
-
-/// The raw term's bits if it is an immediate (a local pid or port, an
-/// atom, a small integer, `[]`): a value that names itself. The text `%T`
-/// writes for it is the same for the life of the node, so `TextBuf::term` caches
-/// it under those bits, and it takes no heap words (`flat_size`). ERTS's
-/// primary tag, the two low bits of a term, is `11` for immediates and
-/// only for them (erts/emulator/beam/erl_term.h, `TAG_PRIMARY_IMMED1`; so
-/// in OTP 25 to 27 and long before). One AND instead of two calls into the
-/// VM (`enif_term_type`, `enif_get_local_pid`). If ERTS ever changed it,
-/// the worst outcome would be a wrong size or a stale cached text, never a
-/// bad memory access: nothing is dereferenced on its word.
-#[inline(always)]
-pub(crate) fn immediate_bits(raw: ErlNifTerm) -> Option<usize> {
-    // SAFETY: rustler declares ErlNifTerm `#[repr(transparent)]` over a
-    // usize (ERL_NIF_UINT): the same bits, read by value.
-    let bits = unsafe { std::mem::transmute::<ErlNifTerm, usize>(raw) };
-    (bits & 0b11 == 0b11).then_some(bits)
-}
-
-/// The library's load steps, all of them, in order: the atoms and
-/// immediates compared with, the declared-only probes' sites kept, each
-/// family's tables (`efile`: errno atoms;
-/// `vm`: trace tags; `provider`: its resource type), then DTrace's DOF.
-/// The library's `load` and `upgrade` (entry.rs) both run it, so each step
-/// is idempotent; `false` refuses the load.
-pub(crate) fn load(env: Env<'_>, _info: Term<'_>) -> bool {
-    let _ = (atoms::error(), atoms::badarg(), atoms::nif_panicked(), atoms::adopt());
-    crate::args::init(env);
-    crate::flat_size::load();
-    // OTP's probes no event feeds keep their sites and notes (OTP's scripts
-    // name them); fires nothing.
-    crate::probes::keep_declared_sites();
-    crate::lttng::load();
-    #[cfg(unix)]
-    let provider = crate::provider::nifs::load(env);
-    #[cfg(not(unix))]
-    let provider = true;
-    let loaded = crate::efile::nifs::load(env) && crate::vm::load(env) && provider;
-    if loaded {
-        // Counted per module instance (load and upgrade); `entry.rs`'s
-        // `unload` takes it back.
-        crate::dof::load();
-    }
-    loaded
-}
-
-/// Hooks that only a test build (cargo feature `test-hooks`) has, for the
-/// robustness suite: the NIFs `dtrace_nif:test_panic/0` (panics inside a
-/// NIF body, to show it becomes `error:nif_panicked`),
-/// `test_allocations/0` (the heap allocations made inside NIF bodies so
-/// far, from a counting allocator) and `test_dof_force_active/0` (every
-/// probe asks its DOF is-enabled site from then on, as once the DOF is
-/// registered: for `make bench` on machines without DTrace's helper
-/// device). Never in the library rebar3, mix or
-/// make build, where the stubs of `dtrace_nif` answer
-/// `{error, no_test_hooks}`.
-#[cfg(feature = "test-hooks")]
-pub(crate) mod test_hooks {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-    /// Allocations made while a NIF body ran, on any scheduler.
-    pub(crate) static IN_NIF_BODIES: AtomicU64 = AtomicU64::new(0);
-
-    thread_local! {
-        static INSIDE: Cell<bool> = const { Cell::new(false) };
-    }
-
-    /// Counts this thread's allocations while it lives.
-    pub(crate) struct Counting;
-
-    impl Counting {
-        pub(crate) fn start() -> Self {
-            INSIDE.set(true);
-            Counting
-        }
-    }
-
-    impl Drop for Counting {
-        fn drop(&mut self) {
-            INSIDE.set(false);
-        }
-    }
-
-    struct CountingAlloc;
-
-    // SAFETY: delegates to the system allocator; the counters are atomics
-    // and a const-initialised thread-local Cell, which never allocate.
-    unsafe impl GlobalAlloc for CountingAlloc {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            if INSIDE.try_with(Cell::get).unwrap_or(false) {
-                IN_NIF_BODIES.fetch_add(1, Relaxed);
-            }
-            // SAFETY: same contract as ours.
-            unsafe { System.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            // SAFETY: same contract as ours.
-            unsafe { System.dealloc(ptr, layout) }
-        }
-    }
-
-    #[global_allocator]
-    static GLOBAL: CountingAlloc = CountingAlloc;
-
-    use rustler::Encoder;
-    use rustler::sys::ErlNifTerm;
-
-    use super::{NifCall, NoArgs, raw_nif};
-
-    raw_nif!("test_panic", NoArgs => test_panic);
-    raw_nif!("test_allocations", NoArgs => test_allocations);
-    raw_nif!("test_dof_force_active", NoArgs => test_dof_force_active);
-
-    /// `test_panic() -> no_return()`: panics inside a probe-path body.
-    fn test_panic(call: NifCall) -> ErlNifTerm {
-        call.run(|_env, _args| panic!("dtrace_nif built with feature test-hooks: test_panic/0 panics"))
-    }
-
-    /// `test_allocations() -> non_neg_integer()`: heap allocations made
-    /// inside probe-path NIF bodies since the library loaded.
-    fn test_allocations(call: NifCall) -> ErlNifTerm {
-        call.run(|env, _args| IN_NIF_BODIES.load(Relaxed).encode(env))
-    }
-
-    /// `test_dof_force_active() -> ok`: from now on every probe's check
-    /// also asks its DOF is-enabled site, as when the DOF is registered.
-    fn test_dof_force_active(call: NifCall) -> ErlNifTerm {
-        crate::dof::ACTIVE.store(true, Relaxed);
-        call.run(|env, _args| rustler::types::atom::ok().encode(env))
     }
 }

@@ -311,3 +311,14 @@ mod tests {
         assert!(Str::NULL.is_null());
     }
 }
+
+// The load step: OTP's probes no event feeds keep their sites and notes
+// (OTP's scripts name them); fires nothing.
+#[cfg(not(test))]
+inventory::submit!(crate::load::LoadStep {
+    order: crate::load::order::DECLARED_SITES,
+    run: |_| {
+        keep_declared_sites();
+        true
+    },
+});

@@ -818,7 +818,8 @@ pub(crate) mod nifs {
 
     use super::{Invalid, MAX_NAME_BYTES, MAX_PROBES, MAX_PROVIDERS, NewError, Probe, ProbeDef, Provider, Registers};
     use crate::args::{Bytes, StrBuf, int64_or_zero, read_iolist};
-    use crate::nif::{NifArgs, NifCall, nif_args, raw_nif};
+    use crate::entry::raw_nif;
+    use crate::nif::{NifArgs, NifCall, nif_args};
 
     // The hot NIFs (fire, is-enabled) are raw: no argument Vec, nothing
     // decoded before the handle is found. The others are rustler's.
@@ -921,6 +922,8 @@ pub(crate) mod nifs {
         let _ = catch_unwind(AssertUnwindSafe(|| unsafe { ptr::drop_in_place(slot(raw)) }));
     }
 
+    inventory::submit!(crate::load::LoadStep { order: crate::load::order::PROVIDER, run: load });
+
     /// Library load and upgrade: opens the handle type, or takes it over
     /// from the module version that opened it (an upgrade: a new version of
     /// module `dtrace_nif`, which owns this library, loaded while the old one
@@ -933,7 +936,7 @@ pub(crate) mod nifs {
     /// load creates a new one, and handles made before are no longer
     /// recognised (calls with them raise `badarg`; they are still unloaded
     /// when collected).
-    pub(crate) fn load(env: Env<'_>) -> bool {
+    fn load(env: Env<'_>) -> bool {
         let open = |flags| {
             let mut tried = ErlNifResourceFlags::ERL_NIF_RT_CREATE;
             // SAFETY: called from the load callback with its env; the name

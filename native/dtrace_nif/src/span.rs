@@ -26,7 +26,8 @@ use rustler::types::atom::{false_, true_};
 
 use crate::args::{StrBuf, int64_or_zero};
 use crate::atoms;
-use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
+use crate::entry::raw_nif;
+use crate::nif::{NifArgs, NifCall, NoArgs, nif_args};
 use crate::probes::{Str, span__begin, span__end, span__slow};
 use crate::text::TextBuf;
 

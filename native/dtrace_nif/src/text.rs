@@ -26,7 +26,7 @@ use std::mem::MaybeUninit;
 use rustler::sys::ErlNifTerm;
 use rustler::{Env, Term};
 
-use crate::nif::immediate_bits;
+use crate::term::immediate_bits;
 
 use crate::probes::Str;
 

@@ -15,7 +15,8 @@ use rustler::{Env, Term};
 
 use crate::args::{StrBuf, int64_or_zero, is_adopt_raw};
 use crate::atoms;
-use crate::nif::{NifArgs, NifCall, NoArgs, nif_args, raw_nif};
+use crate::entry::raw_nif;
+use crate::nif::{NifArgs, NifCall, NoArgs, nif_args};
 use crate::probes::{self, Str, user_trace__i4s4, user_trace__n, user_trace__s1};
 use crate::text::TextBuf;
 

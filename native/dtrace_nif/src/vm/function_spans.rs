@@ -32,8 +32,8 @@ use rustler::types::atom::ok;
 use rustler::{Atom, Env, Term};
 
 use super::{Event, TraceTag, mfa_parts};
-use crate::nif::immediate_bits;
 use crate::probes::{Str, span__begin, span__end, span__slow};
+use crate::term::immediate_bits;
 use crate::text::TextBuf;
 
 /// The most functions `function_spans/1` takes (`dtrace_vm` checks it too).

@@ -28,7 +28,8 @@ use rustler::sys::ErlNifTerm;
 use rustler::types::atom::ok;
 use rustler::{Atom, Encoder, Env, Term, TermType};
 
-use crate::nif::{NifArgs, NifCall, nif_args, raw_nif};
+use crate::entry::raw_nif;
+use crate::nif::{NifArgs, NifCall, nif_args};
 use crate::probes::Str;
 use crate::text::TextBuf;
 
@@ -81,8 +82,10 @@ mod atoms {
 /// compared as raw terms), most frequent first.
 static TAGS: OnceLock<Vec<(ErlNifTerm, TraceTag)>> = OnceLock::new();
 
-/// The family's load step (`nif::load`): the trace tags' atoms.
-pub(crate) fn load(env: Env<'_>) -> bool {
+inventory::submit!(crate::load::LoadStep { order: crate::load::order::VM, run: load });
+
+/// The family's load step: the trace tags' atoms.
+fn load(env: Env<'_>) -> bool {
     let _ = TAGS.get_or_init(|| {
         TRACE_TAGS
             .iter()
