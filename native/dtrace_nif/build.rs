@@ -17,8 +17,10 @@
 //!   event with a listener) and, for the unit tests, every semaphore and a
 //!   call of every site.
 //! - `$OUT_DIR/feeds.rs`, included by `src/vm/mod.rs`: the VM feed table as
-//!   code (`TraceTag`, `Target`, which rows listen, the dispatch to each
-//!   row's formatting function, the trace flags per target).
+//!   code (which rows listen, the dispatch to each row's formatting
+//!   function, the trace flags per target), and `$OUT_DIR/trace_tags.rs`,
+//!   included by `src/vm/event.rs`: its `TraceTag` and `Target`, which the
+//!   formatting functions read (so they need not read the feed table).
 //! - `$OUT_DIR/dtrace_probes.json` and `dtrace_probes.eterm` (the same as
 //!   Erlang terms, for `file:consult/1`), installed in `priv/`.
 //! - With the LTTng sink: the tracepoint headers of `org_erlang_dtrace` and
@@ -74,7 +76,9 @@ fn main() {
     let lttng = sdt.is_some() && os == "linux" && lttng::build(&catalogue, &out);
     let backend = Backend { sdt, lttng };
     fs::write(out.join("probes.rs"), lines(probes(&catalogue, backend))).expect("write probes.rs");
-    fs::write(out.join("feeds.rs"), lines(feeds(&catalogue))).expect("write feeds.rs");
+    let (feed_items, tags) = feeds(&catalogue);
+    fs::write(out.join("feeds.rs"), lines(feed_items)).expect("write feeds.rs");
+    fs::write(out.join("trace_tags.rs"), lines(vec![tags])).expect("write trace_tags.rs");
     fs::write(out.join("dof_probes.rs"), lines(dof_probes(&catalogue))).expect("write dof_probes.rs");
     let arch = sdt.unwrap_or(Arch::X86_64);
     let json = dtrace_catalogue::render::json(&catalogue, arch);
@@ -650,8 +654,9 @@ fn test_support(c: &Catalogue) -> TokenStream {
     }
 }
 
-/// The VM feed table as code, for `src/vm/mod.rs`.
-fn feeds(c: &Catalogue) -> Vec<TokenStream> {
+/// The VM feed table as code, for `src/vm/mod.rs` (feeds.rs), and its
+/// trace tags and targets, for `src/vm/event.rs` (trace_tags.rs).
+fn feeds(c: &Catalogue) -> (Vec<TokenStream>, TokenStream) {
     // The trace tags, in order of first appearance (the most frequent first).
     let mut tags: Vec<&str> = Vec::new();
     for f in &c.feeds {
@@ -789,7 +794,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         }
     })
     .collect();
-    let table = quote! {
+    let tag_types = quote! {
         /// What an erl_tracer event is about (the feed table's `on=`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub(crate) enum Target {
@@ -820,6 +825,8 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
         /// Each trace tag's atom name, most frequent first (the order of
         /// the feed table): the load step makes the atoms in this order.
         pub(crate) const TRACE_TAGS: [(&str, TraceTag); #n_tags] = [#((#tag_names, TraceTag::#variants)),*];
+    };
+    let table = quote! {
 
         /// Is a tracer listening to a probe or event that an event of
         /// `target` with `tag` feeds? (erl_tracer's `enabled/3`.)
@@ -872,7 +879,7 @@ fn feeds(c: &Catalogue) -> Vec<TokenStream> {
     };
     let mut items = row_fns;
     items.push(table);
-    items
+    (items, tag_types)
 }
 
 /// The LTTng-UST sink, built when `<lttng/tracepoint.h>` (2.13 or later)

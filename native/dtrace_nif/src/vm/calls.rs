@@ -10,8 +10,8 @@ use rustler::sys::ErlNifTerm;
 use rustler::types::atom::ok;
 use rustler::{Atom, Env, Term};
 
+use super::event::{Event, TraceTag, UNAVAILABLE, UNDEFINED, mfa_parts, mfa_text};
 use super::function_spans;
-use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED, mfa_parts, mfa_text};
 use crate::probes::org_erlang_dyntrace::{function_call, function_exception, function_return};
 use crate::probes::{
     bif__entry, bif__return, function__return, global__function__entry, local__function__entry, nif__entry, nif__return,

@@ -31,7 +31,7 @@ use rustler::sys::ErlNifTerm;
 use rustler::types::atom::ok;
 use rustler::{Atom, Env, Term};
 
-use super::{Event, TraceTag, mfa_parts};
+use super::event::{Event, TraceTag, mfa_parts};
 use crate::probes::{Str, span__begin, span__end, span__slow};
 use crate::term::immediate_bits;
 use crate::text::TextBuf;

@@ -6,7 +6,7 @@ use std::cell::Cell;
 
 use rustler::sys::ErlNifTerm;
 
-use super::{Event, TraceTag, UNAVAILABLE};
+use super::event::{Event, TraceTag, UNAVAILABLE};
 use crate::probes::org_erlang_dyntrace::{gc_major_end, gc_major_start, gc_minor_end, gc_minor_start};
 use crate::probes::{
     gc_major__end, gc_major__start, gc_minor__end, gc_minor__start, process__heap_grow, process__heap_shrink,

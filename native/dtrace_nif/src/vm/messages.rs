@@ -3,8 +3,8 @@
 
 use rustler::{Atom, Env, Term, TermType};
 
+use super::event::{Event, NO_TOKEN, TraceTag, UNAVAILABLE, UNDEFINED, UNKNOWN_MFA};
 use super::ports::known_port;
-use super::{Event, NO_TOKEN, TraceTag, UNAVAILABLE, UNDEFINED, UNKNOWN_MFA};
 use crate::flat_size::{flat_size, size_and_binary_bytes};
 use crate::probes::org_erlang_dyntrace::{message_receive, message_send};
 use crate::probes::{

@@ -5,7 +5,7 @@
 
 use rustler::{Term, TermType};
 
-use super::{Event, TraceTag};
+use super::event::{Event, TraceTag};
 use crate::probes::{Str, dist__monitor, dist__port_busy, port__busy};
 use crate::text::TextBuf;
 

@@ -3,8 +3,7 @@
 
 use rustler::{Atom, Binary, Term, TermType};
 
-use super::procs::{link_ends, link_kind};
-use super::{Event, TraceTag, UNAVAILABLE, UNDEFINED};
+use super::event::{Event, TraceTag, UNAVAILABLE, UNDEFINED, link_ends, link_kind};
 use crate::port_names;
 use crate::probes::org_erlang_dyntrace::{port_exit, port_link, port_open, port_scheduled};
 use crate::probes::{

@@ -4,7 +4,7 @@
 use rustler::Term;
 use rustler::sys::ErlNifTerm;
 
-use super::{Event, TraceTag, UNDEFINED, UNKNOWN_MFA, list_length, mfa_text};
+use super::event::{Event, TraceTag, UNDEFINED, UNKNOWN_MFA, link_ends, link_kind, list_length, mfa_text};
 use crate::probes::org_erlang_dyntrace::{process_exit, process_link, process_register, process_spawn};
 use crate::probes::{
     dtrace_process__link, dtrace_process__register, dtrace_process__unlink, process__exit, process__spawn,
@@ -64,27 +64,6 @@ pub(crate) fn link(e: &Event<'_>, tag: TraceTag) {
 pub(crate) fn unlink(e: &Event<'_>, _tag: TraceTag) {
     let (mut me, mut other, mut kind) = (TextBuf::new(), TextBuf::new(), TextBuf::new());
     dtrace_process__unlink::fire(e.tracee(&mut me), e.id(e.term, &mut other), e.tag_name(&mut kind));
-}
-
-/// OTP's `type` of a link event: `link` or `unlink`.
-pub(super) fn link_kind(tag: TraceTag) -> &'static str {
-    match tag {
-        TraceTag::Link | TraceTag::GettingLinked => "link",
-        _ => "unlink",
-    }
-}
-
-/// OTP's ends of a link event: (from, to), the other end first for
-/// `getting_linked` and `getting_unlinked`.
-pub(super) fn link_ends<'b>(
-    tag: TraceTag,
-    me: crate::probes::Str<'b>,
-    other: crate::probes::Str<'b>,
-) -> (crate::probes::Str<'b>, crate::probes::Str<'b>) {
-    match tag {
-        TraceTag::GettingLinked | TraceTag::GettingUnlinked => (other, me),
-        _ => (me, other),
-    }
 }
 
 /// `register`, `unregister`: the tracee (a process, or a port) and the

@@ -2,7 +2,7 @@
 
 use rustler::Atom;
 
-use super::{Event, TraceTag, UNDEFINED, UNKNOWN_MFA, mfa_parts, mfa_text};
+use super::event::{Event, TraceTag, UNDEFINED, UNKNOWN_MFA, mfa_parts, mfa_text};
 use crate::probes::org_erlang_dyntrace::process_scheduled;
 use crate::probes::{process__hibernate, process__scheduled, process__unscheduled};
 use crate::text::TextBuf;

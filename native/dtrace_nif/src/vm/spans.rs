@@ -19,7 +19,8 @@
 
 use rustler::TermType;
 
-use super::{Event, TraceTag, UNAVAILABLE, UNKNOWN_MFA, function_spans, mfa_text};
+use super::event::{Event, TraceTag, UNAVAILABLE, UNKNOWN_MFA, mfa_text};
+use super::function_spans;
 use crate::flat_size::flat_size;
 use crate::probes::{span__vm_gc, span__vm_receive, span__vm_scheduled, span__vm_send};
 use crate::text::TextBuf;
