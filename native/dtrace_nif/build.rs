@@ -117,10 +117,16 @@ fn dof_probes(c: &Catalogue) -> Vec<TokenStream> {
     let section =
         dof::Section { providers: [(provider.name.clone(), provider)].into_iter().collect(), ..Default::default() };
     let size = dof::serialize_section(&section).len();
+    let count = rows.len();
+    let provider_name = &c.provider.name;
     vec![
         quote! {
+            /// The provider's name (`probes::PROVIDER`).
+            pub const PROVIDER: &str = #provider_name;
+        },
+        quote! {
             /// Every SDT probe as DOF describes it, by catalogue index.
-            pub static DOF_PROBES: [DofProbe; crate::probes::PROBE_COUNT] = [#(#rows),*];
+            pub static DOF_PROBES: [DofProbe; #count] = [#(#rows),*];
         },
         quote! {
             /// The bytes of the DOF the library writes.

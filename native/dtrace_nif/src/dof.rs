@@ -56,14 +56,47 @@ pub struct DofProbe<'a> {
     pub args: &'a [&'a str],
 }
 
-// DOF_PROBES: [DofProbe; PROBE_COUNT], by catalogue index; DOF_SIZE: the
-// bytes of the DOF with one probe site and one is-enabled site per probe.
+// PROVIDER: the provider's name; DOF_PROBES: [DofProbe; PROBE_COUNT], by
+// catalogue index; DOF_SIZE: the bytes of the DOF with one probe site and
+// one is-enabled site per probe. Generated on their own, so that module
+// dof reads nothing of module probes (which reads dof::active()).
 include!(concat!(env!("OUT_DIR"), "/dof_probes.rs"));
 
 /// Room for the DOF: its size as build.rs computed it, plus what a site
 /// the compiler duplicated would add (4 bytes per offset), many times over.
 #[cfg(dtrace_sdt)]
 const IMAGE_CAPACITY: usize = DOF_SIZE + 16 * 1024;
+
+/// The DOF as the helper device reads it: inside this library's own data
+/// segment, since Linux's `dtprobed` files DOF under the mapped object that
+/// holds it, and for as long as the library is loaded. Written only in
+/// [`helper::add`], under the registration lock of module `dof`.
+#[cfg(dtrace_sdt)]
+#[repr(C, align(8))]
+struct Image(std::cell::UnsafeCell<[u8; IMAGE_CAPACITY]>);
+
+// SAFETY: the buffer is written only by `add_own`, which module `dof` calls
+// with its registration mutex held, and read only by the kernel's helper
+// device during that call.
+#[cfg(dtrace_sdt)]
+unsafe impl Sync for Image {}
+
+// `.data`, not `.bss`: a zeroed static would otherwise be anonymous memory.
+#[cfg(dtrace_sdt)]
+#[unsafe(link_section = ".data.dtrace_nif_dof")]
+static IMAGE: Image = Image(std::cell::UnsafeCell::new([0; IMAGE_CAPACITY]));
+
+/// Copies `dof` into this library's own buffer and registers it: the
+/// helper's generation number, or why not.
+#[cfg(dtrace_sdt)]
+fn add_own(dof: &[u8]) -> Result<i32, String> {
+    let image = IMAGE.0.get().cast::<u8>();
+    // SAFETY: `image` is the static buffer of `IMAGE_CAPACITY` bytes, in
+    // this library's data segment for as long as it is loaded; only this
+    // function writes it, under module `dof`'s lock, and no reference to it
+    // is alive.
+    unsafe { helper::add(image, IMAGE_CAPACITY, dof, &helper::module_name(), helper::load_base()) }
+}
 
 /// The DOF version: 3 on Linux, where DTrace takes is-enabled sites only
 /// from version 3 DOF (they write 1 through the first argument, which
@@ -276,9 +309,9 @@ fn register() -> Result<i32, String> {
         return Err(why);
     }
     let sites = sites();
-    let section = section(crate::probes::PROVIDER, &DOF_PROBES, &sites)?;
+    let section = section(PROVIDER, &DOF_PROBES, &sites)?;
     let bytes = dof::serialize_section(&section);
-    helper::add_own(&bytes)
+    add_own(&bytes)
 }
 
 #[cfg(not(dtrace_sdt))]

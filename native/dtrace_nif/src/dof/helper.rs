@@ -41,33 +41,6 @@ const ADDDOF: u64 = nix::request_code_readwrite!(b'z', 3, size_of::<dof::dof_bin
 #[cfg(target_os = "freebsd")]
 const REMOVE: u64 = nix::request_code_write!(b'z', 2, size_of::<libc::c_int>()) as u64;
 
-/// The DOF as the helper device reads it: inside this library's own data
-/// segment, since Linux's `dtprobed` files DOF under the mapped object that
-/// holds it, and for as long as the library is loaded. Written only in
-/// [`add`], under the registration lock of module `dof`.
-#[repr(C, align(8))]
-struct Image(std::cell::UnsafeCell<[u8; super::IMAGE_CAPACITY]>);
-
-// SAFETY: the buffer is written only by `add_own`, which module `dof` calls
-// with its registration mutex held, and read only by the kernel's helper
-// device during that call.
-unsafe impl Sync for Image {}
-
-// `.data`, not `.bss`: a zeroed static would otherwise be anonymous memory.
-#[unsafe(link_section = ".data.dtrace_nif_dof")]
-static IMAGE: Image = Image(std::cell::UnsafeCell::new([0; super::IMAGE_CAPACITY]));
-
-/// Copies `dof` into this library's own buffer and registers it: the
-/// helper's generation number, or why not.
-pub(crate) fn add_own(dof: &[u8]) -> Result<i32, String> {
-    let image = IMAGE.0.get().cast::<u8>();
-    // SAFETY: `image` is the static buffer of `IMAGE_CAPACITY` bytes, in
-    // this library's data segment for as long as it is loaded; only this
-    // function writes it, under module `dof`'s lock, and no reference to it
-    // is alive.
-    unsafe { add(image, super::IMAGE_CAPACITY, dof, &module_name(), load_base()) }
-}
-
 /// Copies `dof` to `image` and registers it for the object named `module`
 /// (the name DTrace shows), loaded at `base`: the helper's generation
 /// number, or why not.
@@ -142,7 +115,7 @@ fn dl_info() -> Option<libc::Dl_info> {
 
 /// The module name DTrace shows (`erlang<PID>:MODULE:...`): the library's
 /// file name, as `drti.o` gives it.
-fn module_name() -> String {
+pub(super) fn module_name() -> String {
     dl_info()
         .filter(|i| !i.dli_fname.is_null())
         // SAFETY: `dladdr` set `dli_fname` to the object's NUL-terminated
@@ -154,6 +127,6 @@ fn module_name() -> String {
 
 /// The library's load address (used by the helper only to relocate DOF
 /// relocations, which ours has none of).
-fn load_base() -> u64 {
+pub(super) fn load_base() -> u64 {
     dl_info().map_or(0, |i| i.dli_fbase as u64)
 }
