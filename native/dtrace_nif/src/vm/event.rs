@@ -11,8 +11,12 @@ use crate::text::TextBuf;
 
 include!(concat!(env!("OUT_DIR"), "/trace_tags.rs"));
 
-mod atoms {
-    rustler::atoms! { extra, auto, span }
+/// The atoms of the VM feed (one set: rustler makes a set's atoms at its
+/// first use, which allocates, so every probe path after the first finds them).
+pub(super) mod atoms {
+    rustler::atoms! {
+        trace, discard, trace_status, extra, spawn_meta, span, auto, undefined, node_monitor, system_monitor, exit_meta,
+    }
 }
 
 /// What erl_tracer passes to `trace/5`.

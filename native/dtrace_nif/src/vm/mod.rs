@@ -56,7 +56,7 @@ mod fmt {
     pub(super) use super::spans::{span_gc, span_receive, span_scheduled, span_send};
 }
 
-use event::{Event, TRACE_TAGS, Target, TraceTag};
+use event::{Event, TRACE_TAGS, Target, TraceTag, atoms};
 
 include!(concat!(env!("OUT_DIR"), "/feeds.rs"));
 
@@ -74,11 +74,6 @@ nif_args!(
     TraceArgs { trace_tag, tracer_state, tracee, trace_term, opts }
 );
 
-mod atoms {
-    rustler::atoms! {
-        trace, discard, trace_status, extra, spawn_meta, span, auto, undefined, node_monitor, system_monitor, exit_meta,
-    }
-}
 
 /// The trace tags of the feed table by their atom (atoms are immediates:
 /// compared as raw terms), most frequent first.
