@@ -157,8 +157,8 @@ start() ->
 %%   {@link dtrace_recorder_session:event_set/1}). The VM's events
 %%   (`<<"org_erlang_dyntrace:message_send">>', ...) are allowed; while
 %%   they are recorded, the `dtrace' application sets the trace flags that
-%%   feed them (about 1 us per message for `message_send'; see
-%%   docs/lttng.md). A pattern that names no event of the two providers is
+%%   feed them (the cost per message: README.md, "What it costs";
+%%   docs/tracers.md, "LTTng"). A pattern that names no event of the two providers is
 %%   refused.</li>
 %% <li>`buffer': `{SubBuffers, BytesPerSubBuffer}' per CPU, both powers of
 %%   two (2..1024 sub-buffers of 4 KiB..64 MiB, at most 1 GiB per CPU).
