@@ -15,8 +15,8 @@ defmodule DTrace do
       false
 
   Arguments: up to four integers (64-bit; anything else is passed as 0),
-  then up to four strings (binaries or iolists of at most 1024 bytes;
-  anything else is passed as NULL). Probe functions return `true` (fired),
+  then up to four strings (binaries or iolists within the limits of
+  `:dtrace`'s module doc; anything else is passed as NULL). Probe functions return `true` (fired),
   `false` (not enabled), and `pn/1..9` also `:badarg` (a label that is not
   an integer in 0..1023) or `:error` (951..1023). They never raise, except
   `FunctionClauseError` from `p/5..8` and `pn/6..9` when a string comes

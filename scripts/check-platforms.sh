@@ -2,7 +2,7 @@
 # cargo check and clippy of the NIF crates for the DTrace platforms this
 # machine cannot run: illumos and FreeBSD (x86_64: SDT sites, and DOF handed
 # to /dev/dtrace/helper with each system's request numbers, src/dof/helper.rs)
-# and macOS (aarch64: no probe sites; README, "DTrace platforms", says why).
+# and macOS (aarch64: no probe sites; ARCHITECTURE.md, "macOS", says why).
 # Type-checks the code only those systems compile; links and runs nothing.
 # Installs the rustup targets when missing (rustup reaches its servers).
 set -eu

@@ -38,11 +38,9 @@
 %%%   reading an iolist as soon as it knows it is too long, after 4096
 %%%   terms, or below 256 levels of nesting.</li>
 %%% <li>Integers are signed 64-bit; a bignum reaches the tracer as 0.</li>
-%%% <li>bpftrace older than 0.24 (what distributions ship) reads USDT
-%%%   arguments `arg0'..`arg5' only: for `user_trace__i4s4' that is pid, tag
-%%%   and i1..i4. Run it through `priv/dtrace-bpftrace', which reads s1..s4
-%%%   from their fixed registers; gdb, perf and newer bpftrace read all
-%%%   ten.</li>
+%%% <li>bpftrace older than 0.24 reads `arg0'..`arg5' only (pid, tag and
+%%%   i1..i4 here): use `priv/dtrace-bpftrace' (docs/tracers.md, "Arguments
+%%%   past arg5").</li>
 %%% <li>Tags are per process, kept in the process dictionary
 %%%   (key <code>'$dtrace_tag'</code>); spread tags travel in the
 %%%   sequential-trace token (see {@link spread_tag/1}).</li>
@@ -203,10 +201,8 @@ available() ->
 %% catalogue was handed as DOF to DTrace's helper device
 %% (`/dev/dtrace/helper': Linux with `dtprobed', illumos, FreeBSD) and the
 %% kernel lets DTrace's is-enabled probes work; else `{false, Why}': no
-%% helper device (most Linux machines; no error and no cost), the device
-%% refused the DOF, or kernel lockdown (Secure Boot) refuses the
-%% `bpf_probe_write_user' that Linux DTrace sets is-enabled probes with (no
-%% DOF is registered then; the stapsdt way works).</li>
+%% helper device, the device refused the DOF, or kernel lockdown
+%% (docs/tracers.md, "When DOF is not registered").</li>
 %% </ul>
 %% `Why' is a binary. {@link available/0} is `true' when `sdt' or `lttng'
 %% works. Not in OTP's dyntrace (an extension). Without the NIF every sink
@@ -696,8 +692,8 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %% caller's ({@link get_tag_data/0}) when the span begins. While a tracer
 %% listens to a `span__vm_*' probe ("why was it slow":
 %% priv/dtrace-slow-spans, the flight recorder), the outermost span's
-%% process is traced for the span's time (scheduling, GC, messages: about
-%% 1.4 us more per span, docs/operators.md).
+%% process is traced for the span's time (scheduling, GC, messages; the
+%% cost: docs/operators.md, "What it costs the node").
 %% ```
 %% dtrace:span(db_query, fun() -> db:query(Sql) end)
 %% '''

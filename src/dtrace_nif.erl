@@ -12,7 +12,7 @@
 %%% nothing fired).
 %%%
 %%% == Which module owns which library, and which NIFs ==
-%%% The one place that says it (ARCHITECTURE.md and CONTRIBUTING.md point
+%%% The one place that says it (ARCHITECTURE.md points
 %%% here; each module's on_load loads its own with the local functions of
 %%% `src/dtrace_libraries.hrl', which the three modules include):
 %%% <table>

@@ -31,12 +31,12 @@
 %%% A probe takes up to 12 arguments, each `int' or `string', declared
 %%% when the provider is defined. They are converted as {@link dtrace:p/4}
 %%% converts its arguments: an `int' is any integer that fits a signed 64-bit
-%%% word, anything else is passed as 0; a `string' is an iolist or binary of
-%%% at most 1024 bytes, anything else (an atom, a longer iolist) is passed
-%%% as NULL. Argument k is in the same register as argument k of every
-%%% probe of this library (x86_64: rdi, rsi, rdx, rcx, r8, r9, then r10 to
-%%% r15), so bpftrace older than 0.24, which reads `arg0'..`arg5' only,
-%%% reads the others through `priv/dtrace-bpftrace'.
+%%% word, anything else is passed as 0; a `string' is an iolist or binary
+%%% within {@link dtrace}'s limits, anything else is passed as NULL.
+%%% Argument k is in the same register as argument k of every probe of this
+%%% library (docs/reference.md, "Argument registers"); bpftrace older than
+%%% 0.24 reads the seventh on through `priv/dtrace-bpftrace'
+%%% (docs/tracers.md, "Arguments past arg5").
 %%%
 %%% == Lifetime ==
 %%% A provider lives while any of its handles (provider or probe handles)

@@ -25,22 +25,11 @@
 %%% events only, in per-user buffers shared by none of them.
 %%%
 %%% == Bounds ==
-%%% Memory: `SubBuffers * Bytes' per CPU (default 4 x 256 KiB = 1 MiB per
-%%% CPU, in the session daemon's shared memory, per Unix user recording).
-%%% Disk: at most `max_snapshots' snapshots (default 10), each at most the
-%%% buffers' size plus a few KiB of metadata; the oldest are deleted. At
-%%% most one snapshot per `min_interval_ms' (default 60000), whatever asks
-%%% for it: a trigger fires once (LTTng rate policy `once-after:1'), then
-%%% is re-armed when the interval is over; after a snapshot asked for, the
-%%% triggers are removed until it is over; a snapshot that still comes
-%%% within it (two triggers firing at once) is deleted and counted as
+%%% Memory, disk and rate are bounded by the options `buffer',
+%%% `max_snapshots' and `min_interval_ms'; their defaults and what each
+%%% bounds are in docs/recorder.md, "Options, defaults and bounds". A
+%%% snapshot within `min_interval_ms' of the last is deleted and counted as
 %%% `suppressed'; {@link trigger/3} gets `{error, {rate_limited, Ms}}'.
-%%% While triggers are armed, a snapshot asked for waits 300 ms and looks
-%%% at the disk first: when the slow request that fired a trigger also
-%%% calls {@link trigger_cluster/1}, its node keeps the trigger's snapshot
-%%% and takes no second one. The recorder itself costs a directory listing
-%%% every 250 ms while triggers are armed, and one `lttng' call (about 3 ms)
-%%% every `check_ms'.
 %%%
 %%% == Failing safely ==
 %%% Every `lttng' call runs in a process of its own with a timeout
@@ -157,8 +146,8 @@ start() ->
 %%   {@link dtrace_recorder_session:event_set/1}). The VM's events
 %%   (`<<"org_erlang_dyntrace:message_send">>', ...) are allowed; while
 %%   they are recorded, the `dtrace' application sets the trace flags that
-%%   feed them (about 1 us per message for `message_send'; see
-%%   docs/lttng.md). A pattern that names no event of the two providers is
+%%   feed them (the cost per message: README.md, "What it costs";
+%%   docs/tracers.md, "LTTng"). A pattern that names no event of the two providers is
 %%   refused.</li>
 %% <li>`buffer': `{SubBuffers, BytesPerSubBuffer}' per CPU, both powers of
 %%   two (2..1024 sub-buffers of 4 KiB..64 MiB, at most 1 GiB per CPU).

@@ -27,17 +27,11 @@
 %%%
 %%% == How it traces: OTP 25 and 26 ==
 %%% Without sessions, a process has one tracer. Automatic mode uses
-%%% `{dtrace, []}', the tracer the docs tell users to set by hand, so a
-%%% `{tracer, dtrace, []}' set by hand on a process automatic mode traces
-%%% is the same tracer and its flags add to automatic mode's (when
-%%% automatic mode removes its flags, the same flags set by hand go too).
-%%% Processes another tracer (dbg, recon, `{tracer, dyntrace, []}') traces
-%%% are left alone, and counted in {@link dtrace:vm_probes/0} (`skipped');
-%%% the default tracer of new processes is only taken when it is free. The
-%%% reverse holds too: while automatic mode traces a process, a tracer of
-%%% another kind (dbg, recon, `{tracer, dyntrace, []}') cannot trace it
-%%% (`erlang:trace/3' raises `badarg', "can only have one tracer per
-%%% process"); switch to manual mode first ({@link dtrace:vm_probes/1}).
+%%% `{dtrace, []}', the tracer the docs tell users to set by hand, leaves
+%%% processes another tracer holds alone (counted as `skipped' in
+%%% {@link dtrace:vm_probes/0}) and takes the default tracer of new
+%%% processes only when it is free. What that means for an operator's own
+%%% tracing: docs/vm-probes.md, "Operators' tracing".
 %%%
 %%% == Spawns ==
 %%% `process__spawn' alone needs no trace flag: while it is the only
