@@ -123,7 +123,7 @@ soak: deps
 	sh test/soak.sh
 
 # After a change to native/dtrace_nif/probes.d: rewrite what is generated
-# from the catalogue (docs/reference.md's tables, src/dtrace_efile.hrl, the
+# from the catalogue (docs/reference.md's tables, src/api/dtrace_efile.hrl, the
 # efile command tables of priv/efile.bt, priv/efile_drv.d and priv/efile.stp); cargo test
 # checks that they match.
 generated:

@@ -21,7 +21,7 @@
 -on_load(on_load/0).
 -nifs([enabled/3, trace/5]).
 
--include("../src/dtrace_libraries.hrl").
+-include("../src/api/dtrace_libraries.hrl").
 
 %% Loads priv/compat/dyntrace.so (native/tracer_nif), whose NIFs are
 %% dtrace_nif.so's erl_tracer callbacks. Without it (module dtrace_nif not

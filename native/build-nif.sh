@@ -6,7 +6,7 @@
 # modules' library (native/tracer_nif) once per module, named after it:
 # priv/tracer/dtrace.so and priv/compat/dyntrace.so; and compiles the
 # dyntrace compatibility module to priv/compat/dyntrace.beam (kept out of
-# ebin: see src/dtrace_compat.erl).
+# ebin: see src/api/dtrace_compat.erl).
 # Used by rebar3 (pre_hooks), mix (the compiler in mix.exs) and make, so a
 # project that depends on dtrace needs only cargo, not rustler's hex package,
 # or, without cargo, no Rust at all:

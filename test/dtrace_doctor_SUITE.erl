@@ -231,7 +231,7 @@ doctor_path() ->
     filename:join(code:priv_dir(dtrace), "dtrace-doctor").
 
 doctor(OsPid, Env) ->
-    {Status, Lines} = dtrace_recorder_test_lib:run(doctor_path(), [OsPid], [{env, Env}]),
+    {Status, Lines} = dtrace_test_recorder:run(doctor_path(), [OsPid], [{env, Env}]),
     ct:log("dtrace-doctor ~s (exit ~p):~n~ts", [OsPid, Status, lists:join("\n", Lines)]),
     {Status, Lines}.
 

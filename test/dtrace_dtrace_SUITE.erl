@@ -302,10 +302,10 @@ shipped_span_latency(Config) ->
 %% its cause, as with bpftrace (dtrace_why_SUITE).
 shipped_slow_spans(Config) ->
     Service = #{requests => 40, every => 5, causes => [sleep, call, gc, file]},
-    {Planted, Lines} = dtrace_why_lib:slow_spans(?config(peer, Config), ?config(priv_dir, Config),
+    {Planted, Lines} = dtrace_test_why:slow_spans(?config(peer, Config), ?config(priv_dir, Config),
                                                  ["--tracer", "dtrace"], [{"DTRACE", ?config(dtrace, Config)}],
                                                  Service, ?START_TIMEOUT),
-    dtrace_why_lib:check(Planted, dtrace_why_lib:blocks(Lines), Service).
+    dtrace_test_why:check(Planted, dtrace_test_why:blocks(Lines), Service).
 
 %% The wait from a send to its receiver running, at exit, per receiver.
 shipped_message_latency(Config) ->

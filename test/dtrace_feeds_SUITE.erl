@@ -42,10 +42,10 @@ init_per_testcase(TC, Config) ->
     end.
 
 end_per_testcase(_TC, Config) ->
-    dtrace_lttng_lib:destroy("dtrace_feeds"),
+    dtrace_test_lttng:destroy("dtrace_feeds"),
     dtrace_test_peer:stop_peer(?config(peer, Config)).
 
-require(lttng) -> dtrace_lttng_lib:require();
+require(lttng) -> dtrace_test_lttng:require();
 require(Tool) -> dtrace_test_tracer:require_tracer(Tool).
 
 %%--------------------------------------------------------------------
@@ -80,10 +80,10 @@ each_lttng_event_sets_its_rows_flags(Config) ->
     Results =
         [begin
              [_, Name] = binary:split(E, <<":">>),
-             S = dtrace_lttng_lib:start("dtrace_feeds", ?config(priv_dir, Config), [binary_to_list(E)],
+             S = dtrace_test_lttng:start("dtrace_feeds", ?config(priv_dir, Config), [binary_to_list(E)],
                                         [{vpid, dtrace_test_peer:os_pid(Peer)}]),
              On = wait_state(Peer, E, true, expected(Name, Feeds)),
-             _ = dtrace_lttng_lib:stop_and_read(S),
+             _ = dtrace_test_lttng:stop_and_read(S),
              Off = wait_state(Peer, E, false, {[], [], false}),
              {E, On, Off}
          end || E <- Events],
@@ -105,7 +105,7 @@ every_flag_goes_when_automatic_mode_is_killed(Config) ->
     Lttng = lists:usort([<<"org_erlang_dyntrace:", E/binary>> || #{sdt := [], lttng := [E | _]} <- Auto]),
     Program = lists:append(["usdt:$SO:erlang:" ++ binary_to_list(P) ++ " { @n = count(); }\n" || P <- Sdt]),
     Tracer = dtrace_test_tracer:bpftrace_start(dtrace_test_peer:os_pid(Peer), Program),
-    S = dtrace_lttng_lib:start("dtrace_feeds", ?config(priv_dir, Config), [binary_to_list(E) || E <- Lttng],
+    S = dtrace_test_lttng:start("dtrace_feeds", ?config(priv_dir, Config), [binary_to_list(E) || E <- Lttng],
                                [{vpid, dtrace_test_peer:os_pid(Peer)}]),
     {AllP, AllO} = peer:call(Peer, dtrace_nif, vm_flags, []),
     Want = {lists:sort(AllP), lists:sort(AllO), false},
@@ -115,7 +115,7 @@ every_flag_goes_when_automatic_mode_is_killed(Config) ->
     Old = peer:call(Peer, erlang, whereis, [dtrace_vm]),
     ok = peer:call(Peer, sys, suspend, [Old]),
     _ = dtrace_test_tracer:bpftrace_stop(Tracer),
-    _ = dtrace_lttng_lib:stop_and_read(S),
+    _ = dtrace_test_lttng:stop_and_read(S),
     true = peer:call(Peer, erlang, exit, [Old, kill]),
     Left = peer:call(Peer, erlang, apply,
                      [fun() ->

@@ -485,9 +485,9 @@ stap_otp_examples(Config) ->
 stap_slow_spans(Config) ->
     Ko = filename:join(os:getenv("DTRACE_TEST_STAP"), "slow_spans.ko"),
     Service = #{requests => 12, every => 3, causes => [sleep, gc, call, file], tolerance => infinity},
-    {Planted, Lines} = dtrace_why_lib:slow_spans(?config(peer, Config), ?config(priv_dir, Config),
+    {Planted, Lines} = dtrace_test_why:slow_spans(?config(peer, Config), ?config(priv_dir, Config),
                                                  ["--stap-module", Ko], [], Service, ?C(300000)),
-    dtrace_why_lib:check(Planted, dtrace_why_lib:blocks(Lines), Service).
+    dtrace_test_why:check(Planted, dtrace_test_why:blocks(Lines), Service).
 
 %% priv/*.stp as shipped (plus the window's clauses), each printing its
 %% lines for the workload (at exit: the tables).

@@ -45,14 +45,14 @@ groups() ->
      {absent, [], [without_liblttng_ust, turned_off]}].
 
 init_per_suite(Config) ->
-    case dtrace_lttng_lib:require() of
+    case dtrace_test_lttng:require() of
         ok ->
             %% The library must have been built with the sink, and load it
             %% here; in CI anything else is a failure.
             Peer = dtrace_test_peer:start_peer(),
             Sinks = peer:call(Peer, dtrace, sinks, []),
             dtrace_test_peer:stop_peer(Peer),
-            dtrace_lttng_lib:require_sink(Sinks, Config);
+            dtrace_test_lttng:require_sink(Sinks, Config);
         Skip ->
             Skip
     end.
@@ -86,7 +86,7 @@ init_per_testcase(TC, Config) ->
     [{peer, Peer}, {session, Name} | Config].
 
 end_per_testcase(_TC, Config) ->
-    _ = [dtrace_lttng_lib:destroy(N) || N <- [?config(session, Config)], N =/= undefined],
+    _ = [dtrace_test_lttng:destroy(N) || N <- [?config(session, Config)], N =/= undefined],
     _ = [dtrace_test_peer:stop_peer(P) || P <- [?config(peer, Config)], P =/= undefined],
     ok.
 
@@ -100,8 +100,8 @@ session(Config, Events, Wait) ->
 
 session(Config, Events, Wait, Opts) ->
     Track = [{vpid, dtrace_test_peer:os_pid(?config(peer, Config))}],
-    S = dtrace_lttng_lib:start(?config(session, Config), ?config(priv_dir, Config), Events, Track ++ Opts),
-    ok = dtrace_lttng_lib:wait_listening(?config(peer, Config), Wait),
+    S = dtrace_test_lttng:start(?config(session, Config), ?config(priv_dir, Config), Events, Track ++ Opts),
+    ok = dtrace_test_lttng:wait_listening(?config(peer, Config), Wait),
     S.
 
 %% Sets Flags by hand (group otp) or waits for dtrace_vm to set them
@@ -147,7 +147,7 @@ wait_auto_flags(ProcFlags, PortFlags, Deadline) ->
     end.
 
 read(S) ->
-    {Events, Warnings} = dtrace_lttng_lib:stop_and_read(S),
+    {Events, Warnings} = dtrace_test_lttng:stop_and_read(S),
     ct:log("~p events; babeltrace2 also said: ~p", [length(Events), Warnings]),
     Events.
 
@@ -519,7 +519,7 @@ flags_follow_the_session(Config) ->
                 ["org_erlang_dyntrace:message_send", "org_erlang_dyntrace:port_open"]),
     ok = peer:call(Peer, dtrace_test_workload, wait_flags, [[send], 5000]),
     ?assertMatch(#{flags := #{processes := [send], ports := [ports]}}, peer:call(Peer, dtrace, vm_probes, [])),
-    _ = dtrace_lttng_lib:stop_and_read(S),
+    _ = dtrace_test_lttng:stop_and_read(S),
     ok = peer:call(Peer, dtrace_test_workload, wait_flags, [[], 5000]),
     ?assertMatch(#{flags := #{processes := [], ports := []}, traced := 0},
                  peer:call(Peer, dtrace, vm_probes, [])),
@@ -588,7 +588,7 @@ exact_counts_under_load(Config) ->
                                              end) || W <- lists:seq(1, 4)],
                             lists:sum([receive {P, T} -> T end || P <- Ps])
                     end),
-    {Events, Warnings} = dtrace_lttng_lib:stop_and_read(S),
+    {Events, Warnings} = dtrace_test_lttng:stop_and_read(S),
     ?assertEqual([], [W || W <- Warnings, binary:match(W, <<"discarded">>) =/= nomatch]),
     Keys = [{I1, I2} || {<<"org_erlang_dtrace:user_trace_i4s4">>,
                          #{<<"i1">> := I1, <<"i2">> := I2, <<"s1">> := <<"load">>}} <- Events],
@@ -698,7 +698,7 @@ turned_off(Config) ->
     Paths = lists:usort([filename:dirname(code:which(M)) || M <- [dtrace, dtrace_test_peer]]),
     {ok, Peer, _} = peer:start_link(#{connection => standard_io, env => [{"DTRACE_LTTNG", "off"}],
                                       args => lists:append([["-pa", P] || P <- Paths])}),
-    S = dtrace_lttng_lib:start("absent_turned_off", ?config(priv_dir, Config), ["org_erlang_dtrace:*"],
+    S = dtrace_test_lttng:start("absent_turned_off", ?config(priv_dir, Config), ["org_erlang_dtrace:*"],
                                [{vpid, dtrace_test_peer:os_pid(Peer)}]),
     try
         {Sinks, P} = peer:call(Peer, erlang, apply,
@@ -710,7 +710,7 @@ turned_off(Config) ->
                                 end, []]),
         ?assertMatch(#{sdt := true, lttng := {false, <<"turned off (DTRACE_LTTNG=off)">>}}, Sinks),
         ?assertEqual(false, P),
-        {Events, _} = dtrace_lttng_lib:stop_and_read(S),
+        {Events, _} = dtrace_test_lttng:stop_and_read(S),
         ?assertEqual([], Events)
     after
         dtrace_test_peer:stop_peer(Peer)

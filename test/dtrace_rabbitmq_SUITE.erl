@@ -195,7 +195,7 @@ function_spans(Config, Node, OsPid) ->
     ?assert(lists:member(<<"published 500 consumed 500">>, Load)),
     Causes = fun(Ls) -> [C || {match, [C]} <- [re:run(L, "^    cause: (.*), [0-9.]+ ms \\([0-9]+%\\)$",
                                                         [{capture, all_but_first, binary}]) || L <- Ls]] end,
-    Lines = dtrace_why_lib:stop(Port, dtrace_why_lib:collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
+    Lines = dtrace_test_why:stop(Port, dtrace_test_why:collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
                                                              dtrace_test_tracer:ceiling(30000))),
     ct:log("dtrace-slow-spans on the broker (first 200 lines):~n~ts", [lists:join("\n", lists:sublist(Lines, 200))]),
     ?assert(has(Lines, ["slow span: rabbit_channel:handle_cast/2 "])),

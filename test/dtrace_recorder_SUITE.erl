@@ -27,7 +27,7 @@
          unwritable_dir_as_user/1, relay_three_nodes_cluster_trigger/1, relay_out_of_sight/1,
          relay_disk_full/1, relay_stalled_as_user/1]).
 
--define(T, dtrace_recorder_test_lib).
+-define(T, dtrace_test_recorder).
 -define(USER, "dtrace-rec-test").
 -define(LTTNG_CTX, #{lttng => "lttng", timeout => 15000}).
 %% The user's current session daemon ({Port, OsPid}), shared by the
@@ -57,7 +57,7 @@ init_per_suite(Config) ->
             {Peer, _} = ?T:start_peer(#{}),
             Sinks = peer:call(Peer, dtrace, sinks, []),
             ?T:stop_peer(Peer),
-            dtrace_lttng_lib:require_sink(Sinks, Config);
+            dtrace_test_lttng:require_sink(Sinks, Config);
         Skip ->
             Skip
     end.

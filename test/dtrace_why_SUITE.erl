@@ -17,7 +17,7 @@
 
 -define(REQUESTS, 120).
 -define(EVERY, 10).
-%% Spans of at least this many ms are broken down (dtrace_why_lib's).
+%% Spans of at least this many ms are broken down (dtrace_test_why's).
 -define(THRESHOLD_MS, 5).
 
 suite() ->
@@ -27,11 +27,11 @@ all() ->
     [slow_spans_script, slow_spans_under_automatic_mode, recorder_report, spans_trace_only_their_process].
 
 init_per_testcase(recorder_report, Config) ->
-    case dtrace_recorder_test_lib:require(root_lttng) of
+    case dtrace_test_recorder:require(root_lttng) of
         ok ->
-            {Peer, _} = dtrace_recorder_test_lib:start_peer(#{}),
-            case dtrace_lttng_lib:require_sink(peer:call(Peer, dtrace, sinks, []), Config) of
-                {skip, _} = Skip -> dtrace_recorder_test_lib:stop_peer(Peer), Skip;
+            {Peer, _} = dtrace_test_recorder:start_peer(#{}),
+            case dtrace_test_lttng:require_sink(peer:call(Peer, dtrace, sinks, []), Config) of
+                {skip, _} = Skip -> dtrace_test_recorder:stop_peer(Peer), Skip;
                 _ -> [{peer, Peer} | Config]
             end;
         Skip ->
@@ -68,7 +68,7 @@ slow_spans_under_automatic_mode(Config) ->
               dtrace_test_peer:os_pid(Peer),
               "usdt:$SO:erlang:process__scheduled { @in = count(); }
                usdt:$SO:erlang:message__queued { @q = count(); }"),
-    ok = dtrace_recorder_test_lib:wait_until(
+    ok = dtrace_test_recorder:wait_until(
            fun() -> peer:call(Peer, erlang, apply,
                               [fun() -> ok = dtrace_vm:sync(),
                                         lists:member(running, maps:get(processes, maps:get(flags, dtrace:vm_probes())))
@@ -82,8 +82,8 @@ slow_spans_under_automatic_mode(Config) ->
 
 slow_spans(Config, Service) ->
     Peer = ?config(peer, Config),
-    {Planted, Lines} = dtrace_why_lib:slow_spans(Peer, ?config(priv_dir, Config), [], [], Service, 60000),
-    dtrace_why_lib:check(Planted, dtrace_why_lib:blocks(Lines), Service),
+    {Planted, Lines} = dtrace_test_why:slow_spans(Peer, ?config(priv_dir, Config), [], [], Service, 60000),
+    dtrace_test_why:check(Planted, dtrace_test_why:blocks(Lines), Service),
     %% The summary names the slowest.
     ?assert(lists:any(fun(L) -> binary:match(L, <<"slowest, with their causes">>) =/= nomatch end, Lines)).
 
@@ -95,8 +95,8 @@ recorder_report(Config) ->
     {ok, Rec} = peer:call(Peer, dtrace_recorder, start, [#{dir => RecDir, name => why_recorder, events => detail}]),
     %% The recorder's session records once start/1 returns; the span
     %% probes' state is read in the node: wait until it says so.
-    ok = dtrace_recorder_test_lib:wait_until(
-           fun() -> peer:call(Peer, dtrace_why_lib, span_probes_on, []) end, 15000,
+    ok = dtrace_test_recorder:wait_until(
+           fun() -> peer:call(Peer, dtrace_test_why, span_probes_on, []) end, 15000,
            "the recorder's session to record the span probes"),
     Planted = peer:call(Peer, dtrace_test_service, run, [#{requests => ?REQUESTS, every => ?EVERY}, Dir], 120000),
     {ok, Snap} = peer:call(Peer, dtrace_recorder, trigger, [Rec, <<"why">>, 60000], 90000),
@@ -105,7 +105,7 @@ recorder_report(Config) ->
     ?assert(is_binary(Report), Report),
     ct:log("report:~n~ts", [Report]),
     Lines = binary:split(Report, <<"\n">>, [global]),
-    dtrace_why_lib:check(Planted, dtrace_why_lib:blocks(dtrace_why_lib:section(Lines)),
+    dtrace_test_why:check(Planted, dtrace_test_why:blocks(dtrace_test_why:section(Lines)),
                          #{requests => ?REQUESTS, every => ?EVERY}),
     %% An operator asking for another snapshot right after: refused within
     %% min_interval_ms (60 s by default), taken with force.

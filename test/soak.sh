@@ -5,6 +5,6 @@ set -eu
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-erlc -o "$work" test/dtrace_props.erl test/dtrace_test_workload.erl test/dtrace_test_tracer.erl test/dtrace_test_peer.erl test/dtrace_test_catalogue.erl test/dtrace_soak.erl
+erlc -o "$work" test/dtrace_props.erl test/support/dtrace_test_workload.erl test/support/dtrace_test_tracer.erl test/support/dtrace_test_peer.erl test/support/dtrace_test_catalogue.erl test/dtrace_soak.erl
 exec erl -noshell +P 1000000 -pa _build/default/lib/dtrace/ebin -pa "$work" \
     -eval "dtrace_soak:main([\"${SOAK_CALLS:-10000000}\"])."

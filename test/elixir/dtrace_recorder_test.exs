@@ -57,7 +57,7 @@ defmodule DTrace.RecorderTest do
   end
 
   # The root session daemon: the running one, or one started now (as
-  # dtrace_lttng_lib does for the Common Test suites).
+  # dtrace_test_lttng does for the Common Test suites).
   defp sessiond do
     with {_, status} when status != 0 <- System.cmd("pgrep", ["-x", "lttng-sessiond"]),
          {out, status} when status != 0 <-

@@ -32,7 +32,7 @@ defmodule DTrace.PackageTest do
       ~w(checksum-dtrace_nif.exs native/precompiled.escript native/build-nif.sh .cargo/config.toml
          Cargo.toml Cargo.lock native/dtrace_nif/Cargo.toml native/tracer_nif/Cargo.toml
          native/dtrace_catalogue/Cargo.toml native/dtrace_nif/probes.d native/dtrace_nif/build.rs
-         native/dtrace_nif/src/lib.rs native/tracer_nif/src/lib.rs src/dtrace.app.src src/dtrace.erl
+         native/dtrace_nif/src/lib.rs native/tracer_nif/src/lib.rs src/dtrace.app.src src/api/dtrace.erl
          compat/dyntrace.erl lib/dtrace.ex rebar.config mix.exs README.md CHANGELOG.md LICENSE
          priv/dtrace-bpftrace priv/span-latency.bt priv/span-latency.d priv/span-latency.stp
          priv/user-probe.gdb priv/dtrace_why.py)

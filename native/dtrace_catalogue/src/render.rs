@@ -1,6 +1,6 @@
 //! The catalogue as text: JSON (shipped as `priv/dtrace_probes.json`), the
 //! tables of docs/reference.md (Markdown), Erlang terms for the test suites,
-//! and the efile command tables of src/dtrace_efile.hrl, priv/efile.bt,
+//! and the efile command tables of src/api/dtrace_efile.hrl, priv/efile.bt,
 //! priv/efile_drv.d and priv/efile.stp ([`generated`]).
 
 use std::fmt::Write as _;
@@ -445,7 +445,7 @@ pub fn generated(c: &Catalogue, read: impl Fn(&str) -> Option<String>) -> Result
                 ("efile-commands", efile_markdown(c)),
             ],
         )?,
-        ("src/dtrace_efile.hrl".to_string(), efile_hrl(c)),
+        ("src/api/dtrace_efile.hrl".to_string(), efile_hrl(c)),
         region("priv/efile.bt", ("/*", " */"), &[("efile-commands", efile_assignments(c, "@command"))])?,
         region("priv/efile_drv.d", ("/*", " */"), &[("efile-commands", efile_assignments(c, "cmd"))])?,
         region("priv/efile.stp", ("/*", " */"), &[("efile-commands", efile_assignments(c, "command"))])?,
@@ -466,7 +466,7 @@ mod tests {
         std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
     }
 
-    /// docs/reference.md's tables, src/dtrace_efile.hrl and the efile
+    /// docs/reference.md's tables, src/api/dtrace_efile.hrl and the efile
     /// command tables of the shipped scripts are the catalogue's; `make
     /// generated` rewrites them after a change to probes.d.
     #[test]

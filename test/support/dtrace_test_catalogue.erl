@@ -9,9 +9,9 @@
 nif_path() ->
     filename:join(code:priv_dir(dtrace), "dtrace_nif.so").
 
-%% The repository this test code belongs to.
+%% The repository this test code belongs to (this file is in test/support/).
 repo_root() ->
-    filename:dirname(filename:dirname(?FILE)).
+    filename:dirname(filename:dirname(filename:dirname(?FILE))).
 
 %% The library's SDT notes, as readelf -n lists them, in order:
 %% [#{provider, name, location, base, semaphore (integers), args (the

@@ -341,7 +341,7 @@ gdb_events(Peer, Fun) ->
 
 %% The same with another script of test/tracers/ (same protocol).
 gdb_events(Peer, ScriptName, Fun) ->
-    Script = filename:join([filename:dirname(?FILE), "tracers", ScriptName]),
+    Script = filename:join([filename:dirname(filename:dirname(?FILE)), "tracers", ScriptName]),
     {Result, Lines} =
         gdb_run(dtrace_test_peer:os_pid(Peer), Script,
                 fun() ->

@@ -3,7 +3,7 @@
 %%% recorder's report) printed, held against the delays the service
 %%% planted. Used by dtrace_why_SUITE (bpftrace, the recorder) and
 %%% dtrace_dtrace_SUITE (DTrace).
--module(dtrace_why_lib).
+-module(dtrace_test_why).
 
 -include_lib("stdlib/include/assert.hrl").
 

@@ -1,7 +1,7 @@
 %%% LTTng for the suites and the benchmark: the policy for a machine
 %%% without LTTng (skip locally, fail in CI), sessions driven with the
 %%% `lttng' command, and their traces read back with babeltrace2.
--module(dtrace_lttng_lib).
+-module(dtrace_test_lttng).
 
 -export([require/0, require_sink/2, start/3, start/4, stop_and_read/1, destroy/1, wait_listening/2, fields/2]).
 

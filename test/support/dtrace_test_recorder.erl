@@ -4,9 +4,9 @@
 %%% suite checks the recorder's files with a reader other than the
 %%% report's), and the workloads the peers run.
 %%%
-%%% A few helpers are copies of dtrace_test_lib's and dtrace_lttng_lib's
+%%% A few helpers are copies of dtrace_test_lib's and dtrace_test_lttng's
 %%% (kept apart so that the two can change independently).
--module(dtrace_recorder_test_lib).
+-module(dtrace_test_recorder).
 
 -export([in_ci/0, require/1, run/2, run/3, wait_until/3,
          start_peer/1, stop_peer/1, read_trace/1, tags_in/1,
@@ -271,7 +271,7 @@ stop_relayd(Dir) ->
 relay_url(#{ports := [C, D, _]}) ->
     "net://127.0.0.1:" ++ integer_to_list(C) ++ ":" ++ integer_to_list(D).
 
-%%% babeltrace2's text output (fields read by dtrace_lttng_lib)
+%%% babeltrace2's text output (fields read by dtrace_test_lttng)
 %%% [08:21:32.630255804] (+0.000009680) host provider:event: { cpu_id = 1 }, { vpid = 12 }, { f1 = 1, f2 = "x" }
 
 event(<<"[", _/binary>> = Line) ->
@@ -280,7 +280,7 @@ event(<<"[", _/binary>> = Line) ->
             %% cpu_id, the context (vpid) and the payload, in one map.
             [_Time, _Delta, _Host, Event] = binary:split(Head, <<" ">>, [global, trim_all]),
             Body = binary:replace(<<"cpu_id = ", Tail/binary>>, <<" }, { ">>, <<", ">>, [global]),
-            {ok, {Event, dtrace_lttng_lib:fields(Body, #{})}};
+            {ok, {Event, dtrace_test_lttng:fields(Body, #{})}};
         [_] ->
             skip
     end;

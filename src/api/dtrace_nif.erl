@@ -14,7 +14,7 @@
 %%% == Which module owns which library, and which NIFs ==
 %%% The one place that says it (ARCHITECTURE.md points
 %%% here; each module's on_load loads its own with the local functions of
-%%% `src/dtrace_libraries.hrl', which the three modules include):
+%%% `src/api/dtrace_libraries.hrl', which the three modules include):
 %%% <table>
 %%% <tr><th>module</th><th>library (`priv/')</th><th>its NIFs</th></tr>
 %%% <tr><td>`dtrace_nif'</td><td>`dtrace_nif.so' (`native/dtrace_nif')</td>
