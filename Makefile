@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif dist test test-repeat test-kernels test-trixie demo demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist check test test-repeat test-kernels test-trixie demo demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -37,6 +37,21 @@ nif:
 
 build: deps
 	$(REBAR3) compile
+
+# The fast check, while working: formatting, lints, the Rust unit tests
+# (the module-circle test, src/layering.rs, among them), dialyzer, the
+# Elixir tests and the Common Test suites that attach no tracer. No root,
+# no guest, no package installed (run `make test` or
+# scripts/ensure-deps.sh once first). `make test` is the whole suite.
+CHECK_SUITES := dtrace_contract_SUITE,dtrace_compat_SUITE,dtrace_file_SUITE,dtrace_provider_SUITE,dtrace_spread_SUITE,dtrace_robust_SUITE
+check:
+	$(CARGO) fmt --check
+	escript scripts/figures.escript check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) test --release
+	MIX_ENV=test $(MIX) test
+	$(REBAR3) dialyzer
+	REBAR3=$(REBAR3) sh scripts/ct.sh --suite $(CHECK_SUITES)
 
 test: deps
 	@scripts/tracefs.sh
@@ -58,15 +73,16 @@ test-repeat: deps
 	$(REBAR3) compile
 	N=$(N) SUITES="$(SUITES)" REBAR3=$(REBAR3) sh scripts/test-repeat.sh
 
-# The kernels and tracers users run (dtrace_kernels_SUITE): QEMU guests
-# booting Debian 12's and Debian 13's kernels with their own userland,
-# tracers and OTP (scripts/guest.sh; roots cached in
-# /var/cache/dtrace-guests). Needs root. The beams are built with the OTP
+# The kernels and tracers users run, in QEMU guests booting Debian 12's and
+# Debian 13's kernels with their own userland, tracers and OTP
+# (dtrace_kernels_SUITE), and DTrace's DOF in Debian 13's guest with
+# dtprobed (dtrace_dtrace_SUITE:dof_in_guest) (scripts/guest.sh; roots
+# cached in /var/cache/dtrace-guests). Needs root. The beams are built with the OTP
 # this runs with and load in both guests only when that is the oldest,
 # the system's OTP 25: run it without OTP=.
 test-kernels: deps
 	$(REBAR3) compile
-	DTRACE_TEST_KERNELS=1 REBAR3=$(REBAR3) sh scripts/ct.sh --suite dtrace_kernels_SUITE
+	DTRACE_TEST_KERNELS=1 REBAR3=$(REBAR3) sh scripts/ct.sh --suite dtrace_kernels_SUITE,dtrace_dtrace_SUITE
 
 # The library built and tested with Debian 13's own packages (OTP 27,
 # Elixir 1.18, cargo/rustc 1.85, bpftrace 0.23) in a chroot on this kernel:

@@ -23,7 +23,7 @@
 %%   dtprobed serves DTrace's helper device (this host has no CUSE): the
 %%   library registers its catalogue as DOF at load, and the scripts run as
 %%   shipped (erlang*, no pid), with DTrace's own `dtrace`. Case
-%%   dof_in_guest boots the guest (scripts/guest.sh) and runs this suite's
+%%   dof_in_guest (make test-kernels, with the other guests) boots the guest (scripts/guest.sh) and runs this suite's
 %%   dof group there with the guest's OTP (test/guest/ct.sh); inside the
 %%   guest, where DTRACE_TEST_GUEST=1, all/0 is that group. It adds the
 %%   cases only DOF can pass: a DTrace started before two nodes sees both,
@@ -57,9 +57,12 @@ suite() ->
     [{timetrap, {minutes, 5}}].
 
 all() ->
-    case os:getenv("DTRACE_TEST_GUEST") of
-        "1" -> [{group, dof}];
-        _ -> [{group, stapsdt}, dof_in_guest]
+    case {os:getenv("DTRACE_TEST_GUEST"), os:getenv("DTRACE_TEST_KERNELS")} of
+        {"1", _} -> [{group, dof}];
+        %% make test-kernels boots the QEMU guests, this one included;
+        %% make test runs the stapsdt group.
+        {_, "1"} -> [dof_in_guest];
+        _ -> [{group, stapsdt}]
     end.
 
 groups() ->

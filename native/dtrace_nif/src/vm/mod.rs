@@ -74,7 +74,6 @@ nif_args!(
     TraceArgs { trace_tag, tracer_state, tracee, trace_term, opts }
 );
 
-
 /// The trace tags of the feed table by their atom (atoms are immediates:
 /// compared as raw terms), most frequent first.
 static TAGS: OnceLock<Vec<(ErlNifTerm, TraceTag)>> = OnceLock::new();
