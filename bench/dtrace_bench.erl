@@ -1109,7 +1109,7 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "\nThe site instruction: the library's sites are the 1-byte `nop`. The 5-byte rows show what\n"
          "this kernel's optimization of that nop gains (6.18 only); the library does not use it: kernels\n"
          "before 6.16 single-step a 5-byte nop (slower), and 6.18 rewrites it into a call that writes\n"
-         "below the stack pointer, where compiled code may keep data. CONTRIBUTING.md, \"The probe\n"
+         "below the stack pointer, where compiled code may keep data. ARCHITECTURE.md, \"The probe\n"
          "site\", has the evidence.\n",
          apart_md(ApartFloors),
          "\n## Disabled probes (no tracer attached)\n\n| call | ns/call | spread |\n|---|---|---|\n",
@@ -1196,14 +1196,11 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
 tool_version(Tool) ->
     unicode:characters_to_binary(string:trim(os:cmd(Tool ++ " --version 2>/dev/null"))).
 
-%% The perf profile before and after the hot-path work: bench/profile.md,
-%% written by hand from the runs it names (make bench runs from the
-%% checkout's root).
+%% The perf profiles before and after the hot-path work are bench/profile.md,
+%% written by hand from the runs it names: a link to it, not its text, so
+%% that each fact is in one file.
 profile_section() ->
-    case file:read_file("bench/profile.md") of
-        {ok, Text} -> Text;
-        {error, _} -> ""
-    end.
+    "The hot paths profiled before and after: [bench/profile.md](bench/profile.md).\n".
 
 %% @private For trying the VM rows alone.
 vm_rows_for_test() ->
