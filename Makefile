@@ -39,7 +39,8 @@ build: deps
 	$(REBAR3) compile
 
 # The fast check, while working: formatting, lints, the Rust unit tests
-# (the module-circle test, src/layering.rs, among them), dialyzer, the
+# (the module-circle test, src/layering.rs, among them), dialyzer and the
+# Erlang modules' circle check, the
 # Elixir tests and the Common Test suites that attach no tracer. No root,
 # no guest, no package installed (run `make test` or
 # scripts/ensure-deps.sh once first). `make test` is the whole suite.
@@ -51,6 +52,7 @@ check:
 	$(CARGO) test --release
 	MIX_ENV=test $(MIX) test
 	$(REBAR3) dialyzer
+	escript scripts/module-circles.escript $${REBAR_BASE_DIR:-_build}/default/lib/dtrace/ebin
 	REBAR3=$(REBAR3) sh scripts/ct.sh --suite $(CHECK_SUITES)
 
 test: deps
@@ -64,6 +66,7 @@ test: deps
 	MIX_ENV=test $(MIX) test
 	$(REBAR3) edoc
 	$(REBAR3) dialyzer
+	escript scripts/module-circles.escript $${REBAR_BASE_DIR:-_build}/default/lib/dtrace/ebin
 	REBAR3=$(REBAR3) sh scripts/ct.sh
 
 # The Common Test suites N times (default 5), every failure reported with

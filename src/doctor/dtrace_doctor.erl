@@ -72,7 +72,7 @@ origin() ->
 %% The library: loaded, and mapped from the file on disk under its path.
 library() ->
     Path = filename:join(code:priv_dir(dtrace), "dtrace_nif.so"),
-    case dtrace:available() of
+    case dtrace_nif:available() of
         false ->
             [f(fail, library, "dtrace_nif is not loaded (~ts): every probe call returns false",
                [Path], "build the library (rebar3 compile, mix compile) and see the node's log for why it "
@@ -114,7 +114,7 @@ mapped(Path) ->
     end.
 
 sinks() ->
-    #{sdt := Sdt, lttng := Lttng, dof := Dof} = dtrace:sinks(),
+    #{sdt := Sdt, lttng := Lttng, dof := Dof} = dtrace_nif:sinks(),
     [case Sdt of
          true -> f(ok, sdt, "SDT notes and semaphores: bpftrace, perf, gdb, SystemTap, DTrace -p see the probes", []);
          false -> f(fail, sdt, "built without SDT probes", [], "build on Linux x86_64 or aarch64")
@@ -150,7 +150,7 @@ os_pid() ->
     end.
 
 vm() ->
-    case dtrace:vm_probes() of
+    case dtrace_vm_probes:status() of
         {error, not_started} ->
             [f(warn, vm_probes, "the dtrace application is not running: the VM's probes (messages, "
                                 "scheduling, GC, ...) are never fed", [],
