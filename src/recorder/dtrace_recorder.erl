@@ -143,7 +143,7 @@ start() ->
 %%   let {@link report/1} say why each request was slow, at several times
 %%   the cost: for a recorder started while an incident is on
 %%   (BENCHMARKS.md, "The flight recorder always on";
-%%   {@link dtrace_recorder_session:event_set/1}). The VM's events
+%%   {@link dtrace_recorder_opts:event_set/1}). The VM's events
 %%   (`<<"org_erlang_dyntrace:message_send">>', ...) are allowed; while
 %%   they are recorded, the `dtrace' application sets the trace flags that
 %%   feed them (the cost per message: README.md, "What it costs";
@@ -379,7 +379,7 @@ where(Pid) when is_pid(Pid) ->
 mark(Source, Reason) ->
     R = reason(Reason),
     Id = erlang:unique_integer([positive]),
-    _ = dtrace:pn(dtrace_recorder_session:mark_label(), Id, <<"dtrace_recorder">>, R, atom_to_binary(node())),
+    _ = dtrace_recorder_session:fire_mark(Id, R, atom_to_binary(node())),
     #{source => Source, reason => R, origin => node(), mark_node => node(), mark_id => Id,
       tag => dtrace:get_tag_data()}.
 
@@ -803,7 +803,7 @@ meta(Info, #st{conf = Conf, ctx = #{session := Session}, triggers = Triggers}) -
       origin => maps:get(origin, Info),
       tag => case maps:get(tag, Info) of undefined -> null; T -> T end,
       time_ms => os:system_time(millisecond),
-      mark_label => dtrace_recorder_session:mark_label(),
+      mark_label => dtrace_recorder_opts:mark_label(),
       mark_id => case Info of
                      #{mark_node := N, mark_id := Id} when N =:= node() -> Id;
                      _ -> null

@@ -1,13 +1,15 @@
 %%% @doc The flight recorder's options ({@link dtrace_recorder:start/1}):
-%%% checked, and completed with their defaults. Nothing else: what the
-%%% options become in LTTng (names, event rules, filters, the relay's URL)
-%%% is {@link dtrace_recorder_session}'s and {@link
-%%% dtrace_recorder_lttng}'s; the patterns, fields and URLs are checked
-%%% against what those say.
+%%% checked, and completed with their defaults, with what they name that is
+%%% the recorder's own: the event sets ({@link event_set/1}) and the
+%%% marker's label ({@link mark_label/0}). What the options become in LTTng
+%%% (names, event rules, filters, the relay's URL) is {@link
+%%% dtrace_recorder_lttng}'s, and the patterns, fields and URLs are checked
+%%% against what it says: the options sit below the session, which reads
+%%% them, and above LTTng's CLI.
 %%% @end
 -module(dtrace_recorder_opts).
 
--export([validate/1, defaults/0]).
+-export([validate/1, defaults/0, mark_label/0, event_set/1]).
 
 -export_type([conf/0, trigger_spec/0]).
 
@@ -27,6 +29,32 @@
 
 -define(MAX_TRIGGERS, 16).
 
+%% @doc The label of `dtrace:pn/N' the recorder fires its marker events
+%% with (the reason of a snapshot): 949. Triggers on it are refused.
+-spec mark_label() -> 949.
+mark_label() ->
+    949.
+
+%% @doc The event patterns of the recorder's two event sets (its `events'
+%% option as an atom). `default', what an always-on recorder can afford
+%% (JFR's default settings, which drop duration events below a
+%% threshold): the user probes (`p/N', `pn/N', which the application fires
+%% where it chose to) and `span_slow', the spans at least the node's
+%% slow-span threshold long (1 ms by default, dtrace:slow_span_threshold/1);
+%% a span below it costs two clock reads and writes nothing.
+%% `detail', for a recorder started while an incident is on: every event of
+%% `org_erlang_dtrace', so every span's begin and end, the file probes of
+%% `dtrace_file', and the span_vm_* events (each span's process traced for
+%% scheduling, GC and messages) that let the report say why a request was
+%% slow. The costs of both are in BENCHMARKS.md ("The flight recorder always
+%% on").
+-dialyzer({no_underspecs, [event_set/1]}).
+-spec event_set(default | detail) -> [binary(), ...].
+event_set(default) ->
+    [<<"org_erlang_dtrace:user_trace_*">>, <<"org_erlang_dtrace:span_slow">>];
+event_set(detail) ->
+    [<<"org_erlang_dtrace:*">>].
+
 %% @doc The options' defaults. `dir' defaults to the user cache directory
 %% (`filename:basedir(user_cache, "dtrace_recorder")', i.e.
 %% `$XDG_CACHE_HOME/dtrace_recorder' or `~/.cache/dtrace_recorder');
@@ -34,7 +62,7 @@
 -spec defaults() -> conf().
 defaults() ->
     #{name => dtrace_recorder,
-      events => dtrace_recorder_session:event_set(default),
+      events => event_set(default),
       buffer => {4, 256 * 1024},
       triggers => [],
       max_snapshots => 10,
@@ -73,7 +101,7 @@ validate(Opts) ->
 check(name, V) when is_atom(V), V =/= undefined ->
     V;
 check(events, V) when V =:= default; V =:= detail ->
-    dtrace_recorder_session:event_set(V);
+    event_set(V);
 check(events, [_ | _] = V) when length(V) =< 64 ->
     [event_pattern(P) || P <- V];
 check(buffer, {N, Size} = V) when is_integer(N), is_integer(Size) ->
@@ -131,7 +159,7 @@ event_pattern(P) ->
     end.
 
 trigger({pn, Label, Filter} = T) when is_integer(Label), Label >= 0, Label =< 950 ->
-    case {Label =:= dtrace_recorder_session:mark_label(), dtrace_recorder_lttng:numbered_event()} of
+    case {Label =:= mark_label(), dtrace_recorder_lttng:numbered_event()} of
         {false, {ok, Event}} -> {pn, Label, filter(Event, Filter, T)};
         _ -> throw({badopt, triggers, T})
     end;

@@ -53,7 +53,7 @@
 %%% @end
 -module(dtrace_recorder_session).
 
--export([context/1, name/1, owner/1, leftover/2, mark_label/0, event_set/1]).
+-export([context/1, name/1, owner/1, leftover/2, fire_mark/3]).
 -export([setup/1, sweep/1, trigger_state/3, rules/2, arm/2, rearm/3, disarm/2,
          take_snapshot/4, poll/1, adopt/3, delete/2, check/2, cleanup/1]).
 
@@ -86,7 +86,6 @@
 %% at, and when it was added (ns since the epoch).
 
 %% The pn label of the recorder's own marker events (trigger reasons).
--define(MARK_LABEL, 949).
 -define(READY_MS, 5000).
 -define(SETTLE_MS, 100).
 %% The processes named in a sidecar, at most (dtrace_names:live/1: about
@@ -203,31 +202,16 @@ clean(S) ->
          _ -> $_
      end || C <- S].
 
-%% @doc The label of `dtrace:pn/N' the recorder fires its marker events
-%% with (the reason of a snapshot): 949. Triggers on it are refused.
--spec mark_label() -> 949.
-mark_label() ->
-    ?MARK_LABEL.
-
-%% @doc The event patterns of the recorder's two event sets (its `events'
-%% option as an atom). `default', what an always-on recorder can afford
-%% (JFR's default settings, which drop duration events below a
-%% threshold): the user probes (`p/N', `pn/N', which the application fires
-%% where it chose to) and `span_slow', the spans at least the node's
-%% slow-span threshold long (1 ms by default, dtrace:slow_span_threshold/1);
-%% a span below it costs two clock reads and writes nothing.
-%% `detail', for a recorder started while an incident is on: every event of
-%% `org_erlang_dtrace', so every span's begin and end, the file probes of
-%% `dtrace_file', and the span_vm_* events (each span's process traced for
-%% scheduling, GC and messages) that let the report say why a request was
-%% slow. The costs of both are in BENCHMARKS.md ("The flight recorder always
-%% on").
--dialyzer({no_underspecs, [event_set/1]}).
--spec event_set(default | detail) -> [binary(), ...].
-event_set(default) ->
-    [<<"org_erlang_dtrace:user_trace_*">>, <<"org_erlang_dtrace:span_slow">>];
-event_set(detail) ->
-    [<<"org_erlang_dtrace:*">>].
+%% @doc Fires the recorder's marker event, `dtrace:pn(949, Id,
+%% "dtrace_recorder", Reason, Origin)' ({@link
+%% dtrace_recorder_opts:mark_label/0}), in the calling process (so it
+%% carries its pid and tag): a snapshot's reason, or, with `Id' 0 and
+%% `Reason' `<<"recording">>', the probe that says the session records here.
+%% The one place the marker is fired. Returns what `dtrace:pn/5' does:
+%% whether a sink listened.
+-spec fire_mark(non_neg_integer(), binary(), binary()) -> boolean().
+fire_mark(Id, Reason, Origin) ->
+    dtrace:pn(dtrace_recorder_opts:mark_label(), Id, <<"dtrace_recorder">>, Reason, Origin).
 
 %%% Setting up
 
@@ -397,7 +381,7 @@ numbered_event() ->
 rules(#{events := Events, os_pid := Pid}, Triggers) ->
     Vpid = iolist_to_binary(["$ctx.vpid == ", Pid]),
     Covered = lists:usort(lists:append([dtrace_recorder_lttng:match_events(E) || E <- Events])),
-    Mark = {numbered_event(), iolist_to_binary(["label == ", integer_to_list(mark_label())])},
+    Mark = {numbered_event(), iolist_to_binary(["label == ", integer_to_list(dtrace_recorder_opts:mark_label())])},
     Extra = [{E, F} || {E, F} <- [Mark | [{E, F} || #{event := E, filter := F} <- Triggers]],
                        not lists:member(E, Covered)],
     ByEvent = maps:groups_from_list(fun({E, _}) -> E end, fun({_, F}) -> F end, Extra),
@@ -452,7 +436,7 @@ wait_recording() ->
     wait_recording(erlang:monotonic_time(millisecond) + ?READY_MS).
 
 wait_recording(Deadline) ->
-    case dtrace:pn(mark_label(), 0, <<"dtrace_recorder">>, <<"recording">>, atom_to_binary(node())) of
+    case fire_mark(0, <<"recording">>, atom_to_binary(node())) of
         true ->
             ok;
         _ ->
@@ -534,8 +518,7 @@ take_snapshot(#{lttng := L, session := Session} = Ctx, Stamp, Info, Meta0) ->
                    %% Asked from another node: the marker is fired here, with
                    %% the asker's tag.
                    _ = dtrace:put_tag(maps:get(tag, Info)),
-                   _ = dtrace:pn(mark_label(), Id, <<"dtrace_recorder">>,
-                                 maps:get(reason, Info), atom_to_binary(maps:get(origin, Info))),
+                   _ = fire_mark(Id, maps:get(reason, Info), atom_to_binary(maps:get(origin, Info))),
                    Meta0#{mark_id => Id}
            end,
     Prefix = "m" ++ Stamp ++ "n" ++ integer_to_list(Id),
