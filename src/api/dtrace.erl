@@ -81,27 +81,6 @@
 %% disabled path ~4 ns).
 %% `stack': the probe fired and dtrace_user__stack listens
 %% (dtrace_tag:fire_stack/1 fires it and returns true).
--define(FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4),
-        case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
-            adopt ->
-                case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted()) of
-                    stack -> dtrace_tag:fire_stack(user_trace__i4s4);
-                    Adopted__ -> Adopted__
-                end;
-            stack -> dtrace_tag:fire_stack(user_trace__i4s4);
-            Fired__ -> Fired__
-        end).
--define(FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4),
-        case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
-            adopt ->
-                case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted()) of
-                    stack -> dtrace_tag:fire_stack({user_trace__n, Label});
-                    Adopted__ -> Adopted__
-                end;
-            stack -> dtrace_tag:fire_stack({user_trace__n, Label});
-            Fired__ -> Fired__
-        end).
-
 -type probe_arg() :: integer() | iodata().
 %% An integer (for i1..i4) or an iolist/binary (for s1..s4).
 -type n_probe_label() :: 0..1023.
@@ -165,9 +144,8 @@
 -include("dtrace_libraries.hrl").
 
 %%%===================================================================
-%%% Loading: this module is the tracer module of {tracer, dtrace, State};
-%%% its two NIFs (enabled/3, trace/5) are in priv/tracer/dtrace.so. Which
-%%% module owns which library: dtrace_libraries.hrl, dtrace_nif's doc.
+%%% Loading: the tracer module of {tracer, dtrace, State}, its NIFs
+%%% (enabled/3, trace/5) in priv/tracer/dtrace.so (dtrace_nif's doc).
 %%%===================================================================
 
 on_load() ->
@@ -257,10 +235,9 @@ user_trace_s1(Message) ->
 user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
     dtrace_nif:user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4).
 
-%% The NIFs behind p/N and pn/N (dtrace_nif:i4s4/9, user_trace_n/10) take
-%% the user tag last: the routing clauses then pass their arguments in the
-%% registers they arrived in, where a leading tag would make every call
-%% rotate them (BEAM `swap's, about 4 ns each on OTP 25's JIT).
+%% The NIFs behind p/N and pn/N take the user tag last: the routing clauses
+%% pass their arguments in the registers they arrived in (a leading tag
+%% would rotate them: BEAM `swap's, about 4 ns each on OTP 25's JIT).
 
 %%%===================================================================
 %%% The VM's own probes

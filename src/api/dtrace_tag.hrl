@@ -22,3 +22,27 @@
             undefined -> adopt;
             OwnTag__ -> OwnTag__
         end).
+
+%% Fires user_trace__i4s4 or user_trace__n<Label> (dtrace:p/N, pn/N) with the
+%% caller's own tag, or, when the NIF asks for it (`adopt'), the tag the
+%% caller adopted, or through its stack (`stack').
+-define(FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4),
+        case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
+            adopt ->
+                case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted()) of
+                    stack -> dtrace_tag:fire_stack(user_trace__i4s4);
+                    Adopted__ -> Adopted__
+                end;
+            stack -> dtrace_tag:fire_stack(user_trace__i4s4);
+            Fired__ -> Fired__
+        end).
+-define(FIRE_N(Label, I1, I2, I3, I4, S1, S2, S3, S4),
+        case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
+            adopt ->
+                case dtrace_nif:user_trace_n(Label, I1, I2, I3, I4, S1, S2, S3, S4, dtrace_tag:adopted()) of
+                    stack -> dtrace_tag:fire_stack({user_trace__n, Label});
+                    Adopted__ -> Adopted__
+                end;
+            stack -> dtrace_tag:fire_stack({user_trace__n, Label});
+            Fired__ -> Fired__
+        end).

@@ -45,13 +45,8 @@
 %%%
 %%% == The code ==
 %%% This module is the recorder's process: the API, the state, the rate
-%%% limit, and the jobs, one at a time, each in a process of its own, all
-%%% dispatched by one function (`job/2': what each kind of job runs, its
-%%% deadline, what its result does). The jobs' work is {@link
-%%% dtrace_recorder_session}'s, on the session's context; LTTng's commands
-%%% and catalogue are {@link dtrace_recorder_lttng}'s, the snapshots' files
-%%% {@link dtrace_recorder_store}'s, the options' checks {@link
-%%% dtrace_recorder_opts}'.
+%%% limit, and the jobs, each in a process of its own, all dispatched by
+%%% `job/2'. The rest of `src/recorder/', one way down: ARCHITECTURE.md.
 %%% @end
 -module(dtrace_recorder).
 -behaviour(gen_server).
@@ -98,7 +93,6 @@
 -define(GROUP, dtrace_recorders).
 -define(POLL_MS, 250).
 -define(READY_MS, 5000).
--define(REASON_MAX, 1000).
 -define(TRIGGER_GRACE_MS, 300).
 
 -record(st, {conf :: dtrace_recorder_opts:conf(),
@@ -132,18 +126,11 @@ start() ->
 %%
 %% `Opts' is a map; every key is optional:
 %% <ul>
-%% <li>`events': `default', `detail', or LTTng event-name patterns
-%%   (binaries or strings; `*' matches anything). `default' is what a
-%%   recorder that stays on can afford: the user probes (`p/N', `pn/N')
-%%   and `span_slow', the spans at least the node's slow-span threshold
-%%   long ({@link dtrace:slow_span_threshold/1}, 1 ms by default); shorter
-%%   spans write nothing and cost two clock reads.
-%%   `detail' (`[<<"org_erlang_dtrace:*">>]') adds every span's begin and
-%%   end, the file probes of `dtrace_file', and the span_vm_* events that
-%%   let {@link report/1} say why each request was slow, at several times
-%%   the cost: for a recorder started while an incident is on
-%%   (BENCHMARKS.md, "The flight recorder always on";
-%%   {@link dtrace_recorder_opts:event_set/1}). The VM's events
+%% <li>`events': `default' (what a recorder that stays on can afford),
+%%   `detail' (for an incident: what lets {@link report/1} say why each
+%%   request was slow, at several times the cost), both as {@link
+%%   dtrace_recorder_opts:event_set/1} says, or LTTng event-name patterns
+%%   (binaries or strings; `*' matches anything). The VM's events
 %%   (`<<"org_erlang_dyntrace:message_send">>', ...) are allowed; while
 %%   they are recorded, the `dtrace' application sets the trace flags that
 %%   feed them (the cost per message: README.md, "What it costs";
@@ -254,7 +241,7 @@ trigger(Recorder, Reason) ->
         undefined ->
             {error, {no_recorder, Recorder}};
         Pid ->
-            gen_server:cast(Pid, {trigger, mark(manual, Reason)}),
+            gen_server:cast(Pid, {trigger, dtrace_recorder_session:mark(manual, Reason)}),
             ok
     end.
 
@@ -278,8 +265,8 @@ trigger(Recorder, Reason, Timeout) ->
           {ok, snapshot()} | {error, term()}.
 trigger(Recorder, Reason, Timeout, Opts) when is_map(Opts) ->
     Info = case maps:get(force, Opts, false) of
-               true -> (mark(manual, Reason))#{force => true};
-               false -> mark(manual, Reason)
+               true -> (dtrace_recorder_session:mark(manual, Reason))#{force => true};
+               false -> dtrace_recorder_session:mark(manual, Reason)
            end,
     case where(Recorder) of
         undefined ->
@@ -304,7 +291,7 @@ trigger(Recorder, Reason, Timeout, Opts) when is_map(Opts) ->
 trigger_cluster(Reason) ->
     try pg:get_members(?SCOPE, ?GROUP) of
         Pids ->
-            Info = mark(cluster, Reason),
+            Info = dtrace_recorder_session:mark(cluster, Reason),
             _ = [gen_server:cast(P, {trigger, Info}) || P <- Pids],
             ok
     catch
@@ -372,35 +359,6 @@ where(Pid) when is_pid(Pid) ->
     case is_process_alive(Pid) of
         true -> Pid;
         false -> undefined
-    end.
-
-%% The marker event, fired in the caller (it carries the caller's pid and
-%% tag), and what the recorders need to know about it.
-mark(Source, Reason) ->
-    R = reason(Reason),
-    Id = erlang:unique_integer([positive]),
-    _ = dtrace_recorder_session:fire_mark(Id, R, atom_to_binary(node())),
-    #{source => Source, reason => R, origin => node(), mark_node => node(), mark_id => Id,
-      tag => dtrace:get_tag_data()}.
-
-reason(R) when is_binary(R) -> cut(R);
-reason(R) when is_atom(R) -> cut(atom_to_binary(R));
-reason(R) ->
-    try unicode:characters_to_binary(R) of
-        B when is_binary(B) -> cut(B);
-        _ -> cut(iolist_to_binary(io_lib:format("~0tp", [R])))
-    catch
-        error:_ -> cut(iolist_to_binary(io_lib:format("~0tp", [R])))
-    end.
-
-%% At most ?REASON_MAX bytes, cut at a character boundary: a probe
-%% string over 1024 bytes would be recorded as NULL.
-cut(B) when byte_size(B) =< ?REASON_MAX -> B;
-cut(B) ->
-    case unicode:characters_to_binary(binary:part(B, 0, ?REASON_MAX)) of
-        {incomplete, Good, _} -> Good;
-        {error, Good, _} -> Good;
-        Good -> Good
     end.
 
 %%% gen_server

@@ -53,7 +53,7 @@
 %%% @end
 -module(dtrace_recorder_session).
 
--export([context/1, name/1, owner/1, leftover/2, fire_mark/3]).
+-export([context/1, name/1, owner/1, leftover/2, mark/2]).
 -export([setup/1, sweep/1, trigger_state/3, rules/2, arm/2, rearm/3, disarm/2,
          take_snapshot/4, poll/1, adopt/3, delete/2, check/2, cleanup/1]).
 
@@ -86,6 +86,9 @@
 %% at, and when it was added (ns since the epoch).
 
 %% The pn label of the recorder's own marker events (trigger reasons).
+%% A snapshot's reason: at most this many bytes (a probe string over 1024
+%% bytes would be recorded as NULL).
+-define(REASON_MAX, 1000).
 -define(READY_MS, 5000).
 -define(SETTLE_MS, 100).
 %% The processes named in a sidecar, at most (dtrace_names:live/1: about
@@ -202,7 +205,39 @@ clean(S) ->
          _ -> $_
      end || C <- S].
 
-%% @doc Fires the recorder's marker event, `dtrace:pn(949, Id,
+%% @doc The marker of a snapshot asked for (`Source': `manual' or
+%% `cluster'), fired in the caller (it carries the caller's pid and tag):
+%% `Reason' as a binary of at most 1000 bytes, and what the recorders need
+%% to know about it.
+-spec mark(manual | cluster, term()) -> #{atom() => term()}.
+mark(Source, Reason) ->
+    R = reason(Reason),
+    Id = erlang:unique_integer([positive]),
+    _ = fire_mark(Id, R, atom_to_binary(node())),
+    #{source => Source, reason => R, origin => node(), mark_node => node(), mark_id => Id,
+      tag => dtrace:get_tag_data()}.
+
+reason(R) when is_binary(R) -> cut(R);
+reason(R) when is_atom(R) -> cut(atom_to_binary(R));
+reason(R) ->
+    try unicode:characters_to_binary(R) of
+        B when is_binary(B) -> cut(B);
+        _ -> cut(iolist_to_binary(io_lib:format("~0tp", [R])))
+    catch
+        error:_ -> cut(iolist_to_binary(io_lib:format("~0tp", [R])))
+    end.
+
+%% At most ?REASON_MAX bytes, cut at a character boundary: a probe
+%% string over 1024 bytes would be recorded as NULL.
+cut(B) when byte_size(B) =< ?REASON_MAX -> B;
+cut(B) ->
+    case unicode:characters_to_binary(binary:part(B, 0, ?REASON_MAX)) of
+        {incomplete, Good, _} -> Good;
+        {error, Good, _} -> Good;
+        Good -> Good
+    end.
+
+%% Fires the recorder's marker event, `dtrace:pn(949, Id,
 %% "dtrace_recorder", Reason, Origin)' ({@link
 %% dtrace_recorder_opts:mark_label/0}), in the calling process (so it
 %% carries its pid and tag): a snapshot's reason, or, with `Id' 0 and

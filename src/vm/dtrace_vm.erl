@@ -11,27 +11,19 @@
 %%% listeners leave, it removes them. A node nobody traces has no trace
 %%% flag set by dtrace.
 %%%
-%%% == How it traces: OTP 27 and later ==
-%%% With trace sessions (OTP 27's `trace' module), automatic mode traces in
-%%% sessions of its own: `dtrace_auto' (tracer `{dtrace, auto}': flags and
-%%% call-trace patterns) and `dtrace_spawn_meta' (tracer
-%%% `{dtrace, spawn_meta}': meta patterns on the spawn BIFs). Nothing it
-%%% does changes or reads what another session, the legacy one included,
-%%% has set: an operator's `dbg', `recon_trace' or `erlang:trace/3' keeps
-%%% its tracer, flags and match specs before, during and after, and sees
-%%% all its events. The sessions live as long as this process: if it is
-%%% killed, the VM destroys them, and every flag and pattern they set goes
-%%% with them. (A process traced both by automatic mode and by a
-%%% `{tracer, dtrace, []}' of your own, in the legacy session, fires each
-%%% of their common events twice: trace by hand in manual mode.)
-%%%
-%%% == How it traces: OTP 25 and 26 ==
-%%% Without sessions, a process has one tracer. Automatic mode uses
-%%% `{dtrace, []}', the tracer the docs tell users to set by hand, leaves
-%%% processes another tracer holds alone (counted as `skipped' in
-%%% {@link dtrace:vm_probes/0}) and takes the default tracer of new
-%%% processes only when it is free. What that means for an operator's own
-%%% tracing: docs/vm-probes.md, "Operators' tracing".
+%%% == How it traces ==
+%%% OTP 27 and later: in trace sessions of its own, `dtrace_auto' (tracer
+%%% `{dtrace, auto}': flags and call-trace patterns) and
+%%% `dtrace_spawn_meta' (tracer `{dtrace, spawn_meta}': meta patterns on
+%%% the spawn BIFs), which the VM destroys with this process, and with them
+%%% every flag and pattern they set. Nothing another session set is read
+%%% or changed. OTP 25 and 26: as the one tracer a process may have,
+%%% `{dtrace, []}', the tracer users set by hand (so a `{tracer, dtrace,
+%%% []}' of theirs adds to automatic mode's flags); processes another
+%%% tracer traces are left alone and counted (`skipped' in {@link
+%%% dtrace:vm_probes/0}), and the default tracer of new processes is only
+%%% taken when free. What this means for an operator's own tracing, on
+%%% each OTP: docs/vm-probes.md, "Operators' tracing".
 %%%
 %%% == Spawns ==
 %%% `process__spawn' alone needs no trace flag: while it is the only
@@ -51,8 +43,7 @@
 -export([start_link/0, status/0, set_mode/1, function_probes/1, function_spans/1, traced/0, sync/0]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2, format_status/1]).
 
-%% The tracer of automatic mode without sessions: the one users set by
-%% hand, so that theirs adds to ours (see the module doc).
+%% The tracer of automatic mode without sessions (see the module doc).
 -define(LEGACY_TRACER, {dtrace, []}).
 %% The tracer of automatic mode's own session (OTP 27+).
 -define(SESSION_TRACER, {dtrace, auto}).
