@@ -10,7 +10,7 @@
  * per probe (is it enabled in any sink, fire to every sink that listens),
  * the erl_tracer dispatch of the VM probes, and the machine-readable
  * catalogue (priv/dtrace_probes.json). `make generated' writes the tables
- * of docs/reference.md and the efile command tables of src/, priv/efile.bt
+ * of docs/reference.md and the efile command tables of src/api/, priv/efile.bt
  * and priv/efile_drv.d from it; `cargo test' checks that they match.
  *
  * Argument k of every probe sits in the same register (docs/reference.md,
@@ -206,7 +206,7 @@ provider erlang {
 #pragma dtrace_nif otp_vm io.c:set_port_connected
 	probe port__connect(char *process, char *port, char *port_name, char *new_process);
 
-	/* system_monitor busy_port, while no one else holds the node's system monitor (src/dtrace_vm.erl): a process was suspended sending to the busy port; once per suspended sender, where OTP fires once as the driver sets the port busy. */
+	/* system_monitor busy_port, while no one else holds the node's system monitor (src/vm/dtrace_vm.erl): a process was suspended sending to the busy port; once per suspended sender, where OTP fires once as the driver sets the port busy. */
 #pragma dtrace_nif otp_vm io.c:set_busy_port
 	probe port__busy(char *port);
 
@@ -441,7 +441,7 @@ provider org_erlang_dyntrace {
  *            (net_kernel:monitor_nodes/2's messages), system_monitor
  *            (erlang:system_monitor/2's, taken only while nobody else
  *            holds it) or exit_meta (meta tracing of erlang:exit/2);
- *            the last four set no trace flag: src/dtrace_vm.erl
+ *            the last four set no trace flag: src/vm/dtrace_vm.erl
  *            sets their patterns, subscription or monitor while one of
  *            their rows' probes listens;
  *   flags=   the trace flags automatic mode sets on every process or port
@@ -454,7 +454,7 @@ provider org_erlang_dyntrace {
  *            user's own {tracer, dtrace, []}, as OTP's LTTng build would).
  *            The spawn row is so: process__spawn alone is fed by the
  *            spawn_meta row, and from procs when automatic mode traces
- *            processes for another probe anyway (src/dtrace_vm.erl).
+ *            processes for another probe anyway (src/vm/dtrace_vm.erl).
  * A trace tag may be in several rows: each row's function runs.
  * The most frequent events first: the tags are looked up in this order.
  */
@@ -501,7 +501,7 @@ provider org_erlang_dyntrace {
 
 /*
  * OTP's efile command numbers (efile_drv.c, OTP 20): `command' of the
- * efile_drv__* probes. dtrace_file (src/dtrace_efile.hrl), priv/efile.bt,
+ * efile_drv__* probes. dtrace_file (src/api/dtrace_efile.hrl), priv/efile.bt,
  * priv/efile_drv.d and docs/reference.md carry copies written from this
  * table (`make generated').
  */
