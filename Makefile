@@ -40,10 +40,11 @@ build: deps
 
 # The fast check, while working: formatting, lints, the Rust unit tests
 # (the module-circle test, src/layering.rs, among them), dialyzer and the
-# Erlang modules' circle check, the
-# Elixir tests and the Common Test suites that attach no tracer. No root,
-# no guest, no package installed (run `make test` or
-# scripts/ensure-deps.sh once first). `make test` is the whole suite.
+# Erlang modules' circle check, the Elixir tests and the quick Common Test
+# suites (the API's contract, any-term properties, providers, files,
+# robustness): no guest, nothing downloaded. Needs no root (their tracer
+# cases skip without it, and attach bpftrace or gdb as root). Installs no
+# package: run `make test` or scripts/ensure-deps.sh once first.
 CHECK_SUITES := dtrace_contract_SUITE,dtrace_compat_SUITE,dtrace_file_SUITE,dtrace_provider_SUITE,dtrace_spread_SUITE,dtrace_robust_SUITE
 check:
 	$(CARGO) fmt --check

@@ -8,7 +8,9 @@
 # each step took.
 #   scripts/test-caches.sh [--suite SUITE[,SUITE...]]... [OTHER ARGS]
 # Without --suite, what the suites of `make test` need; with
-# DTRACE_TEST_KERNELS=1, also what dtrace_kernels_SUITE needs. Only as
+# DTRACE_TEST_KERNELS=1, also what the guests of make test-kernels need
+# (dtrace_kernels_SUITE's roots, and trixie-dtrace for
+# dtrace_dtrace_SUITE:dof_in_guest). Only as
 # root (the suites that need these skip without it, or fail in CI, saying
 # why). A failed build is reported and the suites go on: the case that
 # needs it tries again and fails, naming it.

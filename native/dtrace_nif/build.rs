@@ -25,7 +25,7 @@
 //!   Erlang terms, for `file:consult/1`), installed in `priv/`.
 //! - With the LTTng sink: the tracepoint headers of `org_erlang_dtrace` and
 //!   `org_erlang_dyntrace`, their call sites, and the provider package
-//!   `libdtrace_lttng_tp.so` (module `lttng` below).
+//!   `libdtrace_lttng_tp.so` (build/lttng.rs).
 //!
 //! The SDT backend is chosen by target: Linux x86_64 and aarch64
 //! (`cfg(dtrace_sdt)`) get sites; elsewhere `sdt_enabled()` is `false` and
@@ -131,7 +131,7 @@ fn dof_probes(c: &Catalogue) -> Vec<TokenStream> {
     let provider_name = &c.provider.name;
     vec![
         quote! {
-            /// The provider's name (`probes::PROVIDER`).
+            /// The provider's name (the same as `probes::PROVIDER`).
             pub const PROVIDER: &str = #provider_name;
         },
         quote! {

@@ -71,16 +71,6 @@
 
 -include("dtrace_tag.hrl").
 
-%% Fires with the caller's own tag or, without one, `adopt': the NIF then
-%% answers `adopt' when the probe is enabled (and only then: the disabled
-%% path is one NIF call) and the probe fires again with the tag the caller
-%% adopted through spreading, or `undefined' (the tag contract:
-%% dtrace_tag.hrl). A macro rather than a function: expanded in each p/N
-%% and pn/N clause, only that clause's variables are kept across the first
-%% call (a function would keep all eight arguments, which cost the
-%% disabled path ~4 ns).
-%% `stack': the probe fired and dtrace_user__stack listens
-%% (dtrace_tag:fire_stack/1 fires it and returns true).
 -type probe_arg() :: integer() | iodata().
 %% An integer (for i1..i4) or an iolist/binary (for s1..s4).
 -type n_probe_label() :: 0..1023.

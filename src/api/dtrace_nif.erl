@@ -2,7 +2,7 @@
 %%% @doc The NIF boundary: every NIF of `priv/dtrace_nif.so', one section per
 %%% probe family, in the order of the family's Rust file
 %%% (`native/dtrace_nif/src/': `user.rs', `span.rs', `efile.rs', `vm/',
-%%% `provider.rs'). Nothing else: the public modules (`dtrace',
+%%% `provider/nifs.rs'). Nothing else: the public modules (`dtrace',
 %%% `dtrace_file', `dtrace_vm', `dtrace_provider') route arguments and call
 %%% these. Each raw NIF's argument order is its Rust argument struct's
 %%% (`nif_args!'), and the arity registered there is taken from it.
@@ -295,7 +295,7 @@ process_name(_Pid, _Name) ->
     stub(false).
 
 %%%===================================================================
-%%% Run-time providers (provider.rs): see dtrace_provider. Without the
+%%% Run-time providers (provider/nifs.rs): see dtrace_provider. Without the
 %%% library no handle can exist: new/2 answers {error, unavailable} and
 %%% the others raise what the NIF raises for a term that is not a handle.
 %%%===================================================================

@@ -23,9 +23,17 @@
             OwnTag__ -> OwnTag__
         end).
 
-%% Fires user_trace__i4s4 or user_trace__n<Label> (dtrace:p/N, pn/N) with the
-%% caller's own tag, or, when the NIF asks for it (`adopt'), the tag the
-%% caller adopted, or through its stack (`stack').
+%% Fire user_trace__i4s4 or user_trace__n<Label> (dtrace:p/N, pn/N).
+%% Fires with the caller's own tag or, without one, `adopt': the NIF then
+%% answers `adopt' when the probe is enabled (and only then: the disabled
+%% path is one NIF call) and the probe fires again with the tag the caller
+%% adopted through spreading, or `undefined' (the tag contract:
+%% dtrace_tag.hrl). A macro rather than a function: expanded in each p/N
+%% and pn/N clause, only that clause's variables are kept across the first
+%% call (a function would keep all eight arguments, which cost the
+%% disabled path ~4 ns).
+%% `stack': the probe fired and dtrace_user__stack listens
+%% (dtrace_tag:fire_stack/1 fires it and returns true).
 -define(FIRE_I4S4(I1, I2, I3, I4, S1, S2, S3, S4),
         case dtrace_nif:i4s4(I1, I2, I3, I4, S1, S2, S3, S4, ?OWN_TAG_OR_ADOPT) of
             adopt ->

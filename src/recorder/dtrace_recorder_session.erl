@@ -85,7 +85,6 @@
 %% vpid condition), LTTng's count of its failed snapshots when last looked
 %% at, and when it was added (ns since the epoch).
 
-%% The pn label of the recorder's own marker events (trigger reasons).
 %% A snapshot's reason: at most this many bytes (a probe string over 1024
 %% bytes would be recorded as NULL).
 -define(REASON_MAX, 1000).

@@ -2,7 +2,7 @@
 //! and where a tracer finds each argument.
 //!
 //! The catalogue is one D provider file (`native/dtrace_nif/probes.d`), in
-//! the syntax of OTP's `erlang_dtrace.d`. This crate reads it ([`parse`])
+//! the syntax of OTP's `erlang_dtrace.d`. This crate reads it ([`parse()`])
 //! and says, for a target architecture ([`Arch`]), which register argument
 //! k sits in and how the `.note.stapsdt` note describes it
 //! ([`Arch::note_arg`]). `dtrace_nif`'s build.rs generates the probe sites

@@ -25,7 +25,7 @@
 //! What rustler does offer is used as offered elsewhere: `#[rustler::nif]`
 //! for the cold NIFs, `rustler::atoms!`, `rustler::sys`. One more thing is
 //! done by hand, for the hot path: the run-time providers' resource type
-//! (provider.rs) is opened with `enif_open_resource_type` rather than
+//! (provider/nifs.rs) is opened with `enif_open_resource_type` rather than
 //! `#[rustler::resource_impl]`, whose decode looks the type up in a
 //! `TypeId`-keyed map on every call (as long again as a disabled probe)
 //! and whose registration (rustler 0.39, `resource/registration.rs`) is

@@ -6,7 +6,7 @@
 //! generates the probes, their LTTng events and the VM feed table from it
 //! ([`probes`]). The data path, from an Erlang call to a probe:
 //! `dtrace:p/N` (argument routing, in Erlang) → one NIF per probe family
-//! (`dtrace_nif:i4s4/9`; `user.rs`, `span.rs`, `efile.rs`, `provider.rs`)
+//! (`dtrace_nif:i4s4/9`; `user.rs`, `span.rs`, `efile.rs`, `provider/nifs.rs`)
 //! → semaphore check ([`probes`]) → conversion into stack buffers
 //! ([`args`], `text.rs`) → the probe (`fire`, every sink that listens). A
 //! VM event: erl_tracer → `vm/mod.rs` (`enabled/3`, `trace/5`) → the feed

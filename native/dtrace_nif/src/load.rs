@@ -39,9 +39,10 @@ pub(crate) mod order {
     pub(crate) const VM: u8 = 70;
 }
 
-/// Runs every registered step in [`order`] (all of them, even after one
-/// failed, as the families' steps always did) and says whether all
-/// succeeded.
+/// Runs every registered step in [`order`], all of them even after one
+/// failed (each always succeeds but the provider's resource type, which
+/// ran first of the families' steps before these were registered), and
+/// says whether all succeeded.
 pub(crate) fn run(env: Env<'_>) -> bool {
     let mut steps: Vec<&LoadStep> = inventory::iter::<LoadStep>().collect();
     steps.sort_by_key(|step| step.order);

@@ -33,7 +33,7 @@ pub enum Invalid {
     DuplicateProbe(usize),
 }
 
-/// Why [`Provider::new`] failed.
+/// Why [`Provider::new`](super::Provider::new) failed.
 #[derive(Debug)]
 pub enum NewError {
     /// A bad definition.

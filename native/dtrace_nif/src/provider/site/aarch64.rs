@@ -9,7 +9,7 @@ use dtrace_catalogue::MAX_ARGS;
 /// Calls a site with the twelve argument registers set.
 #[inline(never)]
 pub(super) fn call_site(site: NonNull<c_void>, r: &[u64; MAX_ARGS]) {
-    // SAFETY: as on x86_64: the site is `nop; ret` of a loaded object;
+    // SAFETY: as in site/x86_64.rs: the site is `nop; ret` of a loaded object;
     // `blr` sets the link register, which `clobber_abi("C")` declares
     // clobbered with the other caller-saved registers.
     unsafe {
@@ -29,8 +29,11 @@ pub(super) fn call_site(site: NonNull<c_void>, r: &[u64; MAX_ARGS]) {
 #[inline(never)]
 pub(super) fn call_is_enabled(site: NonNull<c_void>) -> bool {
     let mut on: u32 = 0;
-    // SAFETY: as on x86_64, with `x0` and `blr` (the link register is
-    // among the registers `clobber_abi("C")` declares clobbered).
+    // SAFETY: as in site/x86_64.rs: `site` is an is-enabled site of a
+    // loaded object (`nop; ret`), where DTrace may write 4 bytes at the
+    // address in `x0` (`on`, alive across the call); `blr` sets the link
+    // register, among those `clobber_abi("C")` declares clobbered. The asm
+    // may write memory, so `on` is read again after it.
     unsafe {
         core::arch::asm!(
             "blr {site}",
