@@ -108,7 +108,9 @@ fn is_nil(term: Term<'_>) -> bool {
     }
 }
 
-/// A stack buffer for one string argument: up to 1024 bytes and its NUL.
+/// A stack buffer for one string argument as the caller gave it (an
+/// iolist): up to 1024 bytes and its NUL. Text the library writes itself
+/// (a pid, an atom, an mfa) goes in a `TextBuf` (text.rs) instead.
 #[derive(Default)]
 pub struct StrBuf {
     bytes: Bytes,

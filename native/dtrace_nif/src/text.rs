@@ -47,7 +47,9 @@ pub struct KeptText {
     len: usize,
 }
 
-/// A stack buffer for one text argument.
+/// A stack buffer for one text argument the library writes itself (a term
+/// as `%T` writes it, an atom, an mfa): up to `TEXT_BYTES` bytes. A
+/// string the caller gave is a `StrBuf` (args.rs) instead.
 pub struct TextBuf {
     bytes: [MaybeUninit<u8>; TEXT_BYTES],
     /// How many bytes were written, NUL included; 0 when none (NULL).
