@@ -18,32 +18,44 @@
 %% (2.15), which a VM of the same major NIF version and a minor at least as
 %% high loads (rustler_precompiled's find_compatible_nif_version/2).
 %%
-%% From where: DTRACE_NIF_URL (else PUBLISHED_URL/v<VSN> once a version is
-%% published; see below), a base URL (http:// or https://, fetched with
-%% httpc; https verified against the OS's CA store, public_key:cacerts_get/0)
-%% or a local directory (or file:// URL) holding the archives. Each archive
-%% fetched is kept in filename:basedir(user_cache, "dtrace")/precompiled and
-%% reused from there; a kept archive is checked again on every use.
+%% Installed already: when priv/precompiled.txt names the archives this
+%% build needs (same version, NIF version and target) with the sums
+%% checksum-dtrace_nif.exs gives them now, and every object it installed
+%% still has its recorded sum, nothing is done and nothing is needed: no
+%% DTRACE_NIF_URL, no cache. So a consumer's later `mix run`, `mix test`,
+%% `mix release`, `rebar3 compile` or `rebar3 release` keeps what its first
+%% build installed. Otherwise it installs again and says why.
 %%
-%% Checked how: every archive's SHA-256 must be the one
+%% From where: each archive from the cache,
+%% filename:basedir(user_cache, "dtrace")/precompiled (~/.cache/dtrace/
+%% precompiled, or $XDG_CACHE_HOME's), when it is there; else from
+%% DTRACE_NIF_URL (else PUBLISHED_URL/v<VSN> once a version is published;
+%% see below), a base URL (http:// or https://, fetched with httpc; https
+%% verified against the OS's CA store, public_key:cacerts_get/0) or a local
+%% directory (or file:// URL) holding the archives, then kept in the cache.
+%%
+%% Checked how: every archive's SHA-256, fetched or cached, must be the one
 %% checksum-dtrace_nif.exs (at the top of the package, committed, written
 %% by make dist in rustler_precompiled's format) gives for its name. A
 %% mismatch is refused: nothing is installed, the output names the file,
-%% where it came from and both sums, and the exit status is 1.
+%% where it came from and both sums, and the exit status is 1. A cached
+%% archive that fails is not fetched over: delete it to fetch it again.
 %%
 %% Installed where (the layout native/build-nif.sh installs from a local
 %% build): priv/dtrace_nif.so, priv/dtrace_probes.json, .eterm,
 %% priv/tracer/dtrace.so, priv/compat/dyntrace.so,
 %% priv/libdtrace_lttng_tp.so; each written under a temporary name and
 %% renamed, so a VM that has the old library mapped keeps a consistent file.
-%% priv/precompiled.txt then says which archives were installed, with their
-%% sums (dtrace:doctor() reports it).
+%% priv/precompiled.txt, written last, says which archives were installed
+%% (name, sum, where from: dtrace:doctor() reports it) and the sum of each
+%% object installed (lines `installed PATH sha256:HEX`).
 -mode(compile).
 
 -define(NAMES, ["dtrace_nif", "tracer_nif", "dtrace_lttng_tp"]).
 -define(TARGETS, ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"]).
 -define(CHECKSUMS, "checksum-dtrace_nif.exs").
 -define(TIMEOUT, 120000).
+-define(RECORD, "precompiled.txt").
 %% Where a published version's archives are, under v<VSN>/, when
 %% DTRACE_NIF_URL is unset: nowhere yet (CONTRIBUTING.md, "Publishing").
 -define(PUBLISHED_URL, "").
@@ -66,26 +78,92 @@ install(Top) ->
     Nif = nif_version(Top),
     Target = target(),
     Sums = checksums(filename:join(Top, ?CHECKSUMS)),
-    Source = source(Vsn),
-    Files = [{Name, fetch(archive(Name, Vsn, Nif, Target), Source, Sums)} || Name <- ?NAMES],
-    Members = [{Name, unpack(Name, Bin, Vsn, Nif, Target)} || {Name, {_, Bin}} <- Files],
+    Wanted = [{Name, File, wanted_sum(File, Sums)} || Name <- ?NAMES, File <- [archive(Name, Vsn, Nif, Target)]],
     Priv = filename:join(Top, "priv"),
+    case installed(Priv, Wanted) of
+        current ->
+            io:format("dtrace: the precompiled ~s (v~s, NIF ~s) is installed and matches ~s; "
+                      "left alone~n", [Target, Vsn, Nif, ?CHECKSUMS]);
+        {stale, Why} ->
+            io:format("dtrace: installing the precompiled objects again: ~ts~n", [Why]),
+            put_archives(Priv, Wanted, Vsn, Nif, Target);
+        none ->
+            put_archives(Priv, Wanted, Vsn, Nif, Target)
+    end.
+
+put_archives(Priv, Wanted, Vsn, Nif, Target) ->
+    Files = [{Name, fetch(File, Sum, Vsn)} || {Name, File, Sum} <- Wanted],
+    Members = [{Name, unpack(Name, Bin, Vsn, Nif, Target)} || {Name, {_, Bin}} <- Files],
+    Objects = objects(Members),
+    [put_file(filename:join(Priv, Path), Data, Mode) || {Path, Data, Mode} <- Objects],
+    put_file(filename:join(Priv, ?RECORD),
+             [[[File, " sha256:", Sum, " ", From, "\n"] || {_, {{File, Sum, From}, _}} <- Files],
+              [["installed ", Path, " sha256:", sha256(Data), "\n"] || {Path, Data, _} <- Objects]],
+             8#644),
+    From = lists:usort([filename:dirname(F) || {_, {{_, _, F}, _}} <- Files]),
+    io:format("dtrace: installed the precompiled ~s (v~s, NIF ~s) from ~ts~n",
+              [Target, Vsn, Nif, lists:join(", ", From)]),
+    ok.
+
+%% {PathUnderPriv, Data, Mode} of each object the archives install.
+objects(Members) ->
     {_, NifMembers} = lists:keyfind("dtrace_nif", 1, Members),
     {_, [{_, Tracer}]} = lists:keyfind("tracer_nif", 1, Members),
     {_, [{_, Lttng}]} = lists:keyfind("dtrace_lttng_tp", 1, Members),
     [Lib] = [Data || {Member, Data} <- NifMembers, lists:suffix(".so", Member)],
-    Catalogue = [{Member, Data} || {Member, Data} <- NifMembers,
-                                   lists:member(Member, ["dtrace_probes.json", "dtrace_probes.eterm"])],
+    Catalogue = [{Member, Data, 8#644} || {Member, Data} <- NifMembers,
+                                         lists:member(Member, ["dtrace_probes.json", "dtrace_probes.eterm"])],
     length(Catalogue) =:= 2 orelse throw({error, "the dtrace_nif archive holds no catalogue", []}),
-    [put_file(filename:join(Priv, Member), Data, 8#644) || {Member, Data} <- Catalogue],
-    put_file(filename:join(Priv, "libdtrace_lttng_tp.so"), Lttng, 8#755),
-    put_file(filename:join([Priv, "tracer", "dtrace.so"]), Tracer, 8#755),
-    put_file(filename:join([Priv, "compat", "dyntrace.so"]), Tracer, 8#755),
-    put_file(filename:join(Priv, "dtrace_nif.so"), Lib, 8#755),
-    put_file(filename:join(Priv, "precompiled.txt"),
-             [[File, " sha256:", Sum, " ", From, "\n"] || {_, {{File, Sum, From}, _}} <- Files], 8#644),
-    io:format("dtrace: installed the precompiled ~s (v~s, NIF ~s) from ~s~n", [Target, Vsn, Nif, Source]),
-    ok.
+    %% The NIF last: a build interrupted before it leaves no record, so the
+    %% next build installs again.
+    Catalogue ++ [{"libdtrace_lttng_tp.so", Lttng, 8#755}, {"tracer/dtrace.so", Tracer, 8#755},
+                  {"compat/dyntrace.so", Tracer, 8#755}, {"dtrace_nif.so", Lib, 8#755}].
+
+%% Whether priv/ holds what Wanted's archives install, by priv/precompiled.txt
+%% (written last by put_archives/5): current when it names the same archives
+%% with the sums the checksum file gives now, and each object it installed
+%% still has the sum recorded then; else {stale, Why}, or none when priv/
+%% holds no precompiled objects (never installed, or built with cargo, which
+%% removes the record).
+installed(Priv, Wanted) ->
+    case file:read_file(filename:join(Priv, ?RECORD)) of
+        {ok, Text} ->
+            Lines = [string:lexemes(L, " ") || L <- string:lexemes(binary_to_list(Text), "\n")],
+            Archives = [{File, Sum} || [File, "sha256:" ++ Sum | _] <- Lines],
+            Objects = [{Path, Sum} || ["installed", Path, "sha256:" ++ Sum] <- Lines],
+            stale(Priv, Wanted, Archives, Objects);
+        {error, _} ->
+            none
+    end.
+
+stale(_Priv, [], _Archives, []) ->
+    {stale, "priv/" ?RECORD " names no installed objects"};
+stale(Priv, [], _Archives, Objects) ->
+    case [{Path, Sum, Have} || {Path, Sum} <- Objects,
+                               Have <- [file_sum(filename:join(Priv, Path))], Have =/= "sha256:" ++ Sum] of
+        [] -> current;
+        [{Path, Sum, Have} | _] ->
+            {stale, io_lib:format("priv/~s changed since it was installed (installed: sha256:~s, "
+                                  "now: ~s)", [Path, Sum, Have])}
+    end;
+stale(Priv, [{_, File, Sum} | Wanted], Archives, Objects) ->
+    case lists:keyfind(File, 1, Archives) of
+        {File, Sum} ->
+            stale(Priv, Wanted, Archives, Objects);
+        {File, Old} ->
+            {stale, io_lib:format("~s now gives ~s sha256:~s (installed: sha256:~s)",
+                                  [?CHECKSUMS, File, Sum, Old])};
+        false ->
+            Had = [F || {F, _} <- Archives, lists:prefix(lists:takewhile(fun(C) -> C =/= $- end, File), F)],
+            {stale, io_lib:format("this build needs ~s (installed: ~s): the version, NIF version "
+                                  "or target changed", [File, lists:join(", ", Had ++ ["none" || Had =:= []])])}
+    end.
+
+file_sum(Path) ->
+    case file:read_file(Path) of
+        {ok, Bin} -> "sha256:" ++ sha256(Bin);
+        {error, Why} -> file:format_error(Why)
+    end.
 
 %% The version of the application, from src/dtrace.app.src.
 app_vsn(Top) ->
@@ -150,34 +228,37 @@ source(Vsn) ->
         Url -> Url
     end.
 
-%% {{File, Sum, From}, Bin}: the archive, from the cache or Source, checked.
-fetch(File, Source, Sums) ->
-    Want = case maps:find(File, Sums) of
-               {ok, S} -> S;
-               error -> throw({error, "~s lists no ~s: this version has no precompiled NIF for this "
-                                      "target (build it with cargo: DTRACE_NIF_BUILD=1)", [?CHECKSUMS, File]})
-           end,
+%% The SHA-256 the checksum file gives for File.
+wanted_sum(File, Sums) ->
+    case maps:find(File, Sums) of
+        {ok, S} -> S;
+        error -> throw({error, "~s lists no ~s: this version has no precompiled NIF for this "
+                               "target (build it with cargo: DTRACE_NIF_BUILD=1)", [?CHECKSUMS, File]})
+    end.
+
+%% {{File, Sum, From}, Bin}: the archive, checked against Want. From the
+%% cache when it is there, without needing DTRACE_NIF_URL; a cached archive
+%% whose sum is not Want is refused like a fetched one (not fetched over:
+%% the cache is the user's, and a changed file in it is worth knowing of).
+fetch(File, Want, Vsn) ->
     Cached = filename:join([filename:basedir(user_cache, "dtrace"), "precompiled", File]),
     case file:read_file(Cached) of
         {ok, Bin} ->
-            case sha256(Bin) of
-                Want -> {{File, Want, Cached}, Bin};
-                _ -> fetch_fresh(File, Source, Want, Cached)
-            end;
+            check(File, Cached, Want, Bin, "; delete it to fetch it again"),
+            {{File, Want, Cached}, Bin};
         {error, _} ->
-            fetch_fresh(File, Source, Want, Cached)
-    end.
-
-fetch_fresh(File, Source, Want, Cached) ->
-    {From, Bin} = get(Source, File),
-    case sha256(Bin) of
-        Want ->
+            {From, Bin} = get(source(Vsn), File),
+            check(File, From, Want, Bin, ""),
             _ = filelib:ensure_dir(Cached),
             _ = put_file(Cached, Bin, 8#644),
-            {{File, Want, From}, Bin};
-        Have ->
-            throw({error, "~s (from ~s) failed its checksum: ~s says sha256:~s, the file is sha256:~s; "
-                          "refusing it (nothing installed)", [File, From, ?CHECKSUMS, Want, Have]})
+            {{File, Want, From}, Bin}
+    end.
+
+check(File, From, Want, Bin, Hint) ->
+    case sha256(Bin) of
+        Want -> ok;
+        Have -> throw({error, "~s (from ~s) failed its checksum: ~s says sha256:~s, the file is sha256:~s; "
+                              "refusing it (nothing installed)~s", [File, From, ?CHECKSUMS, Want, Have, Hint]})
     end.
 
 get(Source, File) ->

@@ -14,10 +14,15 @@
 %%% from a copy of this checkout whose checksum-dtrace_nif.exs is that of
 %%% archives `make dist` (scripts/dist.sh) made for this machine's target,
 %%% served by an inets httpd on 127.0.0.1 (DTRACE_NIF_URL); their releases
-%%% must hold the precompiled objects (priv/precompiled.txt) and fire. Then
-%%% a tampered archive is refused, the archives are taken from a directory
-%%% with DTRACE_NIF_PRECOMPILED=1 although cargo is there, and
-%%% DTRACE_NIF_BUILD=1 without cargo fails saying so.
+%%% must hold the precompiled objects (priv/precompiled.txt) and fire.
+%%% Every command after a consumer's first build (mix run, mix test, mix
+%%% compile, MIX_ENV=prod mix compile, mix release, rebar3 compile, rebar3
+%%% release) runs without DTRACE_NIF_URL, and the git dependency's first
+%%% build too, from archives already in the cache. Then a tampered archive
+%%% is refused, fetched or cached; a changed install is installed again,
+%%% saying why; the archives are taken from a directory with
+%%% DTRACE_NIF_PRECOMPILED=1 although cargo is there; and DTRACE_NIF_BUILD=1
+%%% without cargo fails saying so.
 -module(dtrace_release_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -26,8 +31,8 @@
 
 -export([all/0, groups/0, init_per_suite/1, end_per_suite/1, init_per_group/2, end_per_group/2]).
 -export([rebar3_relx_release/1, mix_release_from_git/1, mix_path_dependency/1,
-         tampered_archive_is_refused/1, precompiled_from_a_directory/1,
-         forced_build_needs_cargo/1]).
+         tampered_archive_is_refused/1, tampered_cache_is_refused/1, changed_install_is_replaced/1,
+         precompiled_from_a_directory/1, forced_build_needs_cargo/1]).
 
 all() ->
     [{group, cargo}, {group, precompiled}].
@@ -35,7 +40,8 @@ all() ->
 groups() ->
     Consumers = [mix_path_dependency, rebar3_relx_release, mix_release_from_git],
     [{cargo, [], Consumers},
-     {precompiled, [], Consumers ++ [tampered_archive_is_refused, precompiled_from_a_directory,
+     {precompiled, [], Consumers ++ [tampered_archive_is_refused, tampered_cache_is_refused,
+                                     changed_install_is_replaced, precompiled_from_a_directory,
                                      forced_build_needs_cargo]}].
 
 init_per_suite(Config) ->
@@ -105,6 +111,9 @@ loop(N) ->
     ok = filelib:ensure_dir(filename:join([Dir, "_checkouts", "x"])),
     ok = file:make_symlink(?config(dtrace_checkout, Config), filename:join([Dir, "_checkouts", "dtrace"])),
     sh(Dir, "rebar3 release", ?config(build_env, Config)),
+    %% Later commands, as a user runs them: no DTRACE_NIF_URL.
+    sh(Dir, "rebar3 compile", later_env(Config)),
+    sh(Dir, "rebar3 release", later_env(Config)),
     Rel = filename:join([Dir, "_build", "default", "rel", "rebar_consumer"]),
     assert_built(Config, filename:join([Rel, "lib", "dtrace-" ++ vsn(), "priv"])),
     ?assertNotEqual([], filelib:wildcard(filename:join([Rel, "lib", "runtime_tools-*"]))),
@@ -151,8 +160,12 @@ defmodule MixConsumer do
   end
 end
 "),
-    Env = no_rebar3_env(Config),
+    %% Precompiled: the archives are already in the cache (as a previous
+    %% project's build leaves them), so even the first build needs no
+    %% DTRACE_NIF_URL.
+    Env = no_rebar3_env(Config, warm_cache(Config, "git_cache", later_env(Config))),
     sh(Dir, "mix deps.get", Env),
+    sh(Dir, "mix release --overwrite", [{"MIX_ENV", "prod"} | Env]),
     sh(Dir, "mix release --overwrite", [{"MIX_ENV", "prod"} | Env]),
     Rel = filename:join([Dir, "_build", "prod", "rel", "mix_consumer"]),
     assert_built(Config, filename:join([Rel, "lib", "dtrace-" ++ vsn(), "priv"])),
@@ -172,11 +185,25 @@ defmodule MixPath.MixProject do
   def application, do: [extra_applications: [:runtime_tools]]
 end
 "]),
+    write(Dir, "test/test_helper.exs", "ExUnit.start()\n"),
+    write(Dir, "test/mix_path_test.exs", "
+defmodule MixPathTest do
+  use ExUnit.Case
+  test \"the probes are there\", do: assert DTrace.available?()
+end
+"),
+    sh(Dir, "mix compile", no_rebar3_env(Config, ?config(build_env, Config))),
+    %% Later commands, as a user runs them: no DTRACE_NIF_URL.
+    Later = no_rebar3_env(Config, later_env(Config)),
     %% The last element: whether dtrace:doctor/1 names the precompiled archive.
     Out = sh(Dir, "mix run -e 'IO.inspect({:probe, DTrace.available?(), DTrace.p(1), "
                   ":dtrace_compat.installed(), :dyntrace.available(), "
                   "Enum.any?(:dtrace.doctor(%{}), &(&1.text =~ \"precompiled: libdtrace_nif-\"))})'",
-             no_rebar3_env(Config)),
+             Later),
+    Test = sh(Dir, "mix test", Later),
+    ?assertNotEqual(nomatch, string:find(Test, "1 test, 0 failures")),
+    sh(Dir, "mix compile", Later),
+    sh(Dir, "mix compile", [{"MIX_ENV", "prod"} | Later]),
     Precompiled = atom_to_list(?config(dist, Config) =/= undefined),
     ?assertNotEqual(nomatch, string:find(Out, "{:probe, true, false, true, true, " ++ Precompiled ++ "}")),
     assert_built(Config, filename:join(?config(dtrace_checkout, Config), "priv")).
@@ -193,6 +220,7 @@ tampered_archive_is_refused(Config) ->
     [{ok, _} = file:copy(F, filename:join(Bad, filename:basename(F)))
      || F <- filelib:wildcard(filename:join(?config(dist, Config), "*.tar.gz")), F =/= Nif],
     Copy = ?config(dtrace_checkout, Config),
+    forget_install(Copy),
     Installed = filename:join([Copy, "priv", "dtrace_nif.so"]),
     Before = file:read_file(Installed),
     Env = [{"DTRACE_NIF_URL", Bad}, {"XDG_CACHE_HOME", filename:join(?config(priv_dir, Config), "cache2")},
@@ -205,10 +233,65 @@ tampered_archive_is_refused(Config) ->
      || Part <- [filename:basename(Nif), "sha256:" ++ Want, "sha256:" ++ Have, "refusing it"]],
     ?assertEqual(Before, file:read_file(Installed)).
 
+%% A cached archive whose bytes differ from the checksum file's sum is
+%% refused too, DTRACE_NIF_URL set or not: the cache is checked again on
+%% every use, and a changed file in it is not fetched over.
+tampered_cache_is_refused(Config) ->
+    Copy = ?config(dtrace_checkout, Config),
+    forget_install(Copy),
+    Cache = proplists:get_value("XDG_CACHE_HOME", warm_cache(Config, "tampered_cache", [])),
+    [Nif] = filelib:wildcard(filename:join([Cache, "dtrace", "precompiled", "libdtrace_nif-*"])),
+    {ok, Bin} = file:read_file(Nif),
+    <<Head:100/binary, Byte, Rest/binary>> = Bin,
+    ok = file:write_file(Nif, <<Head/binary, (Byte bxor 1), Rest/binary>>),
+    Installed = filename:join([Copy, "priv", "dtrace_nif.so"]),
+    Before = file:read_file(Installed),
+    [begin
+         {Status, Out} = sh_status(Copy, "sh native/build-nif.sh",
+                                   [{"XDG_CACHE_HOME", Cache} | proplists:delete("XDG_CACHE_HOME", Env)]),
+         ?assertEqual(1, Status),
+         [?assertNotEqual(nomatch, string:find(Out, Part), Part)
+          || Part <- [Nif, "sha256:" ++ sha256_of(filename:join(?config(dist, Config), filename:basename(Nif))),
+                      "sha256:" ++ sha256_of(Nif), "refusing it"]]
+     end || Env <- [later_env(Config), ?config(build_env, Config)]],
+    ?assertEqual(Before, file:read_file(Installed)).
+
+%% A change of version, target or NIF version (the archive names), of the
+%% checksum file's sums, or of an installed object installs again, saying
+%% why; what is current is left alone, with no DTRACE_NIF_URL.
+changed_install_is_replaced(Config) ->
+    Copy = ?config(dtrace_checkout, Config),
+    Record = filename:join([Copy, "priv", "precompiled.txt"]),
+    Env = warm_cache(Config, "changed_cache", later_env(Config)),
+    Build = fun() -> {0, Out} = sh_status(Copy, "sh native/build-nif.sh", Env), Out end,
+    _ = Build(),
+    ?assertNotEqual(nomatch, string:find(Build(), "left alone")),
+    Edit = fun(From, To) ->
+                   {ok, Text} = file:read_file(Record),
+                   ok = file:write_file(Record, string:replace(Text, From, To, all))
+           end,
+    Edit("-v" ++ vsn() ++ "-", "-v0.0.0-"),
+    Version = Build(),
+    [?assertNotEqual(nomatch, string:find(Version, Part), Part)
+     || Part <- ["installing the precompiled objects again", "-v0.0.0-", "version"]],
+    Nif = filename:basename(hd(filelib:wildcard(filename:join(?config(dist, Config), "libdtrace_nif-*")))),
+    Sum = sha256_of(filename:join(?config(dist, Config), Nif)),
+    Edit("sha256:" ++ Sum, "sha256:" ++ lists:duplicate(64, $0)),
+    Sums = Build(),
+    [?assertNotEqual(nomatch, string:find(Sums, Part), Part)
+     || Part <- ["checksum-dtrace_nif.exs now gives " ++ Nif ++ " sha256:" ++ Sum,
+                 "installed: sha256:" ++ lists:duplicate(64, $0)]],
+    Tracer = filename:join([Copy, "priv", "tracer", "dtrace.so"]),
+    ok = file:write_file(Tracer, <<"not the installed one">>),
+    ?assertNotEqual(nomatch, string:find(Build(), "priv/tracer/dtrace.so changed since it was installed")),
+    ?assertEqual(sha256_of(Tracer), sha256_of(member_of(?config(dist, Config), "libtracer_nif-", ".so"))),
+    ?assertNotEqual(nomatch, string:find(Build(), "left alone")).
+
 %% DTRACE_NIF_PRECOMPILED=1 takes the archives although cargo is on the
 %% PATH; DTRACE_NIF_URL may name a directory.
 precompiled_from_a_directory(Config) ->
     Copy = ?config(dtrace_checkout, Config),
+    forget_install(Copy),
     Dist = ?config(dist, Config),
     ?assertNotEqual(false, os:find_executable("cargo")),
     {0, Out} = sh_status(Copy, "sh native/build-nif.sh",
@@ -234,13 +317,38 @@ vsn() ->
         file:consult(filename:join([checkout(), "src", "dtrace.app.src"])),
     proplists:get_value(vsn, Props).
 
+%% The build environment of a consumer's later commands: the group's,
+%% without DTRACE_NIF_URL (a build-time setting nobody keeps in a shell).
+later_env(Config) ->
+    proplists:delete("DTRACE_NIF_URL", ?config(build_env, Config)).
+
+%% In the precompiled group, Env with XDG_CACHE_HOME a new cache holding
+%% the archives, as a build that fetched them leaves it; Env in the cargo
+%% group.
+warm_cache(Config, Name, Env) ->
+    case ?config(dist, Config) of
+        undefined -> Env;
+        Dist ->
+            Cache = filename:join(?config(priv_dir, Config), Name),
+            Dir = filename:join([Cache, "dtrace", "precompiled"]),
+            ok = filelib:ensure_dir(filename:join(Dir, "x")),
+            [{ok, _} = file:copy(F, filename:join(Dir, filename:basename(F)))
+             || F <- filelib:wildcard(filename:join(Dist, "*.tar.gz"))],
+            [{"XDG_CACHE_HOME", Cache} | proplists:delete("XDG_CACHE_HOME", Env)]
+    end.
+
+%% Makes the checkout's next build install its precompiled objects again,
+%% as if it had never installed them (they stay in priv/).
+forget_install(Copy) ->
+    _ = file:delete(filename:join([Copy, "priv", "precompiled.txt"])),
+    ok.
+
 %% A PATH whose first entry has a rebar3 that fails: mix must not need it;
-%% the group's build environment (its PATH too) otherwise.
-no_rebar3_env(Config) ->
+%% Env (a build environment, its PATH too) otherwise.
+no_rebar3_env(Config, Env) ->
     Bin = filename:join(?config(priv_dir, Config), "no_rebar3"),
     write(Bin, "rebar3", "#!/bin/sh\necho 'rebar3 must not be called' >&2\nexit 1\n"),
     ok = file:change_mode(filename:join(Bin, "rebar3"), 8#755),
-    Env = ?config(build_env, Config),
     Path = proplists:get_value("PATH", Env, os:getenv("PATH")),
     [{"PATH", Bin ++ ":" ++ Path}, {"MIX_REBAR3", filename:join(Bin, "rebar3")}
      | proplists:delete("PATH", Env)].
