@@ -149,18 +149,21 @@ pub fn lttng_markdown(c: &Catalogue) -> String {
         Type::String => format!("`{name}` string"),
         ty => format!("`{name}` {}", ty.c_name()),
     };
+    // A probe's event has the probe's arguments as its fields (the probe
+    // table gives them once), with a numbered probe's label first.
     for probe in c.provider.probes.iter().filter(|q| q.lttng.is_some()) {
-        let fields: Vec<String> = probe.lttng_fields().iter().map(field).collect();
-        let probe_name = match probe.labels {
-            None => format!("`{}`", probe.name),
-            Some((first, last)) => format!("`{0}{first}` .. `{0}{last}` (`label`)", probe.name),
+        let (fields, probe_name) = match probe.labels {
+            None => ("the probe's arguments".to_string(), format!("`{}`", probe.name)),
+            Some((first, last)) => (
+                "`label` int64_t, then the probe's arguments".to_string(),
+                format!("`{0}{first}` .. `{0}{last}` (`label`)", probe.name),
+            ),
         };
         let _ = writeln!(
             out,
-            "| `{}:{}` | {} | {probe_name} |",
+            "| `{}:{}` | {fields} | {probe_name} |",
             probe.lttng.as_deref().unwrap_or_default(),
             probe.lttng_event(),
-            fields.join(", ")
         );
     }
     for provider in &c.events {
