@@ -224,7 +224,6 @@ with_session_on(#{dir := Dir}, Event, M, Run) ->
                          Run()
                  end).
 
-
 until_true(F, Deadline) ->
     case F() of
         true -> ok;
@@ -644,7 +643,6 @@ lttng_on(Driver, Args, Tp, Dir, N) ->
                                                         string:find(L, "discarded") =/= nomatch],
                          {Ns, case Discarded of [] -> "none"; _ -> lists:flatten(lists:join(" ", Discarded)) end}
                  end).
-
 
 %%% All of them
 
