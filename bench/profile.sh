@@ -80,7 +80,7 @@ loop(_E, _Me, 0) -> ok;
 loop(E, Me, N) -> E ! {Me, ping}, receive ping -> loop(E, Me, N - 1) end.
 ERL
 erlc -o "$work" "$work/dtrace_profile.erl" bench/dtrace_floors.erl bench/dtrace_floors_build.erl \
-    bench/dtrace_floors_programs.erl bench/dtrace_bench.erl
+    bench/dtrace_floors_programs.erl bench/dtrace_bench.erl bench/dtrace_bench_vm.erl bench/dtrace_bench_report.erl
 PIDFILE="$work/pid" READYFILE="$work/ready" MODE="$mode" \
     erl -noshell +S 2:2 -pa _build/default/lib/dtrace/ebin -pa "$work" -s dtrace_profile main &
 node=$!
