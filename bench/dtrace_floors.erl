@@ -5,7 +5,7 @@
 %%% Three floors, each from small C code in bench/floors/ that build/1
 %%% compiles with cc:
 %%%
-%%% - erl_tracer: a message ping-pong (as dtrace_bench's pingpong/0) with
+%%% - erl_tracer: a message ping-pong (as dtrace_bench_vm's pingpong/0) with
 %%%   both processes traced on `send' by the cheapest tracer module there
 %%%   is (dtrace_floor_tracer: NIFs answering `trace' and `ok'), minus the
 %%%   same ping-pong untraced. ns per message.
@@ -81,7 +81,7 @@
 %% A recorded run is a tenth of a second, and more exposed to the rest of
 %% the machine (the consumer daemon): 7 rounds.
 -define(ROUNDS_LTTNG, 7).
-%% Round trips of a ping-pong (2 messages each), as dtrace_bench's.
+%% Round trips of a ping-pong (2 messages each), as dtrace_bench_vm's.
 -define(PINGPONG, 500000).
 -define(N_HITS, 1000000).
 -define(N_EVENTS, 1000000).
@@ -265,7 +265,7 @@ load_tracer(#{module := M, nif := Nif, ebin := Ebin}) ->
 %% tracer module Tracer; both die with the run, and their trace flags
 %% with them.
 pingpong(Tracer, N) ->
-    %% Both processes on scheduler 1, as dtrace_bench's ping-pong: one core's
+    %% Both processes on scheduler 1, as dtrace_bench_vm's ping-pong: one core's
     %% work per message, without the other scheduler's wake-ups.
     isolated(fun() ->
                      Echo = spawn_opt(fun Loop() -> receive {From, M} -> From ! M, Loop() end end,

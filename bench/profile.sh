@@ -1,5 +1,5 @@
 #!/bin/sh
-# Profiles the hot path of a VM probe: a ping-pong (bench/dtrace_bench.erl's
+# Profiles the hot path of a VM probe: a ping-pong (bench/dtrace_bench_vm.erl's
 # shape) in a node running the dtrace application, with a tracer on the
 # message probe, under `perf record -g` for 4 s; prints ns per message and
 # the 25 costliest symbols. For bench/profile.md (written by hand from its
