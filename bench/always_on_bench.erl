@@ -274,7 +274,7 @@ budgets(#{runs := Runs}) ->
      {io_lib:format("flight recorder always on (defaults), KV workload: p99 on/off <= ~.2fx: ~.3fx",
                     [?BUDGET, P99]), P99 =< ?BUDGET}].
 
-%% @doc The figures the docs quote (dtrace_bench's figure table): per
+%% @doc The figures the docs quote (dtrace_bench_report's figure table): per
 %% configuration, throughput and p99 against `off', and the CPU it adds to
 %% a request.
 figures({skip, _}) ->

@@ -5,7 +5,7 @@
 %%% Three floors, each from small C code in bench/floors/ that build/1
 %%% compiles with cc:
 %%%
-%%% - erl_tracer: a message ping-pong (as dtrace_bench's pingpong/0) with
+%%% - erl_tracer: a message ping-pong (as dtrace_bench_vm's pingpong/0) with
 %%%   both processes traced on `send' by the cheapest tracer module there
 %%%   is (dtrace_floor_tracer: NIFs answering `trace' and `ok'), minus the
 %%%   same ping-pong untraced. ns per message.
@@ -31,8 +31,12 @@
 %%% programs a function starts are stopped before it returns, also when it
 %%% fails.
 %%%
+%%% The floors are built by dtrace_floors_build, and their programs run
+%%% through dtrace_floors_programs (the three compiled together, with
+%%% dtrace_floors.hrl).
+%%%
 %%% From a shell (as root, for the uprobe and LTTng floors):
-%%%   erlc -o /tmp/fl bench/dtrace_floors.erl
+%%%   erlc -o /tmp/fl bench/dtrace_floors*.erl
 %%%   erl -noshell -pa /tmp/fl -eval '{ok, P} = dtrace_floors:build("/tmp/fl"),
 %%%       io:format("~p~n", [dtrace_floors:all(P)]), halt().'
 -module(dtrace_floors).
@@ -77,215 +81,29 @@
 %% A recorded run is a tenth of a second, and more exposed to the rest of
 %% the machine (the consumer daemon): 7 rounds.
 -define(ROUNDS_LTTNG, 7).
-%% Round trips of a ping-pong (2 messages each), as dtrace_bench's.
+%% Round trips of a ping-pong (2 messages each), as dtrace_bench_vm's.
 -define(PINGPONG, 500000).
 -define(N_HITS, 1000000).
 -define(N_EVENTS, 1000000).
--define(CC_TIMEOUT, 120000).
--define(RUN_TIMEOUT, 120000).
--define(ATTACH_TIMEOUT, 60000).
--define(STOP_TIMEOUT, 30000).
 
--define(CFLAGS, ["-Wall", "-Wextra", "-O2"]).
+-include("dtrace_floors.hrl").
+
+-define(P, dtrace_floors_programs).
 
 %%% Building
 
-%% @doc build(WorkDir): build/2 with the sources in bench/floors/, next to
-%% this module's source.
+%% @doc build(WorkDir): build/2 with the sources in bench/floors/
+%% (dtrace_floors_build:build/1).
 -spec build(file:filename()) -> {ok, paths()} | skip().
 build(WorkDir) ->
-    Source = proplists:get_value(source, ?MODULE:module_info(compile)),
-    build(filename:join(filename:dirname(Source), "floors"), WorkDir).
+    dtrace_floors_build:build(WorkDir).
 
 %% @doc Compiles the floors' C code from SrcDir with cc into WorkDir, and
-%% the tracer module dtrace_floor_tracer (its .beam in WorkDir).
-%% `{skip, Why}' without cc. A floor whose header is missing is
-%% `{skip, Why}' in the paths, Why naming the Debian package to install;
-%% otherwise a compiler error, or any warning (the C is meant to build
-%% clean with -Wall -Wextra -O2), is an error with cc's output.
-%% Also checks each uprobe site: its note (readelf -n) and its instruction
-%% (objdump -d): `nop' (90) or `nopl 0x0(%rax,%rax,1)' (0f 1f 44 00 00).
+%% their Erlang modules; `{skip, Why}' for what cannot be built here
+%% (dtrace_floors_build:build/2).
 -spec build(file:filename(), file:filename()) -> {ok, paths()} | skip().
 build(SrcDir, WorkDir) ->
-    case os:find_executable("cc") of
-        false ->
-            {skip, "no C compiler (cc): install gcc (Debian: build-essential)"};
-        CC ->
-            Dir = filename:absname(WorkDir),
-            Src = filename:absname(SrcDir),
-            ok = filelib:ensure_dir(filename:join(Dir, "x")),
-            {ok, #{dir => Dir,
-                   tracer => build_tracer(CC, Src, Dir),
-                   uprobe => build_uprobe(CC, Src, Dir),
-                   lttng => build_lttng(CC, Src, Dir),
-                   node_site => build_node_site(CC, Src, Dir)}}
-    end.
-
-build_tracer(CC, Src, Dir) ->
-    Include = filename:join([code:root_dir(), "usr", "include"]),
-    case header(CC, Dir, "erl_nif.h", ["-I", Include], "erlang-dev") of
-        ok ->
-            Nif = fun(Module, Extra) ->
-                          So = filename:join(Dir, atom_to_list(Module) ++ ".so"),
-                          cc(CC, ?CFLAGS ++ ["-fPIC", "-shared", "-I", Include, "-I", Src,
-                                             "-DFLOOR_MODULE=" ++ atom_to_list(Module),
-                                             filename:join(Src, "floor_tracer_nif.c")] ++ Extra ++ ["-o", So]),
-                          ok = compile_module(filename:join(Src, "dtrace_floor_tracer.erl"), Module, Dir),
-                          #{module => Module, nif => filename:rootname(So), ebin => Dir}
-                  end,
-            Base = Nif(dtrace_floor_tracer, []),
-            %% Each sink twice: constant texts, and the texts of the
-            %% traced message written with %T (-DFLOOR_TEXT).
-            Sdt = fun(M, Extra) ->
-                          case header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev") of
-                              ok -> Nif(M, ["-DFLOOR_SINK_SDT", "-DFLOOR_PROVIDER=" ++ atom_to_list(M),
-                                            filename:join(Src, "floor_site.c") | Extra]);
-                              SdtSkip -> SdtSkip
-                          end
-                  end,
-            Lttng = fun(M, Extra) ->
-                            case header(CC, Dir, "lttng/tracepoint.h", [], "liblttng-ust-dev") of
-                                ok -> Nif(M, ["-DFLOOR_SINK_LTTNG",
-                                              "-DFLOOR_TP=" ++ atom_to_list(lttng_provider(M)),
-                                              filename:join(Src, "floor_tp.c"), "-llttng-ust", "-ldl" | Extra]);
-                                LttngSkip -> LttngSkip
-                            end
-                    end,
-            Base#{sdt => Sdt(dtrace_floor_tracer_sdt, []), lttng => Lttng(dtrace_floor_tracer_lttng, []),
-                  sdt_text => Sdt(dtrace_floor_tracer_sdt_text, ["-DFLOOR_TEXT"]),
-                  lttng_text => Lttng(dtrace_floor_tracer_lttng_text, ["-DFLOOR_TEXT"])};
-        Skip ->
-            Skip
-    end.
-
-%% The LTTng provider of a tracer module's library (floor_tp.h's FLOOR_TP):
-%% each library in the node registers its own.
-lttng_provider(lttng_text) -> dtrace_floor_text;
-lttng_provider(dtrace_floor_tracer_lttng_text) -> dtrace_floor_text;
-lttng_provider(_) -> dtrace_floor.
-
-%% Compiles Source as module Module (its FLOOR_MODULE) into Dir.
-compile_module(Source, Module, Dir) ->
-    case compile:file(Source, [binary, {d, 'FLOOR_MODULE', Module}, return_errors, return_warnings]) of
-        {ok, Module, Beam, []} -> file:write_file(filename:join(Dir, atom_to_list(Module) ++ ".beam"), Beam);
-        Other -> error({erlc_failed, Source, Other})
-    end.
-
-build_uprobe(CC, Src, Dir) ->
-    Tools = [T || T <- ["readelf", "objdump"], os:find_executable(T) =:= false],
-    case {header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev"), Tools} of
-        {ok, []} ->
-            Site = filename:join(Src, "floor_site.c"),
-            Driver = filename:join(Src, "floor_uprobe_driver.c"),
-            Nop = fun(nop1) -> []; (nop5) -> ["-DFLOOR_NOP5"] end,
-            Objects =
-                maps:from_list(
-                  [begin
-                       Lib = filename:join(Dir, "libdtrace_floor_" ++ atom_to_list(N) ++ ".so"),
-                       cc(CC, ?CFLAGS ++ ["-fPIC", "-shared"] ++ Nop(N) ++ [Site, "-o", Lib]),
-                       {{lib, N}, Lib}
-                   end || N <- [nop1, nop5]]
-                  ++ [begin
-                          Exe = filename:join(Dir, "floor_uprobe_self_" ++ atom_to_list(N)),
-                          cc(CC, ?CFLAGS ++ ["-DFLOOR_SELF"] ++ Nop(N) ++ [Driver, Site, "-o", Exe]),
-                          {{exe, N}, Exe}
-                      end || N <- [nop1, nop5]]),
-            Exe = filename:join(Dir, "floor_uprobe_driver"),
-            cc(CC, ?CFLAGS ++ [Driver, "-o", Exe, "-ldl"]),
-            Sites = maps:map(fun({_, N}, Obj) -> check_site(Obj, N) end, Objects),
-            #{driver => Exe, objects => Objects, sites => Sites};
-        {ok, Missing} ->
-            {skip, lists:flatten(io_lib:format("~s not found: install binutils",
-                                               [lists:join(" and ", Missing)]))};
-        {Skip, _} ->
-            Skip
-    end.
-
-%% The site of floor_site.c in a NIF library per nop form, with its
-%% module (floor_site_nif.erl compiled as dtrace_floor_site_nop1/_nop5).
-build_node_site(CC, Src, Dir) ->
-    Include = filename:join([code:root_dir(), "usr", "include"]),
-    case {header(CC, Dir, "erl_nif.h", ["-I", Include], "erlang-dev"),
-          header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev")} of
-        {ok, ok} ->
-            maps:from_list(
-              [begin
-                   Module = list_to_atom("dtrace_floor_site_" ++ atom_to_list(N)),
-                   So = filename:join(Dir, atom_to_list(Module) ++ ".so"),
-                   cc(CC, ?CFLAGS ++ ["-fPIC", "-shared", "-I", Include, "-DFLOOR_MODULE=" ++ atom_to_list(Module),
-                                      "-DFLOOR_PROVIDER=" ++ atom_to_list(Module)]
-                      ++ [D || N =:= nop5, D <- ["-DFLOOR_NOP5"]]
-                      ++ [filename:join(Src, "floor_site_nif.c"), filename:join(Src, "floor_site.c"), "-o", So]),
-                   ok = compile_module(filename:join(Src, "floor_site_nif.erl"), Module, Dir),
-                   {N, #{module => Module, nif => filename:rootname(So), ebin => Dir,
-                          site => check_site(So, N, atom_to_list(Module))}}
-               end || N <- [nop1, nop5]]);
-        {ok, Skip} -> Skip;
-        {Skip, _} -> Skip
-    end.
-
-build_lttng(CC, Src, Dir) ->
-    case header(CC, Dir, "lttng/tracepoint.h", [], "liblttng-ust-dev") of
-        ok ->
-            Exe = filename:join(Dir, "floor_lttng_driver"),
-            cc(CC, ?CFLAGS ++ ["-I", Src, filename:join(Src, "floor_tp.c"),
-                               filename:join(Src, "floor_lttng_driver.c"),
-                               "-o", Exe, "-llttng-ust", "-ldl"]),
-            #{driver => Exe};
-        Skip ->
-            Skip
-    end.
-
-%% ok if cc finds Header (with the options Opts), else {skip, Why} naming
-%% the Debian package that has it.
-header(CC, Dir, Header, Opts, Package) ->
-    File = filename:join(Dir, "header_check.c"),
-    ok = file:write_file(File, ["#include <", Header, ">\n"]),
-    {Status, _} = run(CC, Opts ++ ["-E", "-o", "/dev/null", File], ?CC_TIMEOUT),
-    _ = file:delete(File),
-    case Status of
-        0 -> ok;
-        _ -> {skip, lists:flatten(io_lib:format("<~s> not found: install ~s", [Header, Package]))}
-    end.
-
-cc(CC, Args) ->
-    case run(CC, Args, ?CC_TIMEOUT) of
-        {0, <<>>} -> ok;
-        {0, Warnings} -> error({cc_warnings, Args, Warnings});
-        {Status, Out} -> error({cc_failed, Status, Args, Out})
-    end.
-
-%% The objdump line of the probe's instruction in Obj, checked against the
-%% intended nop; the note must name Provider:hit and a semaphore.
-check_site(Obj, Nop) ->
-    check_site(Obj, Nop, "dtrace_floor").
-
-check_site(Obj, Nop, Provider) ->
-    {0, Notes} = run(os:find_executable("readelf"), ["-n", Obj], ?CC_TIMEOUT),
-    Re = "Provider: " ++ Provider ++ "\\s+Name: hit\\s+Location: 0x([0-9a-f]+), "
-         "Base: 0x[0-9a-f]+, Semaphore: 0x0*([1-9a-f][0-9a-f]*)\\s+"
-         "Arguments: 8@%rdi 8@%rsi -8@%rdx -8@%rcx -8@%r8 -8@%r9 8@%r10 8@%r11 8@%r12 8@%r13",
-    Loc = case re:run(Notes, Re, [{capture, [1], list}]) of
-              {match, [L]} -> list_to_integer(L, 16);
-              nomatch -> error({no_probe_note, Obj, Notes})
-          end,
-    {0, Dis} = run(os:find_executable("objdump"),
-                   ["-d", "--start-address=" ++ hex(Loc), "--stop-address=" ++ hex(Loc + 5), Obj],
-                   ?CC_TIMEOUT),
-    Prefix = integer_to_list(Loc, 16),
-    Line = case [string:trim(L) || L <- string:split(binary_to_list(Dis), "\n", all),
-                                   lists:prefix(string:lowercase(Prefix) ++ ":", string:trim(L))] of
-               [L1 | _] -> L1;
-               [] -> error({no_site_instruction, Obj, Dis})
-           end,
-    Want = case Nop of nop1 -> "90"; nop5 -> "0f 1f 44 00 00" end,
-    [_, Bytes | _] = string:split(Line, "\t", all),
-    case string:trim(Bytes) of
-        Want -> lists:flatten(lists:join("  ", [string:trim(F) || F <- string:lexemes(Line, "\t")]));
-        Got -> error({unexpected_site, Obj, Nop, Got})
-    end.
-
-hex(N) -> "0x" ++ integer_to_list(N, 16).
+    dtrace_floors_build:build(SrcDir, WorkDir).
 
 %%% erl_tracer floor
 
@@ -344,7 +162,7 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
               true -> list_to_atom(atom_to_list(Sink) ++ "_text");
               false -> Sink
           end,
-    case {maps:get(Key, Tracer), Sink, can_trace(), can_lttng()} of
+    case {maps:get(Key, Tracer), Sink, can_trace(), ?P:can_lttng()} of
         {{skip, _} = Skip, _, _, _} -> Skip;
         {_, sdt, {skip, _} = Skip, _} -> Skip;
         {_, lttng, _, {skip, _} = Skip} -> Skip;
@@ -363,7 +181,8 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
             Run = fun() -> [{PingPong(false, N), PingPong(M, N)} || _ <- lists:seq(1, Rounds)] end,
             Pairs = case Sink of
                         sdt -> with_bpftrace_on(maps:get(nif, Variant) ++ ".so", M, Run);
-                        lttng -> with_session_on(Paths, atom_to_list(lttng_provider(Key)) ++ ":message_send", M, Run)
+                        lttng -> with_session_on(Paths, atom_to_list(dtrace_floors_build:lttng_provider(Key))
+                                                 ++ ":message_send", M, Run)
                     end,
             #{untraced => stats([U || {U, _} <- Pairs]),
               traced => stats([T || {_, T} <- Pairs]),
@@ -386,11 +205,11 @@ with_bpftrace_on(So, M, Run) ->
 with_site_counted(So, M, Poke, Run) ->
     Prog = "usdt:" ++ So ++ ":" ++ atom_to_list(M) ++ ":hit { if (!@ready) { @ready = 1; printf(\"READY\\n\"); } "
         "@n = count(); }",
-    with_port(
-      open_lines(os:find_executable("bpftrace"), ["-p", os:getpid(), "-e", Prog]),
+    ?P:with_port(
+      ?P:open_lines(os:find_executable("bpftrace"), ["-p", os:getpid(), "-e", Prog]),
       fun(Bt) ->
-              _ = await_line(Bt, <<"Attaching">>, deadline(?ATTACH_TIMEOUT)),
-              ok = until_line(Poke, Bt, <<"READY">>, deadline(?ATTACH_TIMEOUT)),
+              _ = ?P:await_line(Bt, <<"Attaching">>, ?P:deadline(?ATTACH_TIMEOUT)),
+              ok = until_line(Poke, Bt, <<"READY">>, ?P:deadline(?ATTACH_TIMEOUT)),
               R = Run(),
               {R, stop_bpftrace(Bt)}
       end).
@@ -399,37 +218,17 @@ with_site_counted(So, M, Poke, Run) ->
 %% bench's, this node tracked), once the session daemon has enabled the
 %% event in this node (the tracer module's sink_enabled/0).
 with_session_on(#{dir := Dir}, Event, M, Run) ->
-    with_session(filename:join(Dir, "lttng_node_trace"), Event, [os:getpid()],
+    ?P:with_session(filename:join(Dir, "lttng_node_trace"), Event, [os:getpid()],
                  fun(_Session) ->
-                         ok = until_true(fun M:sink_enabled/0, deadline(?ATTACH_TIMEOUT)),
+                         ok = until_true(fun M:sink_enabled/0, ?P:deadline(?ATTACH_TIMEOUT)),
                          Run()
                  end).
-
-%% Fun(Session) with a root LTTng session recording Event into Trace
-%% (channel as the bench's: 8 x 8 MiB sub-buffers, discard mode), tracking
-%% the processes Vpids ([]: all); the session is destroyed and its trace
-%% deleted whatever happens.
-with_session(Trace, Event, Vpids, Fun) ->
-    Session = "dtrace_floors_" ++ os:getpid(),
-    _ = lttng(["destroy", Session]),
-    try
-        ok = lttng_ok(["create", Session, "--output=" ++ Trace]),
-        ok = lttng_ok(["enable-channel", "-u", "-s", Session, "--subbuf-size=8M",
-                       "--num-subbuf=8", "--discard", "floors"]),
-        ok = lttng_ok(["enable-event", "-u", "-s", Session, "-c", "floors", Event]),
-        [ok = lttng_ok(["track", "-u", "-s", Session, "--vpid=" ++ V]) || V <- Vpids],
-        ok = lttng_ok(["start", Session]),
-        Fun(Session)
-    after
-        _ = lttng(["destroy", Session]),
-        _ = file:del_dir_r(Trace)
-    end.
 
 until_true(F, Deadline) ->
     case F() of
         true -> ok;
         false ->
-            case remaining(Deadline) of
+            case ?P:remaining(Deadline) of
                 0 -> error(sink_never_enabled);
                 _ -> timer:sleep(10), until_true(F, Deadline)
             end
@@ -442,7 +241,7 @@ until_line(Fire, Port, Line, Deadline) ->
         {Port, {data, {eol, Line}}} -> ok;
         {Port, {exit_status, S}} -> error({tracer_exited, S})
     after 10 ->
-            case remaining(Deadline) of
+            case ?P:remaining(Deadline) of
                 0 -> error({no_line, Line});
                 _ -> until_line(Fire, Port, Line, Deadline)
             end
@@ -466,7 +265,7 @@ load_tracer(#{module := M, nif := Nif, ebin := Ebin}) ->
 %% tracer module Tracer; both die with the run, and their trace flags
 %% with them.
 pingpong(Tracer, N) ->
-    %% Both processes on scheduler 1, as dtrace_bench's ping-pong: one core's
+    %% Both processes on scheduler 1, as dtrace_bench_vm's ping-pong: one core's
     %% work per message, without the other scheduler's wake-ups.
     isolated(fun() ->
                      Echo = spawn_opt(fun Loop() -> receive {From, M} -> From ! M, Loop() end end,
@@ -601,24 +400,24 @@ uprobe_floor(#{uprobe := #{driver := Driver, objects := Objects, sites := Sites}
     end.
 
 uprobe_disabled(Exe, Arg, N) ->
-    #{<<"fired">> := 0, <<"hit_ns">> := Ns} = driver(Exe, [Arg, integer_to_list(N), "nowait"]),
+    #{<<"fired">> := 0, <<"hit_ns">> := Ns} = ?P:driver(Exe, [Arg, integer_to_list(N), "nowait"]),
     Ns.
 
 %% One run under bpftrace: the driver prints its pid once the site's object
 %% is mapped, bpftrace attaches to that process, the driver sees the
 %% semaphore raised and runs; bpftrace's count must cover the N hits.
 uprobe_hit(Exe, Arg, Obj, N) ->
-    with_port(
-      open_lines(Exe, [Arg, integer_to_list(N), "wait"]),
+    ?P:with_port(
+      ?P:open_lines(Exe, [Arg, integer_to_list(N), "wait"]),
       fun(Port) ->
-              Deadline = deadline(?RUN_TIMEOUT),
-              <<"pid ", Pid/binary>> = await_line(Port, <<"pid ">>, Deadline),
+              Deadline = ?P:deadline(?RUN_TIMEOUT),
+              <<"pid ", Pid/binary>> = ?P:await_line(Port, <<"pid ">>, Deadline),
               Prog = "usdt:" ++ Obj ++ ":dtrace_floor:hit { @n = count(); }",
-              with_port(
-                open_lines(os:find_executable("bpftrace"), ["-p", binary_to_list(Pid), "-e", Prog]),
+              ?P:with_port(
+                ?P:open_lines(os:find_executable("bpftrace"), ["-p", binary_to_list(Pid), "-e", Prog]),
                 fun(Bt) ->
-                        _ = await_line(Bt, <<"Attaching">>, deadline(?ATTACH_TIMEOUT)),
-                        Out = key_values(await_exit(Port, Deadline)),
+                        _ = ?P:await_line(Bt, <<"Attaching">>, ?P:deadline(?ATTACH_TIMEOUT)),
+                        Out = ?P:key_values(?P:await_exit(Port, Deadline)),
                         #{<<"fired">> := Fired, <<"hit_ns">> := Ns} = Out,
                         Fired =:= N orelse error({hits_not_fired, Fired, N}),
                         Count = stop_bpftrace(Bt),
@@ -631,7 +430,7 @@ uprobe_hit(Exe, Arg, Obj, N) ->
 stop_bpftrace(Bt) ->
     {os_pid, Pid} = erlang:port_info(Bt, os_pid),
     _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
-    Lines = await_exit(Bt, deadline(?STOP_TIMEOUT)),
+    Lines = ?P:await_exit(Bt, ?P:deadline(?STOP_TIMEOUT)),
     case [binary_to_integer(C) || <<"@n: ", C/binary>> <- Lines] of
         [Count] -> Count;
         [] -> 0
@@ -806,7 +605,7 @@ lttng_floor(#{lttng := {skip, _} = Skip}, _Event, _Opts) ->
     Skip;
 lttng_floor(#{dir := Dir, lttng := #{driver := Driver}}, Event, Opts)
   when Event =:= message_send; Event =:= i4s4 ->
-    case can_lttng() of
+    case ?P:can_lttng() of
         ok ->
             Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_LTTNG)),
             N = maps:get(n, Opts, ?N_EVENTS),
@@ -828,54 +627,22 @@ lttng_floor(#{dir := Dir, lttng := #{driver := Driver}}, Event, Opts)
     end.
 
 lttng_off(Driver, Args) ->
-    #{<<"recorded">> := 0, <<"event_ns">> := Ns} = driver(Driver, Args ++ ["nowait"]),
+    #{<<"recorded">> := 0, <<"event_ns">> := Ns} = ?P:driver(Driver, Args ++ ["nowait"]),
     Ns.
 
 %% One recorded run: {ns per event, what `lttng stop' said of discarded
 %% events ("none")}. The session is destroyed and its trace deleted
 %% whatever happens.
 lttng_on(Driver, Args, Tp, Dir, N) ->
-    with_session(filename:join(Dir, "lttng_trace"), Tp, [],
+    ?P:with_session(filename:join(Dir, "lttng_trace"), Tp, [],
                  fun(Session) ->
-                         #{<<"recorded">> := Recorded, <<"event_ns">> := Ns} = driver(Driver, Args ++ ["wait"]),
+                         #{<<"recorded">> := Recorded, <<"event_ns">> := Ns} = ?P:driver(Driver, Args ++ ["wait"]),
                          Recorded =:= N orelse error({events_not_recorded, Recorded, N}),
-                         {0, Stop} = lttng(["stop", Session]),
+                         {0, Stop} = ?P:lttng(["stop", Session]),
                          Discarded = [string:trim(L) || L <- string:split(Stop, "\n", all),
                                                         string:find(L, "discarded") =/= nomatch],
                          {Ns, case Discarded of [] -> "none"; _ -> lists:flatten(lists:join(" ", Discarded)) end}
                  end).
-
-lttng_ok(Args) ->
-    case lttng(Args) of
-        {0, _} -> ok;
-        {Status, Out} -> error({lttng_failed, Args, Status, Out})
-    end.
-
-lttng(Args) ->
-    {Status, Out} = run(os:find_executable("lttng"), Args, ?RUN_TIMEOUT),
-    {Status, binary_to_list(Out)}.
-
-%% A root session daemon: lttng-tools installed, root, and the daemon
-%% running (started if not, as the bench does).
-can_lttng() ->
-    case {os:find_executable("lttng"), string:trim(os:cmd("id -u"))} of
-        {false, _} -> {skip, "lttng (lttng-tools) is not installed"};
-        {_, "0"} ->
-            case string:trim(os:cmd("pgrep -x -u root lttng-sessiond")) of
-                "" ->
-                    case os:find_executable("lttng-sessiond") of
-                        false -> {skip, "lttng-sessiond is not installed"};
-                        Sd ->
-                            case run(Sd, ["--daemonize"], ?RUN_TIMEOUT) of
-                                {0, _} -> ok;
-                                {S, Out} -> {skip, lists:flatten(io_lib:format(
-                                                     "lttng-sessiond --daemonize failed (~b): ~s", [S, Out]))}
-                            end
-                    end;
-                _ -> ok
-            end;
-        _ -> {skip, "a root session daemon needs root"}
-    end.
 
 %%% All of them
 
@@ -891,95 +658,6 @@ all(Paths) ->
      {uprobe_exe_nop5, uprobe_floor(Paths, nop5, #{where => exe})},
      {lttng_message_send, lttng_floor(Paths, message_send)},
      {lttng_i4s4, lttng_floor(Paths, i4s4)}].
-
-%%% Programs
-
-%% Runs a driver to its end (exit status 0) and returns what it printed as
-%% #{Key => number()}, from its "key value" lines.
-driver(Exe, Args) ->
-    with_port(open_lines(Exe, Args),
-              fun(Port) -> key_values(await_exit(Port, deadline(?RUN_TIMEOUT))) end).
-
-key_values(Lines) ->
-    maps:from_list([{K, number(V)} || L <- Lines, [K, V] <- [binary:split(L, <<" ">>)]]).
-
-number(B) ->
-    try binary_to_integer(B)
-    catch error:badarg -> binary_to_float(B)
-    end.
-
-open_lines(Exe, Args) ->
-    open_port({spawn_executable, Exe},
-              [{args, Args}, {line, 4096}, stderr_to_stdout, exit_status, binary]).
-
-%% Fun(Port); then, whatever happened, the program is killed if it still
-%% runs (by its own pid, known to be ours while the port is open) and the
-%% port leaves nothing in this process's mailbox: its messages, and the
-%% exit signal of its link if this process traps exits (unlink/1's idiom).
-with_port(Port, Fun) ->
-    try
-        Fun(Port)
-    after
-        unlink(Port),
-        case erlang:port_info(Port, os_pid) of
-            {os_pid, Pid} ->
-                _ = os:cmd("kill -KILL " ++ integer_to_list(Pid) ++ " 2>/dev/null"),
-                catch port_close(Port);
-            undefined ->
-                ok
-        end,
-        flush(Port)
-    end.
-
-flush(Port) ->
-    receive
-        {Port, _} -> flush(Port);
-        {'EXIT', Port, _} -> flush(Port)
-    after 0 -> ok
-    end.
-
-%% The first line starting with Prefix (lines before it are dropped).
-await_line(Port, Prefix, Deadline) ->
-    receive
-        {Port, {data, {eol, Line}}} ->
-            case binary:match(Line, Prefix) of
-                {0, _} -> Line;
-                _ -> await_line(Port, Prefix, Deadline)
-            end;
-        {Port, {data, {noeol, _}}} -> await_line(Port, Prefix, Deadline);
-        {Port, {exit_status, S}} -> error({exited_before, Prefix, S})
-    after remaining(Deadline) -> error({no_line, Prefix})
-    end.
-
-%% The lines the program prints until it exits; it must exit with 0.
-await_exit(Port, Deadline) ->
-    await_exit(Port, Deadline, []).
-
-await_exit(Port, Deadline, Acc) ->
-    receive
-        {Port, {data, {eol, Line}}} -> await_exit(Port, Deadline, [Line | Acc]);
-        {Port, {data, {noeol, Part}}} -> await_exit(Port, Deadline, [Part | Acc]);
-        {Port, {exit_status, 0}} -> lists:reverse(Acc);
-        {Port, {exit_status, S}} -> error({exited, S, lists:reverse(Acc)})
-    after remaining(Deadline) -> error({no_exit, lists:reverse(Acc)})
-    end.
-
-%% Runs Exe to its end within Timeout ms: {ExitStatus, Output} (stdout
-%% and stderr); killed and an error after that.
-run(Exe, Args, Timeout) ->
-    Port = open_port({spawn_executable, Exe}, [{args, Args}, stderr_to_stdout, exit_status, binary]),
-    with_port(Port, fun(P) -> collect(P, <<>>, deadline(Timeout)) end).
-
-collect(Port, Acc, Deadline) ->
-    receive
-        {Port, {data, D}} -> collect(Port, <<Acc/binary, D/binary>>, Deadline);
-        {Port, {exit_status, S}} -> {S, Acc}
-    after remaining(Deadline) -> error({timeout, erlang:port_info(Port, name), Acc})
-    end.
-
-deadline(Ms) -> erlang:monotonic_time(millisecond) + Ms.
-
-remaining(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).
 
 %% {Median, Min, Max}, as dtrace_bench's stats/1.
 stats(Xs) ->

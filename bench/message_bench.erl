@@ -235,7 +235,7 @@ budgets(#{rows := Rows, no_trap := NoTrap}) ->
                        "(best rounds): ~.1f ns", [M, ?BUDGET_NS, B]), B =< ?BUDGET_NS}
         || #{message := M, pin := pinned, sink := lttng, own_best := B} <- Rows].
 
-%% @doc The figures the docs quote (dtrace_bench's figure table): per
+%% @doc The figures the docs quote (dtrace_bench_report's figure table): per
 %% message, the pinned totals under each sink, and the largest own work of
 %% the budgeted rows.
 -spec figures(result()) -> [{string(), string()}].

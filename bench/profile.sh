@@ -1,5 +1,5 @@
 #!/bin/sh
-# Profiles the hot path of a VM probe: a ping-pong (bench/dtrace_bench.erl's
+# Profiles the hot path of a VM probe: a ping-pong (bench/dtrace_bench_vm.erl's
 # shape) in a node running the dtrace application, with a tracer on the
 # message probe, under `perf record -g` for 4 s; prints ns per message and
 # the 25 costliest symbols. For bench/profile.md (written by hand from its
@@ -79,7 +79,8 @@ pingpong(N) ->
 loop(_E, _Me, 0) -> ok;
 loop(E, Me, N) -> E ! {Me, ping}, receive ping -> loop(E, Me, N - 1) end.
 ERL
-erlc -o "$work" "$work/dtrace_profile.erl" bench/dtrace_floors.erl bench/dtrace_bench.erl
+erlc -o "$work" "$work/dtrace_profile.erl" bench/dtrace_floors.erl bench/dtrace_floors_build.erl \
+    bench/dtrace_floors_programs.erl bench/dtrace_bench.erl bench/dtrace_bench_vm.erl bench/dtrace_bench_report.erl
 PIDFILE="$work/pid" READYFILE="$work/ready" MODE="$mode" \
     erl -noshell +S 2:2 -pa _build/default/lib/dtrace/ebin -pa "$work" -s dtrace_profile main &
 node=$!

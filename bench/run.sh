@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_floors.erl bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl bench/attach_bench.erl
+erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_bench_vm.erl bench/dtrace_bench_report.erl \
+    bench/dtrace_floors.erl bench/dtrace_floors_build.erl bench/dtrace_floors_programs.erl \
+    bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl bench/attach_bench.erl
 case "${1:-}" in
     messages)
         # make bench-messages: the realistic-message rows alone.

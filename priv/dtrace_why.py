@@ -1,6 +1,7 @@
 """dtrace_why: why was a span slow. The rules, written once, shared by
 priv/dtrace-slow-spans (events from bpftrace, live) and
-priv/dtrace-recorder-report (events from a flight-recorder snapshot).
+priv/dtrace-recorder-report (events from a flight-recorder snapshot, in its
+model, priv/dtrace_report_model.py).
 
 Feed it the events of one node or several in time order (`feed`); each
 span end returns a Breakdown of that span. The events (`kind`, then the

@@ -11,18 +11,19 @@
 #     priv/dtrace-bpftrace (bpftrace before 0.24 refuses arg6 and later on
 #     x86_64 itself);
 #   - the Elixir layer's tests (mix test);
-#   - the user-probe, VM-probe and run-time provider suites
-#     (dtrace_tracer_SUITE, dtrace_vm_SUITE, dtrace_provider_SUITE), with
-#     CI=true: a tracer missing there fails.
+#   - the user-probe, VM-probe (with their shipped scripts) and run-time
+#     provider suites (dtrace_tracer_SUITE, dtrace_vm_SUITE,
+#     dtrace_vm_scripts_SUITE, dtrace_provider_SUITE), with CI=true: a
+#     tracer missing there fails.
 # Work and logs stay in $DTRACE_TRIXIE_WORK (default /var/tmp/dtrace-trixie;
 # the copy, its _build with Common Test's logs), cargo's downloads in
 # /var/cache/dtrace-toolchains/trixie-cargo. Needs root (chroot, bpftrace).
-#   scripts/trixie.sh [SUITE...]          (default: the three suites)
+#   scripts/trixie.sh [SUITE...]          (default: the four suites)
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=${DTRACE_TRIXIE_WORK:-/var/tmp/dtrace-trixie}
 cargo_home=/var/cache/dtrace-toolchains/trixie-cargo
-[ $# -gt 0 ] || set -- dtrace_tracer_SUITE dtrace_vm_SUITE dtrace_provider_SUITE
+[ $# -gt 0 ] || set -- dtrace_tracer_SUITE dtrace_vm_SUITE dtrace_vm_scripts_SUITE dtrace_provider_SUITE
 suites=$(printf 'test/%s,' "$@" | sed 's/,$//')
 
 rm -rf "$work"

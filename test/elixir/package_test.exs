@@ -35,7 +35,8 @@ defmodule DTrace.PackageTest do
          native/dtrace_nif/src/lib.rs native/tracer_nif/src/lib.rs src/dtrace.app.src src/api/dtrace.erl
          compat/dyntrace.erl lib/dtrace.ex rebar.config mix.exs README.md CHANGELOG.md LICENSE
          priv/dtrace-bpftrace priv/span-latency.bt priv/span-latency.d priv/span-latency.stp
-         priv/user-probe.gdb priv/dtrace_why.py)
+         priv/user-probe.gdb priv/dtrace_why.py priv/dtrace_report_read.py priv/dtrace_report_model.py
+         priv/dtrace_report_triggers.py priv/dtrace_report_svg.py)
 
     assert required -- files == []
 

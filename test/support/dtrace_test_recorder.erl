@@ -1,8 +1,10 @@
-%%% Helpers of dtrace_recorder_SUITE: the skip/fail policy (skip locally
-%%% saying why, fail with CI=true), peer nodes (as root, or as an
-%%% unprivileged user), traces read back with babeltrace2 (its CLI: the
-%%% suite checks the recorder's files with a reader other than the
-%%% report's), and the workloads the peers run.
+%%% Helpers of the recorder suites (dtrace_recorder_SUITE,
+%%% dtrace_recorder_relay_SUITE, dtrace_recorder_user_SUITE; what their
+%%% cases share on the test's node is dtrace_test_recorder_cases'): the
+%%% skip/fail policy (skip locally saying why, fail with CI=true), peer
+%%% nodes (as root, or as an unprivileged user), traces read back with
+%%% babeltrace2 (its CLI: the suites check the recorder's files with a
+%%% reader other than the report's), and the workloads the peers run.
 %%%
 %%% A few helpers are copies of dtrace_test_lib's and dtrace_test_lttng's
 %%% (kept apart so that the two can change independently).
