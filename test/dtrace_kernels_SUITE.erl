@@ -293,7 +293,7 @@ otp_examples(Priv) ->
 %% In the guest
 
 %% The kernel is the root's, and the versions of what ran go to
-%% versions.txt beside the logs (the README's support table).
+%% versions.txt beside the logs (docs/support.md's table).
 versions(_Config) ->
     Kernel = string:trim(os:cmd("uname -r")),
     ?assertEqual({Kernel, true}, {Kernel, lists:prefix(os:getenv("DTRACE_TEST_KERNEL"), Kernel)}),

@@ -26,8 +26,8 @@
 %%%
 %%% == Bounds ==
 %%% Memory, disk and rate are bounded by the options `buffer',
-%%% `max_snapshots' and `min_interval_ms'; their defaults and what each
-%%% bounds are in docs/recorder.md, "Options, defaults and bounds". A
+%%% `max_snapshots' and `min_interval_ms' (their defaults: start/1's doc;
+%%% what each holds: docs/recorder.md, "Options, defaults and bounds"). A
 %%% snapshot within `min_interval_ms' of the last is deleted and counted as
 %%% `suppressed'; {@link trigger/3} gets `{error, {rate_limited, Ms}}'.
 %%%

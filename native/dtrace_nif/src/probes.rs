@@ -157,7 +157,7 @@ macro_rules! dof_is_enabled_site {
 /// FreeBSD (x86_64), as their `dtrace -G` writes it: `xor eax, eax`, which
 /// the fasttrap provider replaces while DTrace listens so that `eax` is 1.
 /// Evaluates to `eax != 0`. Built by `cargo check` for those targets only,
-/// never run by this project (README: DTrace platforms).
+/// never run by this project (docs/support.md, "DTrace, DOF on illumos and FreeBSD").
 #[cfg(all(dtrace_sdt, any(target_os = "illumos", target_os = "freebsd")))]
 macro_rules! dof_is_enabled_site {
     ($index:literal, $reg:tt) => {{
