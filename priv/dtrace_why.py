@@ -21,7 +21,8 @@ fields), nanoseconds on one clock:
     file_start  key command user_tag  dtrace_file's operation `key' starts
     file_end    key
 
-The rules (docs/operators.md, "Why was it slow"), over the span's own
+The rules (this docstring is where they are written; docs/operators.md,
+"Why was it slow", shows them at work), over the span's own
 process from its begin to its end:
 
   - GC: the time between a collection's start and end, and the
@@ -63,6 +64,9 @@ kept for an open span; past that the span is marked truncated.
 import json
 
 MAX_EVENTS = 200_000
+# Intervals of each kind a breakdown keeps for a trace file (the totals
+# above count them all).
+MAX_DETAIL = 10_000
 # file operations kept for spans that end later, in ns
 FILE_KEEP_NS = 600 * 1_000_000_000
 
@@ -95,6 +99,11 @@ class Breakdown:
         self.calls = []         # [(ns, mfa)], slowest first
         self.on_cpu = 0
         self.intervals = []     # [(start, end, "out" | "gc", mfa)], for a timeline
+        # For a trace file (priv/dtrace_timeline.py), each at most MAX_DETAIL:
+        self.outs = []          # [(start, end, mfa, woken_by, waiting_on)], scheduled out
+        self.file_intervals = []  # [(start, end, command)], inside the span
+        self.sends = []         # [(ts, sender, receiver)], messages to or from the process
+        self.call_intervals = []  # [(start, end, mfa)], function probes' calls
         self.names = {}         # pid -> its name (dtrace_process__name), where known
 
     def named(self, pid):
@@ -313,6 +322,8 @@ class Why:
                 out_start, waker, sent_to, out_after_gc = None, None, None, False
             elif kind == "send":
                 sender, receiver = arg
+                if len(b.sends) < MAX_DETAIL:
+                    b.sends.append((ts, sender, receiver))
                 if receiver == b.pid and out_start is not None:
                     waker = sender
                 elif sender == b.pid:
@@ -324,7 +335,10 @@ class Why:
             elif kind == "return":
                 starts = calls.get(arg)
                 if starts:
-                    b.calls.append((ts - starts.pop(), arg))
+                    start = starts.pop()
+                    b.calls.append((ts - start, arg))
+                    if len(b.call_intervals) < MAX_DETAIL:
+                        b.call_intervals.append((start, ts, arg))
             if kind in ("gc_start", "gc_end", "out", "hibernate", "in"):
                 prev = kind
         if gc_start is not None:
@@ -338,8 +352,10 @@ class Why:
         collections = len(gcs)
         gcs = gcs + gc_outs
         b.intervals = sorted([(s, e, "gc", None) for s, e in gcs] + [(s, e, "out", m) for s, e, m, _w, _o in outs])
+        b.outs = outs[:MAX_DETAIL]
         files = [(max(s, lo), min(e, hi), c) for (n, s, e, c, t) in self.done_files
                  if n == node and t == b.tag and b.tag is not None and s < hi and e > lo]
+        b.file_intervals = files[:MAX_DETAIL]
         b.gc = _union(gcs)
         b.gcs = collections
         for s, e, c in files:

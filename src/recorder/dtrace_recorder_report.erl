@@ -19,6 +19,8 @@
                   top => pos_integer(),
                   max_lines => pos_integer(),
                   slow => number(),
+                  trace => file:filename() | [file:filename()],
+                  folded => file:filename(),
                   timeout_ms => pos_integer(),
                   python => file:filename()}.
 %% `svg': the SVG timeline's file (default `report-TIME.svg' in the
@@ -29,7 +31,12 @@
 %% `max_lines': lines per tag at most (default 200); `slow': the spans of at
 %% least this many milliseconds are broken down into on CPU, scheduled out
 %% (by function), GC, file I/O and messages (default 10; docs/operators.md,
-%% "Why was it slow"); `timeout_ms': default 120000; `python': the Python 3 with
+%% "Why was it slow"); `trace': a file (or a list) to write those slow spans
+%% to as a timeline, `FILE.json' Chrome's Trace Event JSON, any other name
+%% Perfetto's protobuf (which needs the `perfetto' Python package in the
+%% report's Python); `folded': a file to write their flame graph to
+%% (folded stacks); what both hold: priv/dtrace_timeline.py's doc;
+%% `timeout_ms': default 120000; `python': the Python 3 with
 %% the `bt2' module (default `/usr/bin/python3', where Debian's
 %% `python3-bt2' installs it, else `python3' from `PATH').
 
@@ -47,7 +54,8 @@
 %% timeline (lanes per node and process, spans and file operations as bars,
 %% the trigger marked). Errors: `{error, {python3_bt2_missing, Hint}}',
 %% `{error, {no_trace, Output}}' (a path holds no LTTng trace), `{error,
-%% {report_failed, ExitStatus, Output}}', `{error, timeout}', `{error,
+%% {report_failed, ExitStatus, Output}}' (status 5: a `trace' or `folded'
+%% file could not be written, the output says why), `{error, timeout}', `{error,
 %% {badopt, Key, Value}}'.
 -spec report(Paths, Opts) -> binary() | {error, term()} when
       Paths :: [file:filename_all() | dtrace_recorder:snapshot()] | file:filename_all(),
@@ -133,6 +141,10 @@ arg(tags, [_ | _] = Tags, _) ->
 arg(top, N, _) when is_integer(N), N > 0 -> ["--top", integer_to_list(N)];
 arg(max_lines, N, _) when is_integer(N), N > 0 -> ["--max-lines", integer_to_list(N)];
 arg(slow, N, _) when is_number(N), N >= 0 -> ["--slow", float_to_list(N * 1.0, [{decimals, 3}])];
+arg(trace, [C | _] = F, _) when is_integer(C) -> ["--trace", F];
+arg(trace, F, _) when is_binary(F) -> ["--trace", unicode:characters_to_list(F)];
+arg(trace, [_ | _] = Fs, P) -> lists:append([arg(trace, F, P) || F <- Fs]);
+arg(folded, F, _) when is_list(F); is_binary(F) -> ["--folded", unicode:characters_to_list(F)];
 arg(timeout_ms, N, _) when is_integer(N), N > 0 -> [];
 arg(python, P, _) when is_list(P); is_binary(P) -> [];
 arg(K, V, _) -> throw({badopt, K, V}).

@@ -36,7 +36,7 @@ defmodule DTrace.PackageTest do
          compat/dyntrace.erl lib/dtrace.ex rebar.config mix.exs README.md CHANGELOG.md LICENSE
          priv/dtrace-bpftrace priv/span-latency.bt priv/span-latency.d priv/span-latency.stp
          priv/user-probe.gdb priv/dtrace_why.py priv/dtrace_report_read.py priv/dtrace_report_model.py
-         priv/dtrace_report_triggers.py priv/dtrace_report_svg.py)
+         priv/dtrace_report_triggers.py priv/dtrace_report_svg.py priv/dtrace_timeline.py)
 
     assert required -- files == []
 

@@ -1,0 +1,407 @@
+"""dtrace_timeline: slow spans as a trace file a viewer opens, and as a
+flame graph. Shared by priv/dtrace-slow-spans and priv/dtrace-recorder-report
+(their --trace FILE and --folded FILE); the breakdowns are priv/dtrace_why.py's.
+
+What a trace file holds (one model, two formats):
+
+  - one process per node (its name), one track per Erlang process, named
+    `<0.90.0> (my_server)` where the node named it (the pid alone otherwise);
+  - each slow span a slice named by its kind, args: tag, outcome, span id,
+    parent id, duration, the breakdown's cause; a failed span's name ends
+    in ` [error]` (or exit, throw). Spans nest as they nest in time on the
+    process; a child span that was not slow is not in the file;
+  - inside each span, slices for where its time went, by the breakdown's
+    rules (GC before file I/O before scheduled out; the rest on CPU):
+    `on CPU`, `GC`, `file I/O READ` (the command, under the span's tag),
+    `scheduled out in gen:do_call/4` with args `waiting on` and `woken by`;
+  - messages sent between two processes that both have a track, as flows
+    from the sender's track to the receiver's at the time of the send.
+
+FILE.json is Chrome's Trace Event Format (JSON object form: chrome://tracing,
+speedscope, ui.perfetto.dev); any other name is Perfetto's protobuf trace
+(TrackEvent packets), written with the `perfetto` Python package's
+TraceProtoBuilder and protos (pip install perfetto; it is not a Debian
+package), for ui.perfetto.dev and trace_processor. Times are the events'
+nanoseconds on the node's clock (a cluster's report: one clock, as it
+merges them).
+
+The folded stacks (flamegraph.pl, inferno, speedscope): one line per
+stack, `span kind;cause;function weight`, weight in microseconds, summed
+over every slow span: the kinds of the slow spans it is nested in come
+first; the causes are `on CPU` (then the innermost call function_probes
+saw, when any), `GC`, `file I/O` (then the command) and `scheduled out`
+(then the function it waited in).
+
+Bounds: the slowest spans are kept first, up to MAX_SPANS spans and
+MAX_EVENTS events in all (the JSON is then about 30 MB at most); a span's
+inner slices past MAX_SLICES are left out, the shortest first (the span's
+args say how many); the breakdown keeps at most dtrace_why.MAX_DETAIL
+intervals of each kind per span. The folded stacks count every slow span.
+"""
+
+import bisect
+import json
+
+MAX_SPANS = 5_000
+MAX_EVENTS = 200_000
+MAX_SLICES = 2_000
+
+# Which cause a moment belongs to when several intervals cover it: the
+# breakdown's rules (priv/dtrace_why.py).
+ORDER = ("gc", "file", "out")
+
+
+class Timeline:
+    """Breakdowns collected for one file; add() each slow span's."""
+
+    def __init__(self, max_spans=MAX_SPANS, names=None):
+        """names: {(node, pid): name}, the processes' names per node (a
+        cluster's pids repeat across nodes); without it, each breakdown's
+        names (one node's)."""
+        self.spans = []
+        self.names = dict(names) if names is not None else {}
+        self.own_names = names is None
+        self.max_spans = max_spans
+        self.left_out = 0
+
+    def add(self, b):
+        self.spans.append(b)
+        if self.own_names:
+            for pid, name in (b.names or {}).items():
+                self.names.setdefault((b.node, pid), name)
+        if len(self.spans) > 2 * self.max_spans:
+            self._trim()
+
+    def _trim(self):
+        self.spans.sort(key=lambda b: -b.duration)
+        self.left_out += len(self.spans[self.max_spans:])
+        del self.spans[self.max_spans:]
+
+    # -- The model ---------------------------------------------------------
+
+    def model(self):
+        """(tracks, flows): tracks maps (node, pid) to its slices, each
+        (begin, end, depth, name, args, is_span), in time order, nested by depth;
+        flows are (ts, (node, sender), (node, receiver))."""
+        self._trim()
+        by_proc = {}
+        for b in self.spans:
+            by_proc.setdefault((b.node, b.pid), []).append(b)
+        tracks, budget = {}, MAX_EVENTS
+        for key, spans in sorted(by_proc.items(), key=lambda kv: -max(b.duration for b in kv[1])):
+            if budget <= 0:
+                self.left_out += len(spans)
+                continue
+            slices = []
+            for b, depth, children in _nest(spans):
+                leaves = segments(b, children)
+                kept = _keep(leaves, MAX_SLICES)
+                args = {"tag": b.tag, "outcome": b.outcome, "span_id": b.span_id,
+                        "parent_id": b.parent_id, "duration_ms": round(b.duration / 1e6, 3),
+                        "cause": b.cause()[1]}
+                if len(kept) < len(leaves):
+                    args["slices_left_out"] = len(leaves) - len(kept)
+                name = b.kind if b.outcome == "ok" else "%s [%s]" % (b.kind, b.outcome)
+                slices.append((b.begin, b.end, depth, name, args, True))
+                for s, e, cat, label, extra in kept:
+                    slices.append((s, e, depth + 1, slice_name(cat, label), extra, False))
+            slices.sort(key=lambda x: (x[0], x[2]))
+            budget -= len(slices)
+            tracks[key] = slices
+        flows, seen = [], set()
+        for b in self.spans:
+            for ts, sender, receiver in b.sends:
+                f = (ts, (b.node, sender), (b.node, receiver))
+                if f not in seen and f[1] in tracks and f[2] in tracks and sender != receiver:
+                    seen.add(f)
+                    flows.append(f)
+        flows.sort()
+        return tracks, flows[:MAX_EVENTS // 10]
+
+    def track_name(self, key):
+        node, pid = key
+        name = self.names.get(key)
+        return "%s (%s)" % (pid, name) if name else str(pid)
+
+    # -- Writers -----------------------------------------------------------
+
+    def write(self, path):
+        """Chrome JSON for *.json, else Perfetto's protobuf; returns a line
+        saying what was written."""
+        if path.endswith(".json"):
+            return self.write_json(path)
+        return self.write_perfetto(path)
+
+    def write_json(self, path):
+        tracks, flows = self.model()
+        nodes = _numbered(sorted({n for n, _p in tracks}))
+        tids = _numbered(sorted(tracks), start=1)
+        ev = []
+        for node, pid_no in nodes.items():
+            ev.append({"ph": "M", "name": "process_name", "pid": pid_no, "tid": 0, "args": {"name": str(node)}})
+        for key, slices in tracks.items():
+            pid_no, tid = nodes[key[0]], tids[key]
+            ev.append({"ph": "M", "name": "thread_name", "pid": pid_no, "tid": tid,
+                       "args": {"name": self.track_name(key)}})
+            for s, e, _depth, name, args, is_span in slices:
+                x = {"ph": "X", "name": name, "cat": "span" if is_span else "cause",
+                     "pid": pid_no, "tid": tid, "ts": s / 1000.0, "dur": max(0, e - s) / 1000.0,
+                     "args": {k: v for k, v in args.items() if v is not None}}
+                if args.get("outcome") not in (None, "ok"):
+                    x["cname"] = "terrible"
+                ev.append(x)
+        for k, (ts, src, dst) in enumerate(flows):
+            ev.append({"ph": "s", "id": k + 1, "name": "message", "cat": "message",
+                       "pid": nodes[src[0]], "tid": tids[src], "ts": ts / 1000.0})
+            ev.append({"ph": "f", "bp": "e", "id": k + 1, "name": "message", "cat": "message",
+                       "pid": nodes[dst[0]], "tid": tids[dst], "ts": ts / 1000.0})
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"traceEvents": ev, "displayTimeUnit": "ms",
+                       "otherData": {"source": "dtrace", "spans_left_out": self.left_out}}, f)
+        return "Trace (Chrome JSON, %d processes, %d events): %s" % (len(tracks), len(ev), path)
+
+    def write_perfetto(self, path):
+        try:
+            from perfetto.trace_builder.proto_builder import TraceProtoBuilder
+            from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+        except ImportError as e:
+            raise TraceError("writing Perfetto's protobuf needs the perfetto Python package "
+                             "(pip install perfetto, in a venv), not found (%s); or name the "
+                             "file *.json for Chrome's JSON, which Perfetto opens too" % e)
+        tracks, flows = self.model()
+        builder = TraceProtoBuilder()
+        seq = 1
+        nodes = _numbered(sorted({n for n, _p in tracks}), start=1)
+        node_uuid = {}
+        for node, no in nodes.items():
+            p = builder.add_packet()
+            p.track_descriptor.uuid = no
+            p.track_descriptor.process.pid = no
+            p.track_descriptor.process.process_name = str(node)
+            node_uuid[node] = no
+        uuids = _numbered(sorted(tracks), start=1000)
+        for key, uuid in uuids.items():
+            p = builder.add_packet()
+            p.track_descriptor.uuid = uuid
+            p.track_descriptor.parent_uuid = node_uuid[key[0]]
+            p.track_descriptor.thread.pid = nodes[key[0]]
+            p.track_descriptor.thread.tid = uuid
+            p.track_descriptor.thread.thread_name = self.track_name(key)
+        flow_out, flow_in = {}, {}
+        for k, (ts, src, dst) in enumerate(flows):
+            flow_out.setdefault(src, []).append((ts, k + 1))
+            flow_in.setdefault(dst, []).append((ts, k + 1))
+        events = []
+        for key, slices in tracks.items():
+            for ts, typ, name, args, fo, fi in _track_events(slices, flow_out.get(key, []), flow_in.get(key, [])):
+                events.append((ts, uuids[key], typ, name, args, fo, fi))
+        events.sort(key=lambda e: e[0])
+        kinds = {"B": TrackEvent.TYPE_SLICE_BEGIN, "E": TrackEvent.TYPE_SLICE_END, "I": TrackEvent.TYPE_INSTANT}
+        for ts, uuid, typ, name, args, fo, fi in events:
+            p = builder.add_packet()
+            p.timestamp = ts
+            p.trusted_packet_sequence_id = seq
+            te = p.track_event
+            te.type = kinds[typ]
+            te.track_uuid = uuid
+            if typ != "E":
+                te.name = name
+                for k, v in sorted(args.items()):
+                    if v is None:
+                        continue
+                    a = te.debug_annotations.add()
+                    a.name = k
+                    if isinstance(v, bool):
+                        a.bool_value = v
+                    elif isinstance(v, int):
+                        a.int_value = v
+                    elif isinstance(v, float):
+                        a.double_value = v
+                    else:
+                        a.string_value = str(v)
+            te.flow_ids.extend(fo)
+            te.terminating_flow_ids.extend(fi)
+        with open(path, "wb") as f:
+            f.write(builder.serialize())
+        return "Trace (Perfetto protobuf, %d processes, %d events): %s" % (len(tracks), len(events), path)
+
+    def folded(self):
+        """{stack: ns} over every slow span (not only those in the trace)."""
+        by_proc = {}
+        for b in self.spans:
+            by_proc.setdefault((b.node, b.pid), []).append(b)
+        out = {}
+        for spans in by_proc.values():
+            for b, _depth, children, outer in _nest(spans, with_outer=True):
+                base = [*outer, b.kind]
+                for s, e, cat, label, _x in segments(b, children):
+                    stack = base + folded_frames(cat, label)
+                    key = ";".join(f.replace(";", ":").replace("\n", " ") for f in stack)
+                    out[key] = out.get(key, 0) + (e - s)
+        return out
+
+    def write_folded(self, path):
+        stacks = self.folded()
+        with open(path, "w", encoding="utf-8") as f:
+            for stack, ns in sorted(stacks.items()):
+                us = ns // 1000
+                if us > 0:
+                    f.write("%s %d\n" % (stack, us))
+        return "Flame graph (folded stacks, %d stacks, microseconds): %s" % (len(stacks), path)
+
+
+class TraceError(Exception):
+    pass
+
+
+# -- Segments: where a span's time went, moment by moment ---------------------
+
+def segments(b, children=()):
+    """[(start, end, cause, label, args)] covering the span's time outside
+    its children, in order; cause is "gc", "file", "out" or "cpu"."""
+    lo, hi = b.begin, b.end
+    if hi <= lo:
+        return []
+    gc = [(max(s, lo), min(e, hi), None, None) for s, e, kind, _m in b.intervals if kind == "gc"]
+    files = [(max(s, lo), min(e, hi), c, None) for s, e, c in b.file_intervals]
+    outs = [(max(s, lo), min(e, hi), m, (w, on)) for s, e, m, w, on in b.outs]
+    calls = [(max(s, lo), min(e, hi), m, None) for s, e, m in b.call_intervals]
+    cover = {"gc": _Cover(gc), "file": _Cover(files), "out": _Cover(outs)}
+    call_cover = _Cover(calls, innermost=True)
+    kids = _Cover([(max(c.begin, lo), min(c.end, hi), None, None) for c in children])
+    cuts = {lo, hi}
+    for iv in (gc, files, outs, calls, kids.iv):
+        for s, e, _l, _x in iv:
+            if lo <= s <= hi:
+                cuts.add(s)
+            if lo <= e <= hi:
+                cuts.add(e)
+    cuts = sorted(cuts)
+    out = []
+    for s, e in zip(cuts, cuts[1:]):
+        if e <= s:
+            continue
+        mid = (s + e) / 2.0
+        if kids.at(mid) is not None:
+            continue
+        cat, label, extra = "cpu", None, None
+        for c in ORDER:
+            hit = cover[c].at(mid)
+            if hit is not None:
+                cat, label, extra = c, hit[2], hit[3]
+                break
+        if cat == "cpu":
+            hit = call_cover.at(mid)
+            label = hit[2] if hit is not None else None
+        if out and out[-1][1] == s and out[-1][2] == cat and out[-1][3] == label and out[-1][5] == extra:
+            out[-1][1] = e
+        else:
+            out.append([s, e, cat, label, None, extra])
+    result = []
+    for s, e, cat, label, _n, extra in out:
+        args = {}
+        if cat == "out" and extra is not None:
+            w, on = extra
+            args = {"function": label, "waiting on": b.named(on) if on else None,
+                    "woken by": b.named(w) if w else None}
+        elif cat == "file":
+            args = {"command": label, "tag": b.tag}
+        elif cat == "cpu" and label:
+            args = {"call": label}
+        result.append((s, e, cat, label, args))
+    return result
+
+
+def slice_name(cat, label):
+    if cat == "gc":
+        return "GC"
+    if cat == "file":
+        return "file I/O %s" % label
+    if cat == "out":
+        return "scheduled out in %s" % label
+    return "on CPU" + (" in %s" % label if label else "")
+
+
+def folded_frames(cat, label):
+    if cat == "gc":
+        return ["GC"]
+    if cat == "file":
+        return ["file I/O", label]
+    if cat == "out":
+        return ["scheduled out", label]
+    return ["on CPU"] + ([label] if label else [])
+
+
+class _Cover:
+    """Which of the intervals (start, end, label, extra) covers a moment:
+    the one that began last among those covering it."""
+
+    def __init__(self, iv, innermost=False):
+        self.iv = sorted((x for x in iv if x[1] > x[0]), key=lambda x: (x[0], -x[1]))
+        self.starts = [x[0] for x in self.iv]
+        self.innermost = innermost
+
+    def at(self, t):
+        k = bisect.bisect_right(self.starts, t)
+        # The last few that began before t; intervals of one kind rarely
+        # overlap, so a short look back finds the cover.
+        for j in range(k - 1, max(-1, k - 65), -1):
+            s, e = self.iv[j][0], self.iv[j][1]
+            if s <= t < e:
+                return self.iv[j]
+        return None
+
+
+def _nest(spans, with_outer=False):
+    """Each span of one process with its depth and its direct children
+    among these spans (contained in time), outermost first; with_outer,
+    also the kinds of the spans it is nested in."""
+    spans = sorted(spans, key=lambda b: (b.begin, -b.end))
+    stack, out, children = [], [], {}
+    for b in spans:
+        while stack and not (b.begin >= stack[-1].begin and b.end <= stack[-1].end):
+            stack.pop()
+        if stack:
+            children.setdefault(id(stack[-1]), []).append(b)
+        out.append((b, len(stack), [s.kind for s in stack]))
+        stack.append(b)
+    if with_outer:
+        return [(b, d, children.get(id(b), []), outer) for b, d, outer in out]
+    return [(b, d, children.get(id(b), [])) for b, d, _o in out]
+
+
+def _keep(leaves, most):
+    if len(leaves) <= most:
+        return leaves
+    keep = set(sorted(range(len(leaves)), key=lambda k: -(leaves[k][1] - leaves[k][0]))[:most])
+    return [x for k, x in enumerate(leaves) if k in keep]
+
+
+def _numbered(keys, start=1):
+    return {k: n for n, k in enumerate(keys, start)}
+
+
+def _track_events(slices, flows_out, flows_in):
+    """One track's slices as begin/end events in order, with the flows'
+    ends as instants: [(ts, "B"|"E"|"I", name, args, flow_ids, terminating)]."""
+    ev, open_ = [], []
+    for s, e, depth, name, args, _span in slices:
+        if e <= s:
+            continue
+        while open_ and open_[-1][0] <= s:
+            end, _d = open_.pop()
+            ev.append((end, "E", None, None, [], []))
+        # Clip to the enclosing slice so that slices nest.
+        if open_ and e > open_[-1][0]:
+            e = open_[-1][0]
+        ev.append((s, "B", name, args, [], []))
+        open_.append((e, depth))
+    while open_:
+        end, _d = open_.pop()
+        ev.append((end, "E", None, None, [], []))
+    for ts, fid in flows_out:
+        ev.append((ts, "I", "message sent", {}, [fid], []))
+    for ts, fid in flows_in:
+        ev.append((ts, "I", "message received", {}, [], [fid]))
+    ev.sort(key=lambda x: (x[0], 0 if x[1] == "E" else 1))
+    return ev
