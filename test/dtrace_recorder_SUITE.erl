@@ -360,6 +360,19 @@ three_nodes_cluster_trigger(Config) ->
     Nodes = [N || Line <- Section, binary:match(Line, <<"span ">>) =/= nomatch,
                   N <- [atom_to_binary(X) || X <- [A, B, C]], binary:match(Line, N) =/= nomatch],
     ?assertEqual([atom_to_binary(X) || X <- [A, B, C]], ?C:dedup(Nodes)),
+    %% The three snapshots as one trace: a process per node, the request's
+    %% span on a, the hops on the relays (named processes) of b and c.
+    Trace = filename:join(?config(priv_dir, Config), "cluster.json"),
+    _ = ?C:report([P || #{path := P} <- Snaps], #{tags => [<<"cross-1">>], slow => 0, svg => false,
+                                                  trace => Trace}),
+    Read = dtrace_test_why:trace_check(Trace, "/usr/bin/python3"),
+    ?assertEqual(lists:sort([atom_to_binary(X) || X <- [A, B, C]]),
+                 lists:usort([Node || [<<"TRACK">>, Node, _] <- Read])),
+    Relays = [Node || [<<"TRACK">>, Node, Track] <- Read, binary:match(Track, <<"(relay)">>) =/= nomatch],
+    ?assertEqual(lists:sort([atom_to_binary(X) || X <- [B, C]]), lists:usort(Relays)),
+    Kinds = [{Name, Tag} || [<<"SPAN">>, _Track, Name, Tag | _] <- Read, Tag =:= <<"cross-1">>],
+    ?assert(lists:member({<<"request">>, <<"cross-1">>}, Kinds), Kinds),
+    ?assertEqual(2, length([K || {<<"hop">>, _} = K <- Kinds]), Kinds),
     [begin
          ok = peer:call(P, dtrace_recorder, stop, [rec]),
          ?assertEqual({[], []}, ?T:lttng_names(peer:call(P, os, getpid, [])))

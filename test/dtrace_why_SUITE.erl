@@ -5,13 +5,17 @@
 %%% under the flight recorder; each slow request must be named with its
 %%% tag and its cause, with the cause's time within 10% of the delay the
 %%% service measured itself. Both read the breakdown as printed, the text
-%%% a user reads.
+%%% a user reads. Both also write the slow spans as trace files (Chrome's
+%%% JSON, Perfetto's protobuf) and folded stacks, read back and held
+%%% against the printed breakdowns (dtrace_test_why:check_files/3), and
+%%% opened in a real viewer, speedscope in headless Chromium
+%%% (dtrace_test_viewer).
 -module(dtrace_why_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
 
--export([all/0, suite/0, init_per_testcase/2, end_per_testcase/2]).
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1, init_per_testcase/2, end_per_testcase/2]).
 -export([slow_spans_script/1, slow_spans_under_automatic_mode/1, recorder_report/1,
          spans_trace_only_their_process/1]).
 
@@ -25,6 +29,19 @@ suite() ->
 
 all() ->
     [slow_spans_script, slow_spans_under_automatic_mode, recorder_report, spans_trace_only_their_process].
+
+%% The viewers' set-up (scripts/viewers.sh: speedscope, Chromium, a
+%% Python with the perfetto package), once: none when it cannot be done
+%% here (locally the JSON and folded files are still checked; in CI that
+%% is a failure).
+init_per_suite(Config) ->
+    case dtrace_test_viewer:setup() of
+        {ok, V} -> [{viewer, V} | Config];
+        {skip, Why} -> ct:log("~ts", [Why]), [{viewer, none} | Config]
+    end.
+
+end_per_suite(_Config) ->
+    ok.
 
 init_per_testcase(recorder_report, Config) ->
     case dtrace_test_recorder:require(root_lttng) of
@@ -53,9 +70,21 @@ end_per_testcase(_TC, Config) ->
 %%--------------------------------------------------------------------
 
 %% priv/dtrace-slow-spans on the node: every planted slow request is
-%% printed with its cause as it ends.
+%% printed with its cause as it ends; at the end its trace files and
+%% folded stacks show the same.
 slow_spans_script(Config) ->
-    slow_spans(Config, #{requests => ?REQUESTS, every => ?EVERY}).
+    Dir = ?config(priv_dir, Config),
+    Viewer = ?config(viewer, Config),
+    Files = [filename:join(Dir, F) || F <- ["why.json", "why.folded"]]
+        ++ [filename:join(Dir, "why.pftrace") || Viewer =/= none],
+    Args = lists:append([case filename:extension(F) of
+                             ".folded" -> ["--folded", F];
+                             _ -> ["--trace", F]
+                         end || F <- Files]),
+    Service = #{requests => ?REQUESTS, every => ?EVERY},
+    {Planted, Blocks} = slow_spans(Config, Service, Args, viewer_env(Viewer)),
+    Read = dtrace_test_why:check_files(Files, planted_blocks(Planted, Blocks), viewer_python(Viewer)),
+    in_viewer(Viewer, Read, Dir).
 
 %% The same while another bpftrace listens to process__scheduled and
 %% message__queued: automatic mode then traces every process (on OTP 25
@@ -81,11 +110,51 @@ slow_spans_under_automatic_mode(Config) ->
     end.
 
 slow_spans(Config, Service) ->
+    slow_spans(Config, Service, [], []).
+
+slow_spans(Config, Service, Args, Env) ->
     Peer = ?config(peer, Config),
-    {Planted, Lines} = dtrace_test_why:slow_spans(Peer, ?config(priv_dir, Config), [], [], Service, 60000),
-    dtrace_test_why:check(Planted, dtrace_test_why:blocks(Lines), Service),
+    {Planted, Lines} = dtrace_test_why:slow_spans(Peer, ?config(priv_dir, Config), Args, Env, Service, 60000),
+    Blocks = dtrace_test_why:blocks(Lines),
+    dtrace_test_why:check(Planted, Blocks, Service),
     %% The summary names the slowest.
-    ?assert(lists:any(fun(L) -> binary:match(L, <<"slowest, with their causes">>) =/= nomatch end, Lines)).
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"slowest, with their causes">>) =/= nomatch end, Lines)),
+    {Planted, Blocks}.
+
+planted_blocks(Planted, Blocks) ->
+    [B || {Tag, _, _} = B <- Blocks, lists:keymember(Tag, 1, Planted)].
+
+%% The environment that gives priv/dtrace-slow-spans (run by Debian's
+%% python3) the viewer's Python packages, perfetto's among them.
+viewer_env(none) ->
+    [];
+viewer_env(#{python := Python}) ->
+    Site = os:cmd(Python ++ " -c 'import os, perfetto; print(os.path.dirname(os.path.dirname(perfetto.__file__)))'"),
+    [{"PYTHONPATH", string:trim(Site)}].
+
+viewer_python(none) -> "/usr/bin/python3";
+viewer_python(#{python := Python}) -> Python.
+
+%% The JSON trace and the folded stacks opened in speedscope: the page
+%% shows the span kind and the slow requests' processes.
+in_viewer(none, _Read, _Dir) ->
+    ok;
+in_viewer(V, Read, Dir) ->
+    [{Json, JsonRead}] = [{F, R} || {F, R} <- Read, filename:extension(F) =:= ".json"],
+    Tracks = [T || [<<"TRACK">>, _Node, T] <- JsonRead],
+    ?assertNotEqual([], Tracks),
+    [Folded] = [F || {F, _} <- Read, filename:extension(F) =:= ".folded"],
+    [begin
+         Opened = dtrace_test_viewer:open(File, V),
+         ct:log("speedscope shows for ~ts:~n~p", [File, Opened]),
+         {ok, Shown} = Opened,
+         ?assertEqual([], dtrace_test_viewer:missing(Wants, Shown), File)
+     end || {File, Wants} <- [{Json, [<<"request">>, <<"scheduled out in timer:sleep/1">>, <<"GC">>,
+                                      <<"file I/O">> | Tracks]},
+                              {Folded, [<<"request">>, <<"scheduled out">>, <<"timer:sleep/1">>,
+                                        <<"GC">>, <<"file I/O">>]}]],
+    {ok, _} = dtrace_test_viewer:screenshot(Json, filename:join(Dir, "why.png"), V),
+    ok.
 
 %% The flight recorder with its default events, a snapshot, its report.
 recorder_report(Config) ->
@@ -100,13 +169,23 @@ recorder_report(Config) ->
            "the recorder's session to record the span probes"),
     Planted = peer:call(Peer, dtrace_test_service, run, [#{requests => ?REQUESTS, every => ?EVERY}, Dir], 120000),
     {ok, Snap} = peer:call(Peer, dtrace_recorder, trigger, [Rec, <<"why">>, 60000], 90000),
+    Viewer = ?config(viewer, Config),
+    Files = [filename:join(Dir, F) || F <- ["report.json", "report.folded"]]
+        ++ [filename:join(Dir, "report.pftrace") || Viewer =/= none],
     Report = peer:call(Peer, dtrace_recorder, report,
-                       [[Snap], #{slow => ?THRESHOLD_MS, top => 100, svg => false}], 180000),
+                       [[Snap], maps:merge(#{slow => ?THRESHOLD_MS, top => 100, svg => false,
+                                             trace => [F || F <- Files, filename:extension(F) =/= ".folded"],
+                                             folded => filename:join(Dir, "report.folded")},
+                                           case Viewer of
+                                               none -> #{};
+                                               _ -> #{python => viewer_python(Viewer)}
+                                           end)], 180000),
     ?assert(is_binary(Report), Report),
     ct:log("report:~n~ts", [Report]),
     Lines = binary:split(Report, <<"\n">>, [global]),
-    dtrace_test_why:check(Planted, dtrace_test_why:blocks(dtrace_test_why:section(Lines)),
-                         #{requests => ?REQUESTS, every => ?EVERY}),
+    Blocks = dtrace_test_why:blocks(dtrace_test_why:section(Lines)),
+    dtrace_test_why:check(Planted, Blocks, #{requests => ?REQUESTS, every => ?EVERY}),
+    _ = dtrace_test_why:check_files(Files, planted_blocks(Planted, Blocks), viewer_python(Viewer)),
     %% An operator asking for another snapshot right after: refused within
     %% min_interval_ms (60 s by default), taken with force.
     {error, {rate_limited, _}} = peer:call(Peer, dtrace_recorder, trigger, [Rec, <<"again">>, 60000], 90000),

@@ -7,7 +7,8 @@
 
 -include_lib("stdlib/include/assert.hrl").
 
--export([slow_spans/6, check/3, blocks/1, section/1, span_probes_on/0, collect/4, stop/2]).
+-export([slow_spans/6, check/3, blocks/1, section/1, span_probes_on/0, collect/4, stop/2,
+         check_files/3, trace_check/2]).
 
 %% Spans of at least this many ms are broken down (the fast requests take
 %% well under 1 ms; the slow ones 20 ms and more).
@@ -100,6 +101,113 @@ check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
          end || {Tag, Cause, PlantedNs, Extra} <- Planted],
     ?assertEqual([], [R || R <- Results, R =/= ok]).
 
+%% The trace files and folded stacks the tools wrote (--trace, --folded),
+%% read back by test/support/dtrace_trace_check.py (run by Python, a
+%% Python 3 that has the perfetto package when a file is Perfetto's), held against the breakdowns
+%% printed for the same run (blocks/1): every block's span is a slice on
+%% its process's track, tag and outcome kept, whose heaviest inner slices
+%% are the printed cause with its time (within 5%, or 0.5 ms); in the
+%% folded stacks, each span kind's heaviest path is the cause with the most
+%% time among the printed causes of that kind. Returns the checker's lines
+%% of each file, for more checks.
+check_files(Files, Blocks, Python) ->
+    [{File, check_file(File, Blocks, Python)} || File <- Files].
+
+check_file(File, Blocks, Python) ->
+    Lines = trace_check(File, Python),
+    case filename:extension(File) of
+        ".folded" ->
+            %% Per span kind, each cause's time in the flame graph is the
+            %% sum of that component over the kind's printed breakdowns;
+            %% the heaviest path is the heaviest of those sums.
+            Folded = [{{Kind, Cause}, binary_to_float(Ms)} || [<<"FOLDED">>, Kind, Cause, Ms] <- Lines],
+            Text = components(Blocks),
+            ?assertNotEqual([], Text),
+            Off = [{Key, Ms, proplists:get_value(Key, Folded)}
+                   || {Key, Ms} <- Text, Ms >= 1.0,
+                      not near(proplists:get_value(Key, Folded), Ms)],
+            ?assertEqual([], Off, File),
+            [begin
+                 {Top, TopMs} = hd(lists:reverse(lists:keysort(2, [{C, Ms} || {{K, C}, Ms} <- Text, K =:= Kind]))),
+                 [_, _, Heaviest, _] = hd([L || [<<"HEAVIEST">>, K | _] = L <- Lines, K =:= Kind]),
+                 %% Causes within the tolerance of the top one are a tie.
+                 ?assert(Heaviest =:= Top orelse near(proplists:get_value({Kind, Heaviest}, Text), TopMs),
+                         {File, Kind, Heaviest, Top})
+             end || Kind <- lists:usort([K || {{K, _}, _} <- Text])];
+        _ ->
+            Spans = [{Tag, {Track, Name, Outcome, Cause, binary_to_float(Ms)}}
+                     || [<<"SPAN">>, Track, Name, Tag, Outcome, Cause, Ms] <- Lines],
+            Missing =
+                [{Tag, Text, Ms, proplists:get_value(Tag, Spans)}
+                 || {Tag, {Text, Ms}, Block} <- Blocks,
+                    not span_matches(proplists:get_value(Tag, Spans), Text, Ms, Block)],
+            ?assertEqual([], Missing, File)
+    end,
+    Lines.
+
+span_matches({Track, Name, Outcome, Cause, TraceMs}, Text, Ms, Block) ->
+    {match, [Pid]} = re:run(Block, <<"pid (<[0-9.]+>)">>, [{capture, all_but_first, binary}]),
+    Failed = has(Block, <<"FAILED: ", Outcome/binary>>) andalso has(Name, <<"[", Outcome/binary, "]">>),
+    prefix(Pid, Track) andalso prefix(kind_of(Block), Name)
+        andalso (Outcome =:= <<"ok">> orelse Failed)
+        andalso Cause =:= cause_group(Text)
+        andalso abs(TraceMs - Ms) =< max(0.5, 0.05 * Ms);
+span_matches(_, _, _, _) ->
+    false.
+
+%% The components of the printed breakdowns, summed per span kind:
+%% [{{Kind, Cause}, Ms}], the causes named as the checker groups slices.
+components(Blocks) ->
+    Sums = lists:foldl(
+             fun({_, _, Block}, Acc) ->
+                     Kind = kind_of(Block),
+                     lists:foldl(fun(Line, A) ->
+                                         case component(Line) of
+                                             {Cause, Ms} -> maps:update_with({Kind, Cause}, fun(V) -> V + Ms end, Ms, A);
+                                             none -> A
+                                         end
+                                 end, Acc, binary:split(Block, <<"\n">>, [global]))
+             end, #{}, Blocks),
+    lists:sort(maps:to_list(Sums)).
+
+component(Line) ->
+    Patterns = [{<<"^\\s+on CPU +([0-9.]+) ms">>, <<"on CPU">>},
+                {<<"^\\s+GC +([0-9.]+) ms">>, <<"GC">>},
+                {<<"^\\s+file I/O \\(tag\\) +([0-9.]+) ms">>, <<"file I/O">>},
+                {<<"^\\s+(\\S+) +([0-9.]+) ms">>, scheduled_out}],
+    lists:foldl(fun({Re, Cause}, none) ->
+                        case re:run(Line, Re, [{capture, all_but_first, binary}]) of
+                            {match, [Ms]} -> {Cause, binary_to_float(Ms)};
+                            {match, [Mfa, Ms]} -> {<<"scheduled out in ", Mfa/binary>>, binary_to_float(Ms)};
+                            nomatch -> none
+                        end;
+                   (_, Found) -> Found
+                end, none, Patterns).
+
+near(undefined, _) -> false;
+near(A, B) -> abs(A - B) =< max(1.0, 0.05 * B).
+
+%% The printed cause as the checker groups slices: "scheduled out in F"
+%% (without who), "file I/O" (without the commands), "GC", "on CPU".
+cause_group(Text) ->
+    case Text of
+        <<"file I/O", _/binary>> -> <<"file I/O">>;
+        _ -> hd(binary:split(Text, <<", ">>))
+    end.
+
+kind_of(Block) ->
+    {match, [Kind]} = re:run(Block, <<"slow span: (\\S+) ">>, [{capture, all_but_first, binary}]),
+    Kind.
+
+%% The lines of test/support/dtrace_trace_check.py FILE, split at tabs.
+trace_check(File, Python) ->
+    Script = filename:join(filename:dirname(?FILE), "dtrace_trace_check.py"),
+    Port = open_port({spawn_executable, Python},
+                     [{args, [Script, File]}, {line, 65536}, exit_status, binary,
+                      stderr_to_stdout]),
+    Lines = collect(Port, [], fun(_) -> false end, 60000, exit),
+    [binary:split(L, <<"\t">>, [global]) || L <- Lines].
+
 %% The breakdowns in Lines: [{Tag, {CauseText, CauseMs}, BlockText}], from
 %% a "... slow span: KIND D ms, tag "TAG", pid P ..." line and the
 %% "cause: TEXT, N ms (P%)" line after it.
@@ -137,6 +245,10 @@ has(B, Part) ->
 %% Port's lines (Acc, oldest first) until Done(Lines) or Ms pass.
 collect(Port, Acc, Done, Ms) ->
     collect_until(Port, Acc, Done, erlang:monotonic_time(millisecond) + Ms).
+
+%% Port's lines until it exits with status 0 (or fails the test), within Ms.
+collect(Port, Acc, _Done, Ms, exit) ->
+    stop_collect(Port, Acc, erlang:monotonic_time(millisecond) + Ms).
 
 collect_until(Port, Acc, Done, Deadline) ->
     case Done(Acc) of
