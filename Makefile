@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif dist check test test-repeat test-kernels test-trixie demo demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist check test test-repeat test-kernels test-trixie demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -101,6 +101,15 @@ demo: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh examples/demo.sh
+
+# The README's picture: make demo's flame graph of the slow spans
+# (_build/demo/why.folded) in speedscope, headless (scripts/viewers.sh sets
+# it up; root the first time).
+demo-picture:
+	@test -f _build/demo/why.folded || { echo "run make demo first" >&2; exit 1; }
+	eval "$$(sh scripts/viewers.sh)" && "$$VIEWER_PYTHON" "$$DTRACE_VIEWER" --speedscope "$$SPEEDSCOPE_DIR" \
+	    --chromium "$$CHROMIUM" --view left-heavy --size 1200x360 --screenshot docs/demo-flame-graph.png \
+	    _build/demo/why.folded > /dev/null
 
 # The flight recorder (docs/recorder.md): two nodes, a slow put caught by
 # an LTTng snapshot with nobody watching, the merged report (~40 s).

@@ -25,6 +25,10 @@ ebin=_build/default/lib/dtrace/ebin
 so=$(cd _build/default/lib/dtrace/priv && pwd -P)/dtrace_nif.so
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# What step 4 writes for a viewer (kept after the demo): the slow spans as
+# a timeline and as a flame graph.
+out=${DEMO_OUT:-_build/demo}
+mkdir -p "$out"
 erlc -o "$work" examples/dtrace_demo.erl
 
 echo "== 1. The probes, in $so"
@@ -74,7 +78,12 @@ timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/efile.bt > "$work/efile.o
 efile=$!
 timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/message-latency.bt > "$work/latency.out" 2>&1 &
 latency=$!
-python3 priv/dtrace-slow-spans -p "$node" --duration $((run_s - 4)) --top 5 > "$work/why.out" 2>&1 &
+# Perfetto's protobuf too where the perfetto Python package is installed.
+pftrace=
+python3 -c 'import perfetto.trace_builder.proto_builder' 2>/dev/null && pftrace="--trace $out/why.pftrace"
+# shellcheck disable=SC2086
+python3 priv/dtrace-slow-spans -p "$node" --duration $((run_s - 4)) --top 5 \
+    --trace "$out/why.json" $pftrace --folded "$out/why.folded" > "$work/why.out" 2>&1 &
 why=$!
 # Every slow and every failed span prints as it ends: the first 8 of each
 # here, all counted at the end. priv/dtrace-bpftrace: the outcome is arg6,
@@ -97,6 +106,12 @@ awk '/slow span:/ { n++ } n == 1 { print "   " $0 } n > 1 { exit }' "$work/why.o
 sed -n '/spans ended/,$p' "$work/why.out" | sed 's/^/   /'
 echo "   (on CPU, scheduled out by function and whom it waited on, GC, file I/O under the"
 echo "    request's tag: docs/operators.md, \"Why was it slow\".)"
+echo "   The same, to look at rather than read:"
+echo "   - a timeline, one track per process, each slow span with where its time went:"
+echo "     $out/why.json$( [ -n "$pftrace" ] && echo " (and why.pftrace)"): open it in https://ui.perfetto.dev"
+echo "     (Open trace file) or chrome://tracing; speedscope reads it too;"
+echo "   - a flame graph of where the slow spans spent their time: $out/why.folded,"
+echo "     for https://www.speedscope.app (drop the file) or flamegraph.pl / inferno."
 echo
 
 echo "== 5. The file I/O behind the slow requests, from priv/efile.bt"
