@@ -27,10 +27,10 @@ merges them).
 
 The folded stacks (flamegraph.pl, inferno, speedscope): one line per
 stack, `span kind;cause;function weight`, weight in microseconds, summed
-over every slow span: the kinds of the slow spans it is nested in come
-first; the causes are `on CPU` (then the innermost call function_probes
-saw, when any), `GC`, `file I/O` (then the command) and `scheduled out`
-(then the function it waited in).
+over every slow span, each counting its time outside the slow spans
+nested in it (those count under their own kind); the causes are `on CPU`
+(then the innermost call function_probes saw, when any), `GC`, `file I/O`
+(then the command) and `scheduled out` (then the function it waited in).
 
 Bounds: the slowest spans are kept first, up to MAX_SPANS spans and
 MAX_EVENTS events in all (the JSON is then about 30 MB at most); a span's
@@ -45,6 +45,10 @@ import json
 MAX_SPANS = 5_000
 MAX_EVENTS = 200_000
 MAX_SLICES = 2_000
+# The folded stacks exclude a span's slow children, found among the last
+# RECENT slow spans of its process, for the last RECENT_PROCS processes.
+RECENT = 64
+RECENT_PROCS = 10_000
 
 # Which cause a moment belongs to when several intervals cover it: the
 # breakdown's rules (priv/dtrace_why.py).
@@ -63,8 +67,26 @@ class Timeline:
         self.own_names = names is None
         self.max_spans = max_spans
         self.left_out = 0
+        self.stacks = {}         # folded stack -> ns, over every span added
+        self.recent = {}         # (node, pid) -> [(begin, end)] of its last spans
+
+    def _fold(self, b):
+        """Adds b's time, outside the slow spans nested in it, to the
+        folded stacks: as it is added, so that they count every span."""
+        key = (b.node, b.pid)
+        recent = self.recent.pop(key, [])
+        children = [(s, e) for s, e in recent if s >= b.begin and e <= b.end]
+        for s, e, cat, label, _x in segments(b, children):
+            stack = ";".join(f.replace(";", ":").replace("\n", " ") for f in [b.kind] + folded_frames(cat, label))
+            self.stacks[stack] = self.stacks.get(stack, 0) + (e - s)
+        recent.append((b.begin, b.end))
+        # Re-inserted last: the processes seen longest ago go first.
+        self.recent[key] = recent[-RECENT:]
+        while len(self.recent) > RECENT_PROCS:
+            del self.recent[next(iter(self.recent))]
 
     def add(self, b):
+        self._fold(b)
         self.spans.append(b)
         if self.own_names:
             for pid, name in (b.names or {}).items():
@@ -94,7 +116,7 @@ class Timeline:
                 continue
             slices = []
             for b, depth, children in _nest(spans):
-                leaves = segments(b, children)
+                leaves = segments(b, [(c.begin, c.end) for c in children])
                 kept = _keep(leaves, MAX_SLICES)
                 args = {"tag": b.tag, "outcome": b.outcome, "span_id": b.span_id,
                         "parent_id": b.parent_id, "duration_ms": round(b.duration / 1e6, 3),
@@ -226,19 +248,8 @@ class Timeline:
         return "Trace (Perfetto protobuf, %d processes, %d events): %s" % (len(tracks), len(events), path)
 
     def folded(self):
-        """{stack: ns} over every slow span (not only those in the trace)."""
-        by_proc = {}
-        for b in self.spans:
-            by_proc.setdefault((b.node, b.pid), []).append(b)
-        out = {}
-        for spans in by_proc.values():
-            for b, _depth, children, outer in _nest(spans, with_outer=True):
-                base = [*outer, b.kind]
-                for s, e, cat, label, _x in segments(b, children):
-                    stack = base + folded_frames(cat, label)
-                    key = ";".join(f.replace(";", ":").replace("\n", " ") for f in stack)
-                    out[key] = out.get(key, 0) + (e - s)
-        return out
+        """{stack: ns} over every slow span added (not only those in the trace)."""
+        return dict(self.stacks)
 
     def write_folded(self, path):
         stacks = self.folded()
@@ -258,7 +269,8 @@ class TraceError(Exception):
 
 def segments(b, children=()):
     """[(start, end, cause, label, args)] covering the span's time outside
-    its children, in order; cause is "gc", "file", "out" or "cpu"."""
+    its children's (begin, end), in order; cause is "gc", "file", "out" or
+    "cpu"."""
     lo, hi = b.begin, b.end
     if hi <= lo:
         return []
@@ -268,7 +280,7 @@ def segments(b, children=()):
     calls = [(max(s, lo), min(e, hi), m, None) for s, e, m in b.call_intervals]
     cover = {"gc": _Cover(gc), "file": _Cover(files), "out": _Cover(outs)}
     call_cover = _Cover(calls, innermost=True)
-    kids = _Cover([(max(c.begin, lo), min(c.end, hi), None, None) for c in children])
+    kids = _Cover([(max(cb, lo), min(ce, hi), None, None) for cb, ce in children])
     cuts = {lo, hi}
     for iv in (gc, files, outs, calls, kids.iv):
         for s, e, _l, _x in iv:
@@ -352,10 +364,9 @@ class _Cover:
         return None
 
 
-def _nest(spans, with_outer=False):
+def _nest(spans):
     """Each span of one process with its depth and its direct children
-    among these spans (contained in time), outermost first; with_outer,
-    also the kinds of the spans it is nested in."""
+    among these spans (contained in time), outermost first."""
     spans = sorted(spans, key=lambda b: (b.begin, -b.end))
     stack, out, children = [], [], {}
     for b in spans:
@@ -363,11 +374,9 @@ def _nest(spans, with_outer=False):
             stack.pop()
         if stack:
             children.setdefault(id(stack[-1]), []).append(b)
-        out.append((b, len(stack), [s.kind for s in stack]))
+        out.append((b, len(stack)))
         stack.append(b)
-    if with_outer:
-        return [(b, d, children.get(id(b), []), outer) for b, d, outer in out]
-    return [(b, d, children.get(id(b), [])) for b, d, _o in out]
+    return [(b, d, children.get(id(b), [])) for b, d in out]
 
 
 def _keep(leaves, most):

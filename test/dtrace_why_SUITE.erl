@@ -14,10 +14,11 @@
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
+-include_lib("kernel/include/file.hrl").
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1, init_per_testcase/2, end_per_testcase/2]).
 -export([slow_spans_script/1, slow_spans_under_automatic_mode/1, recorder_report/1,
-         spans_trace_only_their_process/1]).
+         spans_trace_only_their_process/1, demo_workload_trace/1, long_run_is_bounded/1]).
 
 -define(REQUESTS, 120).
 -define(EVERY, 10).
@@ -28,7 +29,8 @@ suite() ->
     [{timetrap, {minutes, 5}}].
 
 all() ->
-    [slow_spans_script, slow_spans_under_automatic_mode, recorder_report, spans_trace_only_their_process].
+    [slow_spans_script, slow_spans_under_automatic_mode, recorder_report, spans_trace_only_their_process,
+     demo_workload_trace, long_run_is_bounded].
 
 %% The viewers' set-up (scripts/viewers.sh: speedscope, Chromium, a
 %% Python with the perfetto package), once: none when it cannot be done
@@ -43,6 +45,8 @@ init_per_suite(Config) ->
 end_per_suite(_Config) ->
     ok.
 
+init_per_testcase(long_run_is_bounded, Config) ->
+    Config;
 init_per_testcase(recorder_report, Config) ->
     case dtrace_test_recorder:require(root_lttng) of
         ok ->
@@ -64,6 +68,8 @@ init_per_testcase(_TC, Config) ->
             Skip
     end.
 
+end_per_testcase(long_run_is_bounded, _Config) ->
+    ok;
 end_per_testcase(_TC, Config) ->
     dtrace_test_peer:stop_peer(?config(peer, Config)).
 
@@ -85,6 +91,70 @@ slow_spans_script(Config) ->
     {Planted, Blocks} = slow_spans(Config, Service, Args, viewer_env(Viewer)),
     Read = dtrace_test_why:check_files(Files, planted_blocks(Planted, Blocks), viewer_python(Viewer)),
     in_viewer(Viewer, Read, Dir).
+
+%% make demo's workload (examples/dtrace_demo.erl: gets and puts, a log
+%% writer whose merges make some puts slow) under priv/dtrace-slow-spans:
+%% every slow span it prints is a slice on its process's track with the
+%% printed cause, and the flame graph's totals are the printed ones.
+demo_workload_trace(Config) ->
+    Peer = ?config(peer, Config),
+    Dir = ?config(priv_dir, Config),
+    Src = filename:join([dtrace_test_catalogue:repo_root(), "examples", "dtrace_demo.erl"]),
+    {ok, dtrace_demo} = peer:call(Peer, compile, file, [Src, [{outdir, Dir}, return_errors]]),
+    true = peer:call(Peer, code, add_patha, [Dir]),
+    Files = [filename:join(Dir, F) || F <- ["demo.json", "demo.folded"]],
+    {_, Lines} = dtrace_test_why:run_script(Peer, Dir, ["--trace", hd(Files), "--folded", lists:last(Files)], [],
+                                            fun() -> dtrace_demo:run(6) end, 60000),
+    %% The demo's slow spans (its requests' tags name them once each).
+    Blocks = [B || {Tag, {_, Ms}, _} = B <- dtrace_test_why:blocks(Lines), Tag =/= <<"ready">>, Ms >= 0],
+    ?assertNotEqual([], Blocks),
+    Tags = [T || {T, _, _} <- Blocks],
+    Unique = [B || {T, _, _} = B <- Blocks, length([X || X <- Tags, X =:= T]) =:= 1],
+    _ = dtrace_test_why:check_files([hd(Files)], Unique, "/usr/bin/python3"),
+    _ = dtrace_test_why:check_files([lists:last(Files)], Blocks, "/usr/bin/python3"),
+    ok.
+
+%% A long run's file stays one a browser opens: 12,000 slow spans of 3,000
+%% processes (slow-spans.bt's lines, replayed with --events) give a trace
+%% of the 5,000 slowest (priv/dtrace_timeline.py's MAX_SPANS), the very
+%% slowest among them, in under 40 MB; the folded stacks count them all.
+long_run_is_bounded(Config) ->
+    Dir = ?config(priv_dir, Config),
+    Events = filename:join(Dir, "long.events"),
+    {ok, F} = file:open(Events, [write, raw, delayed_write]),
+    ok = file:write(F, ["T\t0\t2026-11-27 12:00:00.000000\n"]),
+    Ms = 1000000,
+    [begin
+         Pid = io_lib:format("<0.~b.0>", [100 + I rem 3000]),
+         T0 = I * 2 * Ms,
+         Dur = (5 + I rem 50) * Ms,
+         ok = file:write(F, io_lib:format("B\t~b\t~s\t~b\t0\trequest\treq-~b~n"
+                                         "S\t~b\t~s\tout\ttimer:sleep/1~n"
+                                         "S\t~b\t~s\tin\ttimer:sleep/1~n"
+                                         "E\t~b\t~s\t~b\t~b\tok\trequest\treq-~b~n",
+                                         [T0, Pid, I, I, T0 + Ms, Pid, T0 + Dur - Ms, Pid, T0 + Dur, Pid, I, Dur, I]))
+     end || I <- lists:seq(1, 12000)],
+    ok = file:close(F),
+    Json = filename:join(Dir, "long.json"),
+    Folded = filename:join(Dir, "long.folded"),
+    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
+    Out = os:cmd(lists:flatten(io_lib:format("/usr/bin/python3 '~ts' --events '~ts' --threshold 1 --json "
+                                             "--trace '~ts' --folded '~ts' > /dev/null; echo status $?",
+                                             [Script, Events, Json, Folded]))),
+    ?assertEqual("status 0", lists:last(string:lexemes(Out, "\n")), Out),
+    {ok, #file_info{size = Size}} = file:read_file_info(Json),
+    ct:log("12,000 slow spans: ~b bytes of JSON", [Size]),
+    ?assert(Size < 40 bsl 20),
+    Read = dtrace_test_why:trace_check(Json, "/usr/bin/python3"),
+    Spans = [Tag || [<<"SPAN">>, _, _, Tag | _] <- Read],
+    ?assertEqual(5000, length(Spans)),
+    %% The slowest spans are those of I rem 50 = 49 (54 ms): all kept.
+    ?assert(lists:member(<<"req-49">>, Spans)),
+    [[<<"HEAVIEST">>, <<"request">>, <<"scheduled out in timer:sleep/1">>, TotalMs]] =
+        [L || [<<"HEAVIEST">> | _] = L <- dtrace_test_why:trace_check(Folded, "/usr/bin/python3")],
+    %% Every span's sleep (its duration less 2 ms) is in the flame graph.
+    Want = lists:sum([(5 + I rem 50) - 2 || I <- lists:seq(1, 12000)]),
+    ?assert(abs(binary_to_float(TotalMs) - Want) < 1.0, {TotalMs, Want}).
 
 %% The same while another bpftrace listens to process__scheduled and
 %% message__queued: automatic mode then traces every process (on OTP 25

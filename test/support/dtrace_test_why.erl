@@ -8,7 +8,7 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([slow_spans/6, check/3, blocks/1, section/1, span_probes_on/0, collect/4, stop/2,
-         check_files/3, trace_check/2]).
+         check_files/3, trace_check/2, run_script/6]).
 
 %% Spans of at least this many ms are broken down (the fast requests take
 %% well under 1 ms; the slow ones 20 ms and more).
@@ -37,6 +37,24 @@ slow_spans(Peer, Dir, ExtraArgs, Env, Service, ReadyMs) ->
     Lines = stop(Port, Lines1),
     ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
     {Planted, Lines}.
+
+%% Runs priv/dtrace-slow-spans (with Args, environment Env) on Peer while
+%% Workload (a fun run in the peer) runs, once the script prints a ready
+%% span's whole breakdown (within ReadyMs); then stops it with SIGINT.
+%% Returns {WorkloadResult, Lines}.
+run_script(Peer, Dir, Args, Env, Workload, ReadyMs) ->
+    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
+    Port = open_port({spawn_executable, Script},
+                     [{args, ["-p", dtrace_test_peer:os_pid(Peer), "--threshold", integer_to_list(?THRESHOLD_MS)
+                              | Args]},
+                      {env, Env}, {line, 65536}, stderr_to_stdout, exit_status, binary]),
+    ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [ready_span(Dir)]),
+    Lines0 = collect(Port, [], fun(Ls) -> ready_seen(blocks(Ls)) end, ReadyMs),
+    Result = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [Workload],
+                       dtrace_test_tracer:ceiling(120000)),
+    Lines = stop(Port, Lines0),
+    ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
+    {Result, Lines}.
 
 %% A span of kind `ready' (tag "ready") that sleeps 2 ms past the
 %% threshold, collects its heap and reads a file's information under its
