@@ -27,8 +27,8 @@
 %% build installed. Otherwise it installs again and says why.
 %%
 %% From where: each archive from the cache,
-%% filename:basedir(user_cache, "dtrace")/precompiled (~/.cache/dtrace/
-%% precompiled, or $XDG_CACHE_HOME's), when it is there; else from
+%% filename:basedir(user_cache, "dtrace")/precompiled/SHA256/ (~/.cache/
+%% dtrace/precompiled, or $XDG_CACHE_HOME's), when it is there; else from
 %% DTRACE_NIF_URL (else PUBLISHED_URL/v<VSN> once a version is published;
 %% see below), a base URL (http:// or https://, fetched with httpc; https
 %% verified against the OS's CA store, public_key:cacerts_get/0) or a local
@@ -56,6 +56,9 @@
 -define(CHECKSUMS, "checksum-dtrace_nif.exs").
 -define(TIMEOUT, 120000).
 -define(RECORD, "precompiled.txt").
+%% What an install writes under priv/ (objects/1).
+-define(OBJECTS, ["dtrace_probes.json", "dtrace_probes.eterm", "libdtrace_lttng_tp.so", "tracer/dtrace.so",
+                  "compat/dyntrace.so", "dtrace_nif.so"]).
 %% Where a published version's archives are, under v<VSN>/, when
 %% DTRACE_NIF_URL is unset: nowhere yet (CONTRIBUTING.md, "Publishing").
 -define(PUBLISHED_URL, "").
@@ -100,7 +103,11 @@ put_archives(Priv, Wanted, Vsn, Nif, Target) ->
              [[[File, " sha256:", Sum, " ", From, "\n"] || {_, {{File, Sum, From}, _}} <- Files],
               [["installed ", Path, " sha256:", sha256(Data), "\n"] || {Path, Data, _} <- Objects]],
              8#644),
-    From = lists:usort([filename:dirname(F) || {_, {{_, _, F}, _}} <- Files]),
+    Cache = cache_root(),
+    From = lists:usort([case lists:prefix(Cache, F) of
+                            true -> "the cache, " ++ Cache;
+                            false -> filename:dirname(F)
+                        end || {_, {{_, _, F}, _}} <- Files]),
     io:format("dtrace: installed the precompiled ~s (v~s, NIF ~s) from ~ts~n",
               [Target, Vsn, Nif, lists:join(", ", From)]),
     ok.
@@ -136,15 +143,10 @@ installed(Priv, Wanted) ->
             none
     end.
 
-stale(_Priv, [], _Archives, []) ->
-    {stale, "priv/" ?RECORD " names no installed objects"};
 stale(Priv, [], _Archives, Objects) ->
-    case [{Path, Sum, Have} || {Path, Sum} <- Objects,
-                               Have <- [file_sum(filename:join(Priv, Path))], Have =/= "sha256:" ++ Sum] of
-        [] -> current;
-        [{Path, Sum, Have} | _] ->
-            {stale, io_lib:format("priv/~s changed since it was installed (installed: sha256:~s, "
-                                  "now: ~s)", [Path, Sum, Have])}
+    case lists:sort([P || {P, _} <- Objects]) =:= lists:sort(?OBJECTS) of
+        true -> changed(Priv, Objects);
+        false -> {stale, "priv/" ?RECORD " does not name the objects an install writes"}
     end;
 stale(Priv, [{_, File, Sum} | Wanted], Archives, Objects) ->
     case lists:keyfind(File, 1, Archives) of
@@ -159,9 +161,22 @@ stale(Priv, [{_, File, Sum} | Wanted], Archives, Objects) ->
                                   "or target changed", [File, lists:join(", ", Had ++ ["none" || Had =:= []])])}
     end.
 
+%% current when every installed object still has its recorded sum.
+changed(Priv, Objects) ->
+    case [{Path, Sum, Have} || {Path, Sum} <- Objects,
+                               Have <- [file_sum(filename:join(Priv, Path))], Have =/= "sha256:" ++ Sum] of
+        [] -> current;
+        [{Path, _Sum, missing} | _] ->
+            {stale, io_lib:format("priv/~s is missing", [Path])};
+        [{Path, Sum, Have} | _] ->
+            {stale, io_lib:format("priv/~s changed since it was installed (installed: sha256:~s, "
+                                  "now: ~s)", [Path, Sum, Have])}
+    end.
+
 file_sum(Path) ->
     case file:read_file(Path) of
         {ok, Bin} -> "sha256:" ++ sha256(Bin);
+        {error, enoent} -> missing;
         {error, Why} -> file:format_error(Why)
     end.
 
@@ -237,11 +252,14 @@ wanted_sum(File, Sums) ->
     end.
 
 %% {{File, Sum, From}, Bin}: the archive, checked against Want. From the
-%% cache when it is there, without needing DTRACE_NIF_URL; a cached archive
-%% whose sum is not Want is refused like a fetched one (not fetched over:
-%% the cache is the user's, and a changed file in it is worth knowing of).
+%% cache when it is there, without needing DTRACE_NIF_URL; the cache keeps
+%% each archive under the sum the checksum file gives it, so a new `make
+%% dist' of the same version misses it and fetches, while a cached archive
+%% whose bytes are not that sum is refused like a fetched one (not fetched
+%% over: the cache is the user's, and a changed file in it is worth knowing
+%% of).
 fetch(File, Want, Vsn) ->
-    Cached = filename:join([filename:basedir(user_cache, "dtrace"), "precompiled", File]),
+    Cached = filename:join([cache_root(), Want, File]),
     case file:read_file(Cached) of
         {ok, Bin} ->
             check(File, Cached, Want, Bin, "; delete it to fetch it again"),
@@ -249,10 +267,18 @@ fetch(File, Want, Vsn) ->
         {error, _} ->
             {From, Bin} = get(source(Vsn), File),
             check(File, From, Want, Bin, ""),
-            _ = filelib:ensure_dir(Cached),
-            _ = put_file(Cached, Bin, 8#644),
+            %% A cache that cannot be written costs the next build a fetch,
+            %% nothing more.
+            try put_file(Cached, Bin, 8#644)
+            catch
+                _:_ -> io:format(standard_error, "dtrace: could not keep ~s in the cache ~s~n",
+                                 [File, filename:dirname(Cached)])
+            end,
             {{File, Want, From}, Bin}
     end.
+
+cache_root() ->
+    filename:join(filename:basedir(user_cache, "dtrace"), "precompiled").
 
 check(File, From, Want, Bin, Hint) ->
     case sha256(Bin) of
@@ -309,13 +335,26 @@ unpack(Name, Bin, Vsn, Nif, Target) ->
             throw({error, "~s.tar.gz: ~s", [Lib, erl_tar:format_error(Why)]})
     end.
 
+%% Written under a name of this process's own and renamed, so that a VM
+%% with the old file mapped, or another build installing at the same
+%% time, sees a whole file.
 put_file(Path, Data, Mode) ->
-    ok = filelib:ensure_dir(Path),
-    Tmp = Path ++ ".tmp",
-    case file:write_file(Tmp, Data) of
-        ok ->
-            ok = file:change_mode(Tmp, Mode),
-            ok = file:rename(Tmp, Path);
+    Tmp = Path ++ ".tmp." ++ os:getpid(),
+    Result = case filelib:ensure_dir(Path) of
+                 ok ->
+                     case file:write_file(Tmp, Data) of
+                         ok ->
+                             case file:change_mode(Tmp, Mode) of
+                                 ok -> file:rename(Tmp, Path);
+                                 Error -> Error
+                             end;
+                         Error -> Error
+                     end;
+                 Error -> Error
+             end,
+    case Result of
+        ok -> ok;
         {error, Why} ->
-            throw({error, "cannot write ~s: ~s", [Tmp, file:format_error(Why)]})
+            _ = file:delete(Tmp),
+            throw({error, "cannot write ~s: ~s", [Path, file:format_error(Why)]})
     end.

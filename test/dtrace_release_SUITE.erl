@@ -240,7 +240,7 @@ tampered_cache_is_refused(Config) ->
     Copy = ?config(dtrace_checkout, Config),
     forget_install(Copy),
     Cache = proplists:get_value("XDG_CACHE_HOME", warm_cache(Config, "tampered_cache", [])),
-    [Nif] = filelib:wildcard(filename:join([Cache, "dtrace", "precompiled", "libdtrace_nif-*"])),
+    [Nif] = filelib:wildcard(filename:join([Cache, "dtrace", "precompiled", "*", "libdtrace_nif-*"])),
     {ok, Bin} = file:read_file(Nif),
     <<Head:100/binary, Byte, Rest/binary>> = Bin,
     ok = file:write_file(Nif, <<Head/binary, (Byte bxor 1), Rest/binary>>),
@@ -318,9 +318,19 @@ vsn() ->
     proplists:get_value(vsn, Props).
 
 %% The build environment of a consumer's later commands: the group's,
-%% without DTRACE_NIF_URL (a build-time setting nobody keeps in a shell).
+%% without DTRACE_NIF_URL (a build-time setting nobody keeps in a shell)
+%% and with an empty cache, so that only what the first build installed
+%% can serve them.
 later_env(Config) ->
-    proplists:delete("DTRACE_NIF_URL", ?config(build_env, Config)).
+    Env = proplists:delete("DTRACE_NIF_URL", ?config(build_env, Config)),
+    case proplists:is_defined("XDG_CACHE_HOME", Env) of
+        true ->
+            Empty = filename:join(?config(priv_dir, Config), "empty_cache"),
+            ok = filelib:ensure_dir(filename:join(Empty, "x")),
+            [{"XDG_CACHE_HOME", Empty} | proplists:delete("XDG_CACHE_HOME", Env)];
+        false ->
+            Env
+    end.
 
 %% In the precompiled group, Env with XDG_CACHE_HOME a new cache holding
 %% the archives, as a build that fetched them leaves it; Env in the cargo
@@ -330,10 +340,12 @@ warm_cache(Config, Name, Env) ->
         undefined -> Env;
         Dist ->
             Cache = filename:join(?config(priv_dir, Config), Name),
-            Dir = filename:join([Cache, "dtrace", "precompiled"]),
-            ok = filelib:ensure_dir(filename:join(Dir, "x")),
-            [{ok, _} = file:copy(F, filename:join(Dir, filename:basename(F)))
-             || F <- filelib:wildcard(filename:join(Dist, "*.tar.gz"))],
+            %% Kept under each archive's sum, as native/precompiled.escript keeps them.
+            [begin
+                 To = filename:join([Cache, "dtrace", "precompiled", sha256_of(F), filename:basename(F)]),
+                 ok = filelib:ensure_dir(To),
+                 {ok, _} = file:copy(F, To)
+             end || F <- filelib:wildcard(filename:join(Dist, "*.tar.gz"))],
             [{"XDG_CACHE_HOME", Cache} | proplists:delete("XDG_CACHE_HOME", Env)]
     end.
 
