@@ -32,11 +32,12 @@ nested in it (those count under their own kind); the causes are `on CPU`
 (then the innermost call function_probes saw, when any), `GC`, `file I/O`
 (then the command) and `scheduled out` (then the function it waited in).
 
-Bounds: the slowest spans are kept first, up to MAX_SPANS spans and
-MAX_EVENTS events in all (the JSON is then about 30 MB at most); a span's
-inner slices past MAX_SLICES are left out, the shortest first (the span's
-args say how many); the breakdown keeps at most dtrace_why.MAX_DETAIL
-intervals of each kind per span. The folded stacks count every slow span.
+Bounds: the slowest spans are kept, up to MAX_SPANS spans (memory: at
+most MAX_SPANS + TRIM_SLACK breakdowns of MAX_DETAIL intervals of each
+kind) and MAX_EVENTS events in all, the slowest spans first (the JSON is
+then about 30 MB at most; otherData.spans_left_out says how many did not
+fit); a span's inner slices past MAX_SLICES are left out, the shortest
+first (its args say how many). The folded stacks count every slow span.
 """
 
 import bisect
@@ -45,6 +46,11 @@ import json
 MAX_SPANS = 5_000
 MAX_EVENTS = 200_000
 MAX_SLICES = 2_000
+# Intervals of each kind a kept span holds (its breakdown's totals count
+# them all), and how far past MAX_SPANS the kept spans grow before the
+# slowest MAX_SPANS are chosen again.
+MAX_DETAIL = 500
+TRIM_SLACK = 500
 # The folded stacks exclude a span's slow children, found among the last
 # RECENT slow spans of its process, for the last RECENT_PROCS processes.
 RECENT = 64
@@ -67,6 +73,7 @@ class Timeline:
         self.own_names = names is None
         self.max_spans = max_spans
         self.left_out = 0
+        self.over_budget = 0
         self.stacks = {}         # folded stack -> ns, over every span added
         self.recent = {}         # (node, pid) -> [(begin, end)] of its last spans
 
@@ -75,7 +82,7 @@ class Timeline:
         folded stacks: as it is added, so that they count every span."""
         key = (b.node, b.pid)
         recent = self.recent.pop(key, [])
-        children = [(s, e) for s, e in recent if s >= b.begin and e <= b.end]
+        children = [(s, min(e, b.end)) for s, e in recent if b.begin <= s < b.end]
         for s, e, cat, label, _x in segments(b, children):
             stack = ";".join(f.replace(";", ":").replace("\n", " ") for f in [b.kind] + folded_frames(cat, label))
             self.stacks[stack] = self.stacks.get(stack, 0) + (e - s)
@@ -87,11 +94,12 @@ class Timeline:
 
     def add(self, b):
         self._fold(b)
+        _shrink(b)
         self.spans.append(b)
         if self.own_names:
             for pid, name in (b.names or {}).items():
                 self.names.setdefault((b.node, pid), name)
-        if len(self.spans) > 2 * self.max_spans:
+        if len(self.spans) > self.max_spans + TRIM_SLACK:
             self._trim()
 
     def _trim(self):
@@ -106,17 +114,23 @@ class Timeline:
         (begin, end, depth, name, args, is_span), in time order, nested by depth;
         flows are (ts, (node, sender), (node, receiver))."""
         self._trim()
-        by_proc = {}
+        # The budget goes to the slowest spans first, whole.
+        budget, chosen = MAX_EVENTS, []
         for b in self.spans:
+            cost = 1 + min(MAX_SLICES, _leaf_estimate(b))
+            if cost > budget:
+                break
+            budget -= cost
+            chosen.append(b)
+        self.over_budget = len(self.spans) - len(chosen)
+        by_proc = {}
+        for b in chosen:
             by_proc.setdefault((b.node, b.pid), []).append(b)
-        tracks, budget = {}, MAX_EVENTS
+        tracks = {}
         for key, spans in sorted(by_proc.items(), key=lambda kv: -max(b.duration for b in kv[1])):
-            if budget <= 0:
-                self.left_out += len(spans)
-                continue
             slices = []
-            for b, depth, children in _nest(spans):
-                leaves = segments(b, [(c.begin, c.end) for c in children])
+            for b, depth, hi, children in _nest(spans):
+                leaves = segments(b, children, hi)
                 kept = _keep(leaves, MAX_SLICES)
                 args = {"tag": b.tag, "outcome": b.outcome, "span_id": b.span_id,
                         "parent_id": b.parent_id, "duration_ms": round(b.duration / 1e6, 3),
@@ -124,11 +138,10 @@ class Timeline:
                 if len(kept) < len(leaves):
                     args["slices_left_out"] = len(leaves) - len(kept)
                 name = b.kind if b.outcome == "ok" else "%s [%s]" % (b.kind, b.outcome)
-                slices.append((b.begin, b.end, depth, name, args, True))
+                slices.append((b.begin, hi, depth, name, args, True))
                 for s, e, cat, label, extra in kept:
                     slices.append((s, e, depth + 1, slice_name(cat, label), extra, False))
             slices.sort(key=lambda x: (x[0], x[2]))
-            budget -= len(slices)
             tracks[key] = slices
         flows, seen = [], set()
         for b in self.spans:
@@ -156,6 +169,16 @@ class Timeline:
 
     def write_json(self, path):
         tracks, flows = self.model()
+        # Times from the first event, in microseconds with nanosecond
+        # decimals: epoch nanoseconds as float microseconds lose their last
+        # digits, and slices that touch would then overlap (viewers drop
+        # a slice that overlaps its parent).
+        origin = min([x[0] for sl in tracks.values() for x in sl] + [f[0] for f in flows] or [0])
+
+        def us(t):
+            return round((t - origin) / 1000.0, 3)
+        covers = {k: _Cover([(x[0], x[1], None, None) for x in sl]) for k, sl in tracks.items()}
+        flows = [f for f in flows if covers[f[1]].at(f[0]) and covers[f[2]].at(f[0])]
         nodes = _numbered(sorted({n for n, _p in tracks}))
         tids = _numbered(sorted(tracks), start=1)
         ev = []
@@ -167,19 +190,20 @@ class Timeline:
                        "args": {"name": self.track_name(key)}})
             for s, e, _depth, name, args, is_span in slices:
                 x = {"ph": "X", "name": name, "cat": "span" if is_span else "cause",
-                     "pid": pid_no, "tid": tid, "ts": s / 1000.0, "dur": max(0, e - s) / 1000.0,
+                     "pid": pid_no, "tid": tid, "ts": us(s), "dur": max(0.0, round(us(e) - us(s), 3)),
                      "args": {k: v for k, v in args.items() if v is not None}}
                 if args.get("outcome") not in (None, "ok"):
                     x["cname"] = "terrible"
                 ev.append(x)
         for k, (ts, src, dst) in enumerate(flows):
             ev.append({"ph": "s", "id": k + 1, "name": "message", "cat": "message",
-                       "pid": nodes[src[0]], "tid": tids[src], "ts": ts / 1000.0})
+                       "pid": nodes[src[0]], "tid": tids[src], "ts": us(ts)})
             ev.append({"ph": "f", "bp": "e", "id": k + 1, "name": "message", "cat": "message",
-                       "pid": nodes[dst[0]], "tid": tids[dst], "ts": ts / 1000.0})
+                       "pid": nodes[dst[0]], "tid": tids[dst], "ts": us(ts)})
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"traceEvents": ev, "displayTimeUnit": "ms",
-                       "otherData": {"source": "dtrace", "spans_left_out": self.left_out}}, f)
+                       "otherData": {"source": "dtrace", "origin_ns": origin,
+                                     "spans_left_out": self.left_out + self.over_budget}}, f)
         return "Trace (Chrome JSON, %d processes, %d events): %s" % (len(tracks), len(ev), path)
 
     def write_perfetto(self, path):
@@ -267,13 +291,16 @@ class TraceError(Exception):
 
 # -- Segments: where a span's time went, moment by moment ---------------------
 
-def segments(b, children=()):
-    """[(start, end, cause, label, args)] covering the span's time outside
-    its children's (begin, end), in order; cause is "gc", "file", "out" or
-    "cpu"."""
-    lo, hi = b.begin, b.end
+def segments(b, children=(), hi=None):
+    """[(start, end, cause, label, args)] covering the span's time (to hi,
+    where a parent ends it) outside its children's (begin, end), in order;
+    cause is "gc", "file", "out", "cpu", or "unknown" for a span whose
+    begin the events miss (the breakdown says so too)."""
+    lo, hi = b.begin, (b.end if hi is None else hi)
     if hi <= lo:
         return []
+    if not b.complete:
+        return [(lo, hi, "unknown", None, {})]
     gc = [(max(s, lo), min(e, hi), None, None) for s, e, kind, _m in b.intervals if kind == "gc"]
     files = [(max(s, lo), min(e, hi), c, None) for s, e, c in b.file_intervals]
     outs = [(max(s, lo), min(e, hi), m, (w, on)) for s, e, m, w, on in b.outs]
@@ -293,7 +320,7 @@ def segments(b, children=()):
     for s, e in zip(cuts, cuts[1:]):
         if e <= s:
             continue
-        mid = (s + e) / 2.0
+        mid = (s + e) // 2
         if kids.at(mid) is not None:
             continue
         cat, label, extra = "cpu", None, None
@@ -325,6 +352,8 @@ def segments(b, children=()):
 
 
 def slice_name(cat, label):
+    if cat == "unknown":
+        return "unknown (began before the events)"
     if cat == "gc":
         return "GC"
     if cat == "file":
@@ -335,6 +364,8 @@ def slice_name(cat, label):
 
 
 def folded_frames(cat, label):
+    if cat == "unknown":
+        return ["unknown"]
     if cat == "gc":
         return ["GC"]
     if cat == "file":
@@ -365,18 +396,33 @@ class _Cover:
 
 
 def _nest(spans):
-    """Each span of one process with its depth and its direct children
-    among these spans (contained in time), outermost first."""
+    """Each span of one process as (span, depth, end, children): a span
+    that begins inside another is its child, its end clipped to the
+    parent's (a child measured to end a little after its parent still
+    nests); children are the direct children's (begin, end)."""
     spans = sorted(spans, key=lambda b: (b.begin, -b.end))
     stack, out, children = [], [], {}
     for b in spans:
-        while stack and not (b.begin >= stack[-1].begin and b.end <= stack[-1].end):
+        while stack and not (stack[-1][1] <= b.begin < stack[-1][2]):
             stack.pop()
+        hi = min(b.end, stack[-1][2]) if stack else b.end
         if stack:
-            children.setdefault(id(stack[-1]), []).append(b)
-        out.append((b, len(stack)))
-        stack.append(b)
-    return [(b, d, children.get(id(b), [])) for b, d in out]
+            children.setdefault(id(stack[-1][0]), []).append((b.begin, hi))
+        out.append((b, len(stack), hi))
+        stack.append((b, b.begin, hi))
+    return [(b, d, hi, children.get(id(b), [])) for b, d, hi in out]
+
+
+def _shrink(b):
+    """What a kept breakdown holds beyond the trace's needs is dropped:
+    memory stays bounded over a long run."""
+    b.calls = b.calls[:10]
+    for attr in ("intervals", "outs", "file_intervals", "call_intervals", "sends"):
+        setattr(b, attr, getattr(b, attr)[:MAX_DETAIL])
+
+
+def _leaf_estimate(b):
+    return 2 * (len(b.intervals) + len(b.file_intervals) + len(b.call_intervals)) + 1
 
 
 def _keep(leaves, most):

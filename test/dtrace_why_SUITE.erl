@@ -148,8 +148,11 @@ long_run_is_bounded(Config) ->
     Read = dtrace_test_why:trace_check(Json, "/usr/bin/python3"),
     Spans = [Tag || [<<"SPAN">>, _, _, Tag | _] <- Read],
     ?assertEqual(5000, length(Spans)),
-    %% The slowest spans are those of I rem 50 = 49 (54 ms): all kept.
+    %% The slowest spans are those of I rem 50 = 49 (54 ms): all kept, the
+    %% first added as the last.
     ?assert(lists:member(<<"req-49">>, Spans)),
+    ?assert(lists:member(<<"req-11999">>, Spans)),
+    ?assertEqual([], [L || [<<"BADNEST">> | _] = L <- Read]),
     [[<<"HEAVIEST">>, <<"request">>, <<"scheduled out in timer:sleep/1">>, TotalMs]] =
         [L || [<<"HEAVIEST">> | _] = L <- dtrace_test_why:trace_check(Folded, "/usr/bin/python3")],
     %% Every span's sleep (its duration less 2 ms) is in the flame graph.

@@ -19,8 +19,8 @@
                   top => pos_integer(),
                   max_lines => pos_integer(),
                   slow => number(),
-                  trace => file:filename() | [file:filename()],
-                  folded => file:filename(),
+                  trace => string() | binary() | [string() | binary()],
+                  folded => string() | binary(),
                   timeout_ms => pos_integer(),
                   python => file:filename()}.
 %% `svg': the SVG timeline's file (default `report-TIME.svg' in the
@@ -141,10 +141,34 @@ arg(tags, [_ | _] = Tags, _) ->
 arg(top, N, _) when is_integer(N), N > 0 -> ["--top", integer_to_list(N)];
 arg(max_lines, N, _) when is_integer(N), N > 0 -> ["--max-lines", integer_to_list(N)];
 arg(slow, N, _) when is_number(N), N >= 0 -> ["--slow", float_to_list(N * 1.0, [{decimals, 3}])];
-arg(trace, [C | _] = F, _) when is_integer(C) -> ["--trace", F];
-arg(trace, F, _) when is_binary(F) -> ["--trace", unicode:characters_to_list(F)];
-arg(trace, [_ | _] = Fs, P) -> lists:append([arg(trace, F, P) || F <- Fs]);
-arg(folded, F, _) when is_list(F); is_binary(F) -> ["--folded", unicode:characters_to_list(F)];
+arg(trace, F, _) ->
+    Files = case file_arg(F) of
+                {ok, Name} -> [Name];
+                error when is_list(F), F =/= [] -> [file_name(trace, X, F) || X <- F];
+                error -> throw({badopt, trace, F})
+            end,
+    ["--trace=" ++ N || N <- Files];
+arg(folded, F, _) -> ["--folded=" ++ file_name(folded, F, F)];
 arg(timeout_ms, N, _) when is_integer(N), N > 0 -> [];
 arg(python, P, _) when is_list(P); is_binary(P) -> [];
 arg(K, V, _) -> throw({badopt, K, V}).
+
+file_name(Key, X, Whole) ->
+    case file_arg(X) of
+        {ok, Name} -> Name;
+        error -> throw({badopt, Key, Whole})
+    end.
+
+%% A file name given as a flat, non-empty string or binary.
+file_arg(F) when is_binary(F), F =/= <<>> ->
+    case unicode:characters_to_list(F) of
+        L when is_list(L) -> {ok, L};
+        _ -> error
+    end;
+file_arg([_ | _] = F) ->
+    case io_lib:printable_unicode_list(F) of
+        true -> {ok, F};
+        false -> error
+    end;
+file_arg(_) ->
+    error.

@@ -133,6 +133,8 @@ check_files(Files, Blocks, Python) ->
 
 check_file(File, Blocks, Python) ->
     Lines = trace_check(File, Python),
+    %% Slices nest, and each flow has a slice at both ends.
+    ?assertEqual([], [L || [Bad | _] = L <- Lines, Bad =:= <<"BADNEST">> orelse Bad =:= <<"BADFLOW">>], File),
     case filename:extension(File) of
         ".folded" ->
             %% Per span kind, each cause's time in the flame graph is the

@@ -5,6 +5,8 @@ as tab-separated lines for the suites (dtrace_test_why:check_files/4):
     TRACK   node  track-name
     SPAN    track-name  span-name  tag  outcome  cause  cause-ms
     FLOWS   n
+    BADNEST track  name             (a slice that overlaps its parent: viewers drop it)
+    BADFLOW id                      (a flow end with no slice around it)
     FOLDED    kind  cause  ms          (folded stacks: per span kind and cause)
     HEAVIEST  kind  cause  ms          (... and the heaviest cause of each kind)
 
@@ -49,6 +51,19 @@ def spans_and_causes(tracks):
                                                       cause, ns / 1e6))
 
 
+def nesting(tracks):
+    """Each track's slices must nest: one that begins inside another ends
+    inside it too (Perfetto drops one that does not)."""
+    for track, slices in sorted(tracks.items()):
+        stack = []
+        for b, e, name, *_ in sorted(slices, key=lambda x: (x[0], -x[1])):
+            while stack and stack[-1] <= b:
+                stack.pop()
+            if stack and e > stack[-1]:
+                print("BADNEST\t%s\t%s" % (track, name))
+            stack.append(e)
+
+
 def read_json(path):
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
@@ -60,14 +75,22 @@ def read_json(path):
             threads[(e["pid"], e["tid"])] = e["args"]["name"]
     for (pid, tid), name in sorted(threads.items()):
         print("TRACK\t%s\t%s" % (procs.get(pid), name))
+    ends = []
     for e in doc["traceEvents"]:
         if e.get("ph") == "X":
             track = threads[(e["pid"], e["tid"])]
-            b = e["ts"] * 1000.0
-            tracks.setdefault(track, []).append((b, b + e["dur"] * 1000.0, e["name"], dict(e.get("args", {})),
-                                                 e.get("cat") == "span"))
+            # As Perfetto's JSON importer reads them: integer nanoseconds.
+            b = round(e["ts"] * 1000.0)
+            tracks.setdefault(track, []).append((b, b + round(e["dur"] * 1000.0), e["name"],
+                                                 dict(e.get("args", {})), e.get("cat") == "span"))
         elif e.get("ph") == "s":
             flows += 1
+        if e.get("ph") in ("s", "f"):
+            ends.append((threads[(e["pid"], e["tid"])], round(e["ts"] * 1000.0), e["id"]))
+    nesting(tracks)
+    for track, ts, fid in ends:
+        if not any(b <= ts < e for b, e, *_ in tracks.get(track, [])):
+            print("BADFLOW\t%s" % fid)
     spans_and_causes(tracks)
     print("FLOWS\t%d" % flows)
 
@@ -116,10 +139,9 @@ def read_folded(path):
         for line in f:
             stack, _, weight = line.rstrip("\n").rpartition(" ")
             frames = stack.split(";")
-            # The span's own frames: its kind is the last frame before the
-            # cause (outer spans' kinds come first).
+            # The span's kind, then the cause.
             for k, fr in enumerate(frames):
-                if fr in ("on CPU", "GC", "file I/O", "scheduled out"):
+                if k > 0 and fr in ("on CPU", "GC", "file I/O", "scheduled out", "unknown"):
                     kind, cause = frames[k - 1], fr
                     if fr == "scheduled out" and k + 1 < len(frames):
                         cause = "scheduled out in %s" % frames[k + 1]
