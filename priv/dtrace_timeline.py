@@ -82,11 +82,12 @@ class Timeline:
         folded stacks: as it is added, so that they count every span."""
         key = (b.node, b.pid)
         recent = self.recent.pop(key, [])
-        children = [(s, min(e, b.end)) for s, e in recent if b.begin <= s < b.end]
+        end = span_end(b)
+        children = [(s, min(e, end)) for s, e in recent if b.begin <= s < end]
         for s, e, cat, label, _x in segments(b, children):
             stack = ";".join(f.replace(";", ":").replace("\n", " ") for f in [b.kind] + folded_frames(cat, label))
             self.stacks[stack] = self.stacks.get(stack, 0) + (e - s)
-        recent.append((b.begin, b.end))
+        recent.append((b.begin, end))
         # Re-inserted last: the processes seen longest ago go first.
         self.recent[key] = recent[-RECENT:]
         while len(self.recent) > RECENT_PROCS:
@@ -296,7 +297,7 @@ def segments(b, children=(), hi=None):
     where a parent ends it) outside its children's (begin, end), in order;
     cause is "gc", "file", "out", "cpu", or "unknown" for a span whose
     begin the events miss (the breakdown says so too)."""
-    lo, hi = b.begin, (b.end if hi is None else hi)
+    lo, hi = b.begin, (span_end(b) if hi is None else hi)
     if hi <= lo:
         return []
     if not b.complete:
@@ -351,6 +352,13 @@ def segments(b, children=(), hi=None):
     return result
 
 
+def span_end(b):
+    """Where a span's slice ends: at its end event, which the breakdown's
+    rules count to (its measured duration, in the args, can end a little
+    before: a GC or a wait between the measure and the probe)."""
+    return max(b.end, getattr(b, "window_end", b.end))
+
+
 def slice_name(cat, label):
     if cat == "unknown":
         return "unknown (began before the events)"
@@ -400,12 +408,12 @@ def _nest(spans):
     that begins inside another is its child, its end clipped to the
     parent's (a child measured to end a little after its parent still
     nests); children are the direct children's (begin, end)."""
-    spans = sorted(spans, key=lambda b: (b.begin, -b.end))
+    spans = sorted(spans, key=lambda b: (b.begin, -span_end(b)))
     stack, out, children = [], [], {}
     for b in spans:
         while stack and not (stack[-1][1] <= b.begin < stack[-1][2]):
             stack.pop()
-        hi = min(b.end, stack[-1][2]) if stack else b.end
+        hi = min(span_end(b), stack[-1][2]) if stack else span_end(b)
         if stack:
             children.setdefault(id(stack[-1][0]), []).append((b.begin, hi))
         out.append((b, len(stack), hi))
