@@ -307,7 +307,7 @@ def segments(b, children=(), hi=None):
     outs = [(max(s, lo), min(e, hi), m, (w, on)) for s, e, m, w, on in b.outs]
     calls = [(max(s, lo), min(e, hi), m, None) for s, e, m in b.call_intervals]
     cover = {"gc": _Cover(gc), "file": _Cover(files), "out": _Cover(outs)}
-    call_cover = _Cover(calls, innermost=True)
+    call_cover = _Cover(calls)
     kids = _Cover([(max(cb, lo), min(ce, hi), None, None) for cb, ce in children])
     cuts = {lo, hi}
     for iv in (gc, files, outs, calls, kids.iv):
@@ -387,10 +387,9 @@ class _Cover:
     """Which of the intervals (start, end, label, extra) covers a moment:
     the one that began last among those covering it."""
 
-    def __init__(self, iv, innermost=False):
+    def __init__(self, iv):
         self.iv = sorted((x for x in iv if x[1] > x[0]), key=lambda x: (x[0], -x[1]))
         self.starts = [x[0] for x in self.iv]
-        self.innermost = innermost
 
     def at(self, t):
         k = bisect.bisect_right(self.starts, t)

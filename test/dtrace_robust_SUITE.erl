@@ -47,10 +47,7 @@ init_per_testcase(TC, Config) ->
     end.
 
 end_per_testcase(_TC, Config) ->
-    case ?config(peer, Config) of
-        undefined -> ok;
-        Peer -> dtrace_test_peer:stop_peer(Peer)
-    end.
+    dtrace_test_peer:stop_config_peer(Config).
 
 in_peer(Config, M, F, A) ->
     peer:call(?config(peer, Config), M, F, A, 600000).

@@ -17,20 +17,10 @@ all() ->
 init_per_testcase(otp_d_scripts_match_the_catalogue, Config) ->
     dtrace_test_tracer:with_tracer(readelf, Config);
 init_per_testcase(_TC, Config) ->
-    case dtrace_test_tracer:require_tracer(bpftrace) of
-        ok ->
-            Peer = dtrace_test_peer:start_peer(),
-            {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
-            [{peer, Peer}, {os_pid, dtrace_test_peer:os_pid(Peer)} | Config];
-        Skip ->
-            Skip
-    end.
+    dtrace_test_peer:with_dtrace_peer(Config).
 
 end_per_testcase(_TC, Config) ->
-    case ?config(peer, Config) of
-        undefined -> ok;
-        Peer -> dtrace_test_peer:stop_peer(Peer)
-    end.
+    dtrace_test_peer:stop_config_peer(Config).
 
 %%--------------------------------------------------------------------
 %% Shipped scripts

@@ -37,20 +37,10 @@ init_per_testcase(ustack_names_erlang_code, Config) ->
             Skip
     end;
 init_per_testcase(_TC, Config) ->
-    case dtrace_test_tracer:require_tracer(bpftrace) of
-        ok ->
-            Peer = dtrace_test_peer:start_peer(),
-            {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
-            [{peer, Peer} | Config];
-        Skip ->
-            Skip
-    end.
+    dtrace_test_peer:with_dtrace_peer(Config).
 
 end_per_testcase(_TC, Config) ->
-    case ?config(peer, Config) of
-        undefined -> ok;
-        Peer -> dtrace_test_peer:stop_peer(Peer)
-    end.
+    dtrace_test_peer:stop_config_peer(Config).
 
 in_peer(Config, Fun) ->
     peer:call(?config(peer, Config), erlang, apply, [Fun, []], 120000).

@@ -2,8 +2,29 @@
 %%% process, so that gdb stopping it never stops the test runner.
 -module(dtrace_test_peer).
 
--export([start_peer/0, start_peer/1, start_named_peer/3, start_named_peer/4, stop_peer/1, stop_peer/2, os_pid/1,
+-export([with_dtrace_peer/1, stop_config_peer/1, start_peer/0, start_peer/1, start_named_peer/3, start_named_peer/4, stop_peer/1, stop_peer/2, os_pid/1,
          start_test_hooks_peer/0, test_hooks_nif/0]).
+
+%% Config with a peer running the dtrace application, {peer, Peer} and
+%% {os_pid, OsPid}, when bpftrace can attach; else what
+%% dtrace_test_tracer:require_tracer/1 says (a skip here, a failure in CI).
+%% For init_per_testcase/2; stop_config_peer/1 is its end_per_testcase/2.
+with_dtrace_peer(Config) ->
+    case dtrace_test_tracer:require_tracer(bpftrace) of
+        ok ->
+            Peer = start_peer(),
+            {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+            [{peer, Peer}, {os_pid, os_pid(Peer)} | Config];
+        Skip ->
+            Skip
+    end.
+
+%% Stops Config's peer, when it has one.
+stop_config_peer(Config) ->
+    case proplists:get_value(peer, Config) of
+        undefined -> ok;
+        Peer -> stop_peer(Peer)
+    end.
 
 %% A separate node to trace, so that a tracer stopping the traced OS
 %% process (gdb) never stops the test runner. No distribution is needed:

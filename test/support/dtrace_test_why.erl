@@ -232,7 +232,7 @@ trace_check(File, Python) ->
     Port = open_port({spawn_executable, Python},
                      [{args, [Script, File]}, {line, 65536}, exit_status, binary,
                       stderr_to_stdout]),
-    Lines = collect(Port, [], fun(_) -> false end, 60000, exit),
+    Lines = stop_collect(Port, [], erlang:monotonic_time(millisecond) + 60000),
     [binary:split(L, <<"\t">>, [global]) || L <- Lines].
 
 %% The breakdowns in Lines: [{Tag, {CauseText, CauseMs}, BlockText}], from
@@ -273,10 +273,6 @@ has(B, Part) ->
 collect(Port, Acc, Done, Ms) ->
     collect_until(Port, Acc, Done, erlang:monotonic_time(millisecond) + Ms).
 
-%% Port's lines until it exits with status 0 (or fails the test), within Ms.
-collect(Port, Acc, _Done, Ms, exit) ->
-    stop_collect(Port, Acc, erlang:monotonic_time(millisecond) + Ms).
-
 collect_until(Port, Acc, Done, Deadline) ->
     case Done(Acc) of
         true ->
@@ -297,12 +293,20 @@ stop(Port, Acc) ->
     _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
     stop_collect(Port, Acc, erlang:monotonic_time(millisecond) + dtrace_test_tracer:ceiling(30000)).
 
+%% Port's lines (after Acc) until it exits with status 0, by Deadline; a
+%% failure otherwise, naming the command.
 stop_collect(Port, Acc, Deadline) ->
     receive
         {Port, {data, {eol, Line}}} -> stop_collect(Port, Acc ++ [Line], Deadline);
         {Port, {data, {noeol, Part}}} -> stop_collect(Port, Acc ++ [Part], Deadline);
         {Port, {exit_status, 0}} -> Acc;
-        {Port, {exit_status, S}} -> ct:fail("dtrace-slow-spans exited with ~p: ~p", [S, Acc])
+        {Port, {exit_status, S}} -> ct:fail("~s exited with ~p: ~p", [command(Port), S, Acc])
     after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-            ct:fail("dtrace-slow-spans still running 30 s after SIGINT: ~p", [Acc])
+            ct:fail("~s still running at its deadline: ~p", [command(Port), Acc])
+    end.
+
+command(Port) ->
+    case erlang:port_info(Port, name) of
+        {name, Name} -> Name;
+        undefined -> "the command"
     end.
