@@ -42,7 +42,7 @@ with_port(Port, Fun) ->
         case erlang:port_info(Port, os_pid) of
             {os_pid, Pid} ->
                 _ = os:cmd("kill -KILL " ++ integer_to_list(Pid) ++ " 2>/dev/null"),
-                catch port_close(Port);
+                try port_close(Port) catch error:badarg -> true end;
             undefined ->
                 ok
         end,

@@ -220,7 +220,7 @@ trace(Tool, Config, Program, Ready, SeenLines, Workload, Events) ->
                 {os_pid, OsPid} -> _ = os:cmd("kill -INT " ++ integer_to_list(OsPid));
                 undefined -> ok
             end,
-            catch port_close(Port),
+            try port_close(Port) catch error:badarg -> true end,
             erlang:raise(Class, Reason, Stack)
     end.
 

@@ -81,7 +81,7 @@ start_broker(Config) ->
     end,
     {ok, _} = net_kernel:start([list_to_atom("dtrace_rabbitmq_suite_" ++ os:getpid()), shortnames]),
     true = erlang:set_cookie(Node, list_to_atom(CookieText)),
-    Up = fun() -> (catch erpc:call(Node, rabbit, is_running, [], 5000)) =:= true end,
+    Up = fun() -> try erpc:call(Node, rabbit, is_running, [], 5000) catch _:_ -> false end =:= true end,
     case dtrace_test_workload:wait_until(Up, dtrace_test_tracer:ceiling(120000)) of
         ok -> ok;
         timeout ->
@@ -101,7 +101,7 @@ start_broker(Config) ->
 stop_broker(Config) ->
     Node = ?config(broker, Config),
     OsPid = ?config(broker_os_pid, Config),
-    catch erpc:call(Node, init, stop, [], 5000),
+    _ = try erpc:call(Node, init, stop, [], 5000) catch _:_ -> gone end,
     Gone = fun() -> not filelib:is_dir("/proc/" ++ OsPid) end,
     case dtrace_test_workload:wait_until(Gone, dtrace_test_tracer:ceiling(60000)) of
         ok -> ok;

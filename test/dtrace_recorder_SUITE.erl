@@ -91,7 +91,9 @@ slow_request_triggers_one_snapshot(Config) ->
     {'EXIT', {boom, _}} = peer:call(Peer, erlang, apply,
                                     [fun() ->
                                              _ = dtrace:put_tag(<<"req-failed">>),
-                                             catch dtrace:span(request, fun() -> error(boom) end)
+                                             try dtrace:span(request, fun() -> error(boom) end)
+                                             catch error:boom -> failed
+                                             end
                                      end, []]),
     ok = peer:call(Peer, ?T, request, [250, true, Work]),
     T0 = erlang:monotonic_time(millisecond),
@@ -166,8 +168,10 @@ default_events_keep_slow_spans_only(Config) ->
                             W = spawn(fun() ->
                                               true = register(rec_slow_worker, self()),
                                               _ = dtrace:put_tag(<<"slow-1">>),
-                                              late = (catch dtrace:span(slow, fun() -> timer:sleep(30),
-                                                                                       throw(late) end)),
+                                              late = try dtrace:span(slow, fun() -> timer:sleep(30),
+                                                                                    throw(late) end)
+                                                     catch throw:late -> late
+                                                     end,
                                               Me ! {slow_done, self()},
                                               receive stop -> ok end
                                       end),

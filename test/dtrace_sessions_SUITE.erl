@@ -243,10 +243,9 @@ tracers_by_hand_while_automatic_mode_runs(Config) ->
                   Fresh = fun() -> spawn(fun() -> receive stop -> ok end end) end,
                   P = Fresh(),
                   Q = Fresh(),
-                  ByDtrace = catch erlang:trace(P, true, [{tracer, dtrace, []}, 'receive']),
-                  ByDyntrace = case catch erlang:trace(Q, true, [{tracer, dyntrace, []}, 'receive']) of
-                                   {'EXIT', {badarg, _}} -> badarg;
-                                   N -> N
+                  ByDtrace = erlang:trace(P, true, [{tracer, dtrace, []}, 'receive']),
+                  ByDyntrace = try erlang:trace(Q, true, [{tracer, dyntrace, []}, 'receive'])
+                               catch error:badarg -> badarg
                                end,
                   {ByDtrace, ByDyntrace, lists:sort(element(2, erlang:trace_info(P, flags)))}
           end),

@@ -520,8 +520,8 @@ bpftrace_sees_spans(Config) ->
                   R2 = try dtrace:span(failing, fun() -> error(boom) end)
                        catch error:boom:St -> {caught, hd(St)}
                        end,
-                  R3 = catch dtrace:span(thrown, fun() -> throw(t) end),
-                  R4 = catch dtrace:span(exited, fun() -> exit(x) end),
+                  R3 = try dtrace:span(thrown, fun() -> throw(t) end) catch throw:T -> T end,
+                  R4 = try dtrace:span(exited, fun() -> exit(x) end) catch exit:X -> {'EXIT', X} end,
                   Span = dtrace:span_begin("cross"),
                   Self = self(),
                   P = spawn(fun() -> dtrace:put_tag(<<"other">>), Self ! {ended, dtrace:span_end(Span)} end),
@@ -568,13 +568,13 @@ span_latency_bt_shows_failed_spans(Config) ->
           %% Untagged, in a registered process named as it starts: once
           %% its name is printed, every clause is attached (bpftrace
           %% attaches them one by one).
-          dtrace_test_workload:named(bt_ready_proc, fun() -> catch dtrace:span(ready, fun() -> throw(ready) end) end),
+          dtrace_test_workload:named(bt_ready_proc, fun() -> try dtrace:span(ready, fun() -> throw(ready) end) catch throw:ready -> ready end end),
           [{contains, <<"failed span: ready (throw)">>}, {contains, <<"(bt_ready_proc)">>}],
           fun() ->
                   dtrace:put_tag(<<"slowtag">>),
                   dtrace:span(bt_slow, fun() -> timer:sleep(15) end),
                   dtrace:put_tag(<<"failtag">>),
-                  {'EXIT', {boom, _}} = (catch dtrace:span(bt_fail, fun() -> error(boom) end)),
+                  boom = try dtrace:span(bt_fail, fun() -> error(boom) end) catch error:E -> E end,
                   dtrace:put_tag(undefined),
                   [dtrace:span(bt_fast, fun() -> ok end) || _ <- [1, 2, 3]],
                   %% No tag, a registered name (fired before its spans end).
@@ -582,7 +582,7 @@ span_latency_bt_shows_failed_spans(Config) ->
                             bt_named_proc,
                             fun() ->
                                     dtrace:span(bt_untagged, fun() -> timer:sleep(15) end),
-                                    catch dtrace:span(bt_untagged_fail, fun() -> exit(x) end)
+                                    try dtrace:span(bt_untagged_fail, fun() -> exit(x) end) catch exit:x -> x end
                             end),
                   {pid_to_list(self()), Named()}
           end,
@@ -629,8 +629,8 @@ bpftrace_sees_slow_spans(Config) ->
                       timer:sleep(15),
                       R3 = dtrace:span_end(Span),
                       R4 = dtrace:span_end(dtrace:span_begin(quick)),
-                      R5 = catch dtrace:span(slow_fail, fun() -> timer:sleep(12), throw(t) end),
-                      R6 = catch dtrace:span(fast_fail, fun() -> exit(x) end),
+                      R5 = try dtrace:span(slow_fail, fun() -> timer:sleep(12), throw(t) end) catch throw:T -> T end,
+                      R6 = try dtrace:span(fast_fail, fun() -> exit(x) end) catch exit:X -> {'EXIT', X} end,
                       {pid_to_list(self()), [lists:sum(R1), R2, R3, R4, R5, R6]}
               end),
         ?assertEqual([5050, 42, true, false, t, {'EXIT', x}], Results),

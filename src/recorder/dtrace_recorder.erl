@@ -198,15 +198,13 @@ start(Opts) ->
                     case dtrace_recorder_sup:start_recorder(Conf) of
                         {ok, Pid} ->
                             Wait = 4 * Timeout + ?READY_MS + 5000,
-                            case catch gen_server:call(Pid, await_ready, Wait) of
-                                ok ->
-                                    {ok, Name};
-                                Other ->
-                                    _ = dtrace_recorder_sup:stop_recorder(Name),
-                                    case Other of
-                                        {error, _} = Error -> Error;
-                                        {'EXIT', Why} -> {error, {start_failed, Why}}
-                                    end
+                            Ready = try gen_server:call(Pid, await_ready, Wait)
+                                    catch exit:Why -> {error, {start_failed, Why}}
+                                    end,
+                            _ = Ready =:= ok orelse dtrace_recorder_sup:stop_recorder(Name),
+                            case Ready of
+                                ok -> {ok, Name};
+                                {error, _} = Error -> Error
                             end;
                         {error, _} = Error ->
                             Error

@@ -130,7 +130,7 @@ collect(Port, OsPid, CMon, Deadline, Max, Acc, Size) ->
 %% PATH), then the port is closed.
 kill(Port, OsPid) ->
     _ = is_integer(OsPid) andalso os:cmd("kill -KILL " ++ integer_to_list(OsPid) ++ " 2>/dev/null"),
-    catch port_close(Port),
+    try port_close(Port) catch error:badarg -> ok end,
     ok.
 
 to_list(A) ->

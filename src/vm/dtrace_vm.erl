@@ -45,17 +45,10 @@
 
 %% The tracer of automatic mode without sessions (see the module doc).
 -define(LEGACY_TRACER, {dtrace, []}).
-%% The tracer of automatic mode's own session (OTP 27+).
--define(SESSION_TRACER, {dtrace, auto}).
--define(SESSION, dtrace_auto).
--define(META_SESSION, dtrace_spawn_meta).
 %% process__exit_signal: meta tracing of erlang:exit/2, in a session of its
-%% own (OTP 27+; its handle in persistent_term, as the span session's).
--define(EXIT_SESSION, dtrace_exit_meta).
--define(EXIT_SESSION_KEY, {?MODULE, exit_meta_session}).
+%% own (OTP 27+; dtrace_vm_sessions).
 -define(EXIT_META, {dtrace, exit_meta}).
 -define(EXIT_BIF, {erlang, exit, 2}).
--define(SPAN_SESSION, dtrace_span).
 -define(MS, [{'_', [], [{exception_trace}]}]).
 %% process__spawn in automatic mode: meta tracing of the BIFs every local
 %% spawn goes through (spawn/1, spawn_monitor/1, proc_lib, ... call them),
@@ -79,7 +72,7 @@
 %% erlang:trace_pattern/3 leaves out `send' (send_pattern/1), so dialyzer
 %% takes the send match spec's functions for dead code there.
 -dialyzer({nowarn_function, [sessions/0, apply_send_code/2, send_pattern/1, clear_all/0, legacy_send_taken/1,
-                             other_send_tracer/1, create_sessions/0, destroy_leftovers/0, destroy_sessions/1, set/4, set_new/4,
+                             other_send_tracer/1, set/4, set_new/4,
                              apply_meta/2, clear_meta/1, set_pattern/4, session_counts/1, apply_exit_meta/2,
                              clear_exit_meta/1]}).
 
@@ -191,7 +184,7 @@ init([]) ->
     %% The tracer module must be loaded (with its NIFs) before a session
     %% can name it.
     _ = code:ensure_loaded(dtrace),
-    Tracing = case sessions() andalso create_sessions() of
+    Tracing = case sessions() andalso dtrace_vm_sessions:create() of
                   {session, _, _} = T ->
                       T;
                   false ->
@@ -281,10 +274,10 @@ terminate(Reason, #s{system_monitor = on} = S) ->
 terminate(Reason, #s{send_code = on, tracing = legacy} = S) ->
     terminate(Reason, apply_send_code(false, S));
 terminate(_Reason, #s{tracing = {session, _, _} = Tracing}) ->
-    destroy_sessions(Tracing);
+    dtrace_vm_sessions:destroy(Tracing);
 terminate(_Reason, S) ->
-    _ = (catch clear_flags(S)),
-    _ = (catch clear_patterns(S)),
+    quietly(fun() -> clear_flags(S) end),
+    quietly(fun() -> clear_patterns(S) end),
     clear_all().
 
 %% @private Crash reports and sys:get_state/1 show the state without the
@@ -351,7 +344,7 @@ poll(S) ->
 apply_exit_meta(true, #s{exit_meta = on} = S) ->
     S;
 apply_exit_meta(true, #s{tracing = {session, _, _}} = S) ->
-    case persistent_term:get(?EXIT_SESSION_KEY, undefined) of
+    case dtrace_vm_sessions:exit_meta() of
         undefined -> S;
         Session -> _ = trace:function(Session, ?EXIT_BIF, [{'_', [], []}], [meta]), S#s{exit_meta = on}
     end;
@@ -370,7 +363,7 @@ apply_exit_meta(false, S) ->
     S#s{exit_meta = off}.
 
 clear_exit_meta({session, _, _}) ->
-    case persistent_term:get(?EXIT_SESSION_KEY, undefined) of
+    case dtrace_vm_sessions:exit_meta() of
         undefined -> ok;
         Session -> _ = trace:function(Session, ?EXIT_BIF, false, [meta]), ok
     end;
@@ -384,12 +377,12 @@ clear_exit_meta(legacy) ->
 %% process (any number of subscribers may be; nodes of every type, with
 %% the reasons of nodedowns), only while its probe listens.
 apply_node_monitor(true, #s{node_monitor = off} = S) ->
-    case catch net_kernel:monitor_nodes(true, [{node_type, all}, nodedown_reason]) of
+    case quietly(fun() -> net_kernel:monitor_nodes(true, [{node_type, all}, nodedown_reason]) end) of
         ok -> S#s{node_monitor = on};
         _ -> S
     end;
 apply_node_monitor(false, #s{node_monitor = on} = S) ->
-    _ = (catch net_kernel:monitor_nodes(false, [{node_type, all}, nodedown_reason])),
+    quietly(fun() -> net_kernel:monitor_nodes(false, [{node_type, all}, nodedown_reason]) end),
     S#s{node_monitor = off};
 apply_node_monitor(_, S) ->
     S.
@@ -546,7 +539,7 @@ apply_flags({WantP, WantO} = Want, #s{flags = {HaveP, HaveO}, tracing = T} = S) 
 %% ports are asked, as the library's table is bounded too.
 port_names() ->
     Ports = lists:sublist(erlang:ports(), ?PORT_NAMES),
-    _ = [catch dtrace_nif:vm_port_name(P, unicode:characters_to_binary(Name), Owner)
+    _ = [quietly(fun() -> dtrace_nif:vm_port_name(P, unicode:characters_to_binary(Name), Owner) end)
          || P <- Ports, {name, Name} <- [erlang:port_info(P, name)],
             {connected, Owner} <- [erlang:port_info(P, connected)]],
     true.
@@ -594,63 +587,17 @@ clear_flags(#s{flags = {P, O}, tracing = T} = S) ->
 %% Without sessions: every flag the tracer {dtrace, []} may hold (the feed
 %% table's, from the NIF), our meta patterns, and our send match spec.
 clear_all() ->
-    _ = (catch clear_meta(legacy)),
-    _ = (catch clear_exit_meta(legacy)),
+    quietly(fun() -> clear_meta(legacy) end),
+    quietly(fun() -> clear_exit_meta(legacy) end),
     _ = case erlang:trace_info(send, match_spec) of
             {match_spec, ?SEND_CODE_MS} -> send_pattern(true);
             _ -> ok
         end,
     {Procs, Ports} = dtrace_nif:vm_flags(),
-    _ = (catch set(legacy, existing_processes, Procs, [])),
-    _ = (catch set(legacy, existing_ports, Ports, [])),
-    _ = (catch set_new(legacy, new_processes, Procs, [])),
-    _ = (catch set_new(legacy, new_ports, Ports, [])),
-    ok.
-
-%% Our two sessions, after removing an earlier instance's; false (and a
-%% warning: automatic mode then uses the legacy session) if the VM refuses
-%% them, as it does when the tracer module `dtrace' has no NIFs.
-create_sessions() ->
-    destroy_leftovers(),
-    try
-        T = {session, trace:session_create(?SESSION, ?SESSION_TRACER, []),
-             trace:session_create(?META_SESSION, ?META, [])},
-        %% The session of the processes inside a span (dtrace_span_trace):
-        %% theirs to use, in persistent_term; destroyed with the others.
-        persistent_term:put(dtrace_span_trace:session_key(),
-                            trace:session_create(?SPAN_SESSION, {dtrace, span}, [])),
-        persistent_term:put(?EXIT_SESSION_KEY, trace:session_create(?EXIT_SESSION, ?EXIT_META, [])),
-        T
-    catch
-        error:Why ->
-            destroy_leftovers(),
-            logger:warning("dtrace: no trace session for the VM probes (~p); "
-                           "automatic mode uses the legacy session", [Why]),
-            false
-    end.
-
-%% With sessions: an earlier instance's sessions, if a copy of a handle
-%% kept them alive after it died, by name.
-destroy_leftovers() ->
-    _ = [catch trace:session_destroy(W)
-         || {Name, _} = W <- trace:session_info(all),
-            Name =:= ?SESSION orelse Name =:= ?META_SESSION orelse Name =:= ?SPAN_SESSION
-                orelse Name =:= ?EXIT_SESSION],
-    ok.
-
-destroy_sessions({session, Auto, Meta}) ->
-    _ = (catch trace:session_destroy(Auto)),
-    _ = (catch trace:session_destroy(Meta)),
-    case persistent_term:get(dtrace_span_trace:session_key(), undefined) of
-        undefined -> ok;
-        Span -> _ = persistent_term:erase(dtrace_span_trace:session_key()),
-                _ = (catch trace:session_destroy(Span))
-    end,
-    case persistent_term:get(?EXIT_SESSION_KEY, undefined) of
-        undefined -> ok;
-        Exit -> _ = persistent_term:erase(?EXIT_SESSION_KEY),
-                _ = (catch trace:session_destroy(Exit))
-    end,
+    quietly(fun() -> set(legacy, existing_processes, Procs, []) end),
+    quietly(fun() -> set(legacy, existing_ports, Ports, []) end),
+    quietly(fun() -> set_new(legacy, new_processes, Procs, []) end),
+    quietly(fun() -> set_new(legacy, new_ports, Ports, []) end),
     ok.
 
 %%%===================================================================
@@ -797,3 +744,7 @@ legacy_counts() ->
 
 external({M, F, A, global}) -> {M, F, A};
 external(P) -> P.
+
+%% F's value, or `failed' if it raised: a clean-up step that must not stop
+%% the next (old-style catch is deprecated from OTP 29).
+quietly(F) -> try F() catch _:_ -> failed end.

@@ -51,7 +51,7 @@ start_ready_loop(Ready) ->
 ready_loop(Ready) ->
     %% A failing ready call (a port that closed under it, a race with the
     %% workload's set-up) must not end the loop: the next one may succeed.
-    _ = (catch Ready()),
+    _ = try Ready() catch _:_ -> failed end,
     receive
         {stop, From} -> From ! {stopped, self()}
     after 5 -> ready_loop(Ready)
