@@ -25,7 +25,7 @@ else ifneq ($(OTP),)
 $(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
 endif
 
-.PHONY: all deps build nif dist check test test-repeat test-kernels test-trixie demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -88,14 +88,14 @@ test-kernels: deps
 	$(REBAR3) compile
 	DTRACE_TEST_KERNELS=1 REBAR3=$(REBAR3) sh scripts/ct.sh --suite dtrace_kernels_SUITE,dtrace_dtrace_SUITE
 
-# The library built and tested with Debian 13's own packages (OTP 27,
-# Elixir 1.18, cargo/rustc 1.85, bpftrace 0.23) in a chroot on this kernel:
-# cargo build and test, mix test, the user-probe, VM-probe and provider
-# suites (scripts/trixie.sh; the root is cached in /var/cache/dtrace-guests).
-# Needs root.
-test-trixie: deps
+# The library built and tested with a Debian release's own packages in a
+# chroot on this kernel (scripts/userland.sh says what runs; roots cached
+# in /var/cache/dtrace-guests). Needs root. test-trixie: Debian 13 (OTP 27,
+# Rust 1.85, bpftrace 0.23); test-sid: Debian sid (OTP 29, Elixir 1.20,
+# bpftrace 0.27, RabbitMQ 4.3).
+test-trixie test-sid: test-%: deps
 	@scripts/tracefs.sh
-	sh scripts/trixie.sh
+	sh scripts/userland.sh $*
 
 demo: deps
 	@scripts/tracefs.sh

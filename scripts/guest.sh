@@ -78,6 +78,7 @@ trixie-build|trixie|gcc libc6-dev dtrace/sid libdtrace2/sid
 bookworm-kernel|bookworm|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
 trixie-kernel|trixie|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
 trixie-userland|trixie|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates procps python3 binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev
+sid-userland|sid|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates procps python3 binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika
 '
 # Bump when the way roots are built changes (options below, hooks).
 recipe=1
@@ -136,8 +137,12 @@ build_root() {
     archive=$("$here/debian-archive.sh")
     # The root's suite, and each other suite a package names (PKG/SUITE) as a
     # second source. Sid's Release file in a snapshot archive is past its
-    # Valid-Until: checked for the root's suite, not for the others.
-    set -- "deb $archive $suite main"
+    # Valid-Until: checked for the root's suite, unless that is sid, and not
+    # for the others.
+    case $suite in
+        sid) set -- "deb [check-valid-until=no] $archive $suite main" ;;
+        *) set -- "deb $archive $suite main" ;;
+    esac
     # shellcheck disable=SC2086 # one package a line
     for other in $(printf '%s\n' $pkgs | sed -n 's|^[^/]*/||p' | sort -u); do
         [ "$other" = "$suite" ] || set -- "$@" "deb [check-valid-until=no] $archive $other main"

@@ -11,8 +11,18 @@
 # Cache: $DTRACE_TOOLCHAINS/rabbitmq (default /var/cache/dtrace-toolchains as
 # root, else ~/.cache/dtrace-toolchains), reused while apt's candidate
 # versions are the ones unpacked. The packages come through apt (its
-# configured archive, its signatures): `apt-get download`.
+# configured archive, its signatures): `apt-get download`. Where both
+# packages are installed (the sid root of make test-sid), prints / instead:
+# the installed broker, started the same way, by the suite, never as the
+# system's service.
 set -eu
+installed() {
+    dpkg-query -W -f '${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+if installed rabbitmq-server && installed python3-pika; then
+    echo /
+    exit 0
+fi
 if [ "$(id -u)" -eq 0 ]; then
     default_cache=/var/cache/dtrace-toolchains
 else

@@ -1,0 +1,118 @@
+#!/bin/sh
+# make test-trixie, make test-sid: the library built and tested with a
+# Debian release's own packages, no VM: a chroot of the root DIST-userland
+# (scripts/guest.sh; mmdebstrap from the Debian archive apt is configured
+# with, cached in /var/cache/dtrace-guests) on this machine's kernel.
+#   trixie (Debian 13): OTP 27, Elixir 1.18, rebar3 3.24, cargo and rustc
+#     1.85, bpftrace 0.23, gdb 16, perf 6.12, LTTng 2.13;
+#   sid: OTP 29, Elixir 1.20, rebar3 3.28, Rust 1.97, bpftrace 0.27, gdb 18,
+#     perf 7, RabbitMQ 4.3 (the root's own rabbitmq-server).
+# In it, from a copy of this checkout (tracked and new files):
+#   - the versions, written to versions.txt in the copy;
+#   - cargo build and cargo test with Debian's Rust (native/build-nif.sh);
+#   - rebar3 compile with the project's warnings_as_errors, and mix compile
+#     --warnings-as-errors: no warning on this OTP and Elixir;
+#   - bpftrace reading argument 6 to 9 of a user probe through
+#     priv/dtrace-bpftrace (bpftrace before 0.24 refuses arg6 and later on
+#     x86_64 itself), and, on sid, with bpftrace alone;
+#   - the Elixir layer's tests (mix test);
+#   - the suites, with CI=true: a tracer missing there fails. trixie: the
+#     user-probe, VM-probe (with their shipped scripts) and run-time
+#     provider suites; sid: those, trace sessions, the attach tool, "why",
+#     the flight recorder, releases and RabbitMQ.
+# Work and logs stay in $DTRACE_USERLAND_WORK (default
+# /var/tmp/dtrace-DIST; the copy, its _build with Common Test's logs),
+# cargo's downloads in /var/cache/dtrace-toolchains/DIST-cargo. Needs root
+# (chroot, bpftrace).
+#   scripts/userland.sh trixie|sid [SUITE...]
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+dist=${1:?usage: scripts/userland.sh trixie|sid [SUITE...]}
+shift
+case $dist in
+    trixie)
+        rust="rustc 1.85."
+        [ $# -gt 0 ] || set -- dtrace_tracer_SUITE dtrace_vm_SUITE dtrace_vm_scripts_SUITE dtrace_provider_SUITE ;;
+    sid)
+        rust=
+        [ $# -gt 0 ] || set -- dtrace_tracer_SUITE dtrace_vm_SUITE dtrace_vm_scripts_SUITE dtrace_provider_SUITE \
+            dtrace_sessions_SUITE dtrace_attach_SUITE dtrace_why_SUITE dtrace_recorder_SUITE \
+            dtrace_recorder_user_SUITE dtrace_release_SUITE dtrace_rabbitmq_SUITE ;;
+    *) echo "userland: no root for $dist (trixie or sid)" >&2; exit 2 ;;
+esac
+work=${DTRACE_USERLAND_WORK:-/var/tmp/dtrace-$dist}
+cargo_home=/var/cache/dtrace-toolchains/$dist-cargo
+suites=$(printf 'test/%s,' "$@" | sed 's/,$//')
+
+rm -rf "$work"
+mkdir -p "$work/dtrace" "$cargo_home"
+# The checkout's files as they are now, without build products.
+(cd "$here" && git ls-files -z --cached --others --exclude-standard |
+    xargs -0 sh -c 'for f; do [ -f "$f" ] && printf "%s\0" "$f"; done' sh |
+    tar --null -T - -cf -) | tar -xf - -C "$work/dtrace"
+# This machine's CA certificates, for cargo's downloads: a proxy's CA the
+# chroot's own store lacks is among them where one is configured.
+cainfo=
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    cp /etc/ssl/certs/ca-certificates.crt "$work/ca-certificates.crt"
+    cainfo=$work/ca-certificates.crt
+fi
+
+# shellcheck disable=SC2016 # expanded in the chroot
+exec "$here/scripts/guest.sh" chroot "$dist-userland" -s "$work" -s "$cargo_home" -- \
+    env CARGO_HOME="$cargo_home" ${cainfo:+CARGO_HTTP_CAINFO="$cainfo"} CI=true SUITES="$suites" \
+    DIST="$dist" RUST="$rust" /bin/sh -eu -c '
+cd "$1"
+# Peer nodes (-sname) resolve this host name.
+grep -q "[[:space:]]$(hostname)\$" /etc/hosts || echo "127.0.1.1 $(hostname)" >> /etc/hosts
+# LTTng: a session daemon of the chroot (its sockets are under the chroot
+# /run), stopped at the end. The tests start one only when pgrep finds
+# none, and pgrep sees the host daemon, which is out of reach from here.
+lttng-sessiond --daemonize
+trap "kill \$(cat /run/lttng/lttng-sessiond.pid) 2>/dev/null || true" EXIT
+
+{
+    echo "debian $(cat /etc/debian_version)"
+    echo "otp $(erl -noshell -eval "io:format(\"~s\", [erlang:system_info(otp_release)]), halt().") ($(dpkg-query -W -f "\${Version}" erlang-base))"
+    elixir --version | tail -1
+    echo "rebar3 $(dpkg-query -W -f "\${Version}" rebar3)"
+    rustc --version
+    cargo --version
+    echo "bpftrace $(bpftrace --version | sed "s/^bpftrace //")"
+    gdb --version | head -1
+    echo "perf $(perf version 2>&1 | sed "s/^perf version //")"
+    dpkg-query -W -f "rabbitmq-server \${Version}\n" rabbitmq-server 2>/dev/null || true
+} | tee versions.txt
+case "$(rustc --version)" in "$RUST"*) ;; *) echo "$DIST: expected $RUST" >&2; exit 1 ;; esac
+sh native/build-nif.sh release
+cargo test --release --locked --ignore-rust-version --quiet
+# rebar.config compiles with warnings_as_errors, which a rebar3 consumer
+# inherits: this fails on any warning of this OTP.
+rebar3 compile
+MIX_ENV=test mix compile --warnings-as-errors
+# A node firing user_trace__i4s4 with four strings (arg6 to arg9).
+erl -noshell -pa _build/default/lib/dtrace/ebin -eval "
+    {ok, _} = application:ensure_all_started(dtrace),
+    false = dtrace:p(0),
+    file:write_file(\"node.pid\", os:getpid()),
+    Loop = fun L() -> dtrace:p(1, 2, 3, 4, \"s-one\", \"s-two\", \"s-three\", \"s-four\"), timer:sleep(5), L() end,
+    Loop()." &
+node=$!
+for _ in $(seq 100); do [ -s node.pid ] && break; sleep 0.1; done
+# bpftrace before 0.24 refuses arg6 and later on x86_64 ("x86_64 does not
+# support arg6"); priv/dtrace-bpftrace reads them (the register of argument
+# k), and leaves a newer bpftrace to read them itself.
+probe="usdt:$PWD/priv/dtrace_nif.so:erlang:user_trace__i4s4
+    { printf(\"%ld %s %s %s %s\\n\", arg5, str(arg6), str(arg7), str(arg8), str(arg9)); exit(); }"
+tools="priv/dtrace-bpftrace"
+[ "$DIST" = sid ] && tools="$tools bpftrace"
+for tool in $tools; do
+    out=$(timeout 60 $tool -p "$(cat node.pid)" -e "$probe" 2>&1) || true
+    echo "$out"
+    echo "$out" | grep -q "^4 s-one s-two s-three s-four$" ||
+        { kill "$node"; echo "$DIST: $tool did not read arg6..arg9" >&2; exit 1; }
+done
+kill "$node"
+MIX_ENV=test mix test
+sh scripts/ct.sh --suite "$SUITES"
+' "$dist" "$work/dtrace"
