@@ -442,7 +442,7 @@ bpftrace(OsPid, Prog) ->
     Port = open_port({spawn_executable, os:find_executable("bpftrace")},
                      [{args, ["-p", OsPid, "-e", Prog]}, {line, 4096},
                       stderr_to_stdout, exit_status, binary]),
-    wait_line(Port, <<"Attaching">>),
+    wait_line(Port, <<"Attach">>),
     Port.
 
 stop(Port) ->

@@ -208,7 +208,7 @@ with_site_counted(So, M, Poke, Run) ->
     ?P:with_port(
       ?P:open_lines(os:find_executable("bpftrace"), ["-p", os:getpid(), "-e", Prog]),
       fun(Bt) ->
-              _ = ?P:await_line(Bt, <<"Attaching">>, ?P:deadline(?ATTACH_TIMEOUT)),
+              _ = ?P:await_line(Bt, <<"Attach">>, ?P:deadline(?ATTACH_TIMEOUT)),
               ok = until_line(Poke, Bt, <<"READY">>, ?P:deadline(?ATTACH_TIMEOUT)),
               R = Run(),
               {R, stop_bpftrace(Bt)}
@@ -416,7 +416,7 @@ uprobe_hit(Exe, Arg, Obj, N) ->
               ?P:with_port(
                 ?P:open_lines(os:find_executable("bpftrace"), ["-p", binary_to_list(Pid), "-e", Prog]),
                 fun(Bt) ->
-                        _ = ?P:await_line(Bt, <<"Attaching">>, ?P:deadline(?ATTACH_TIMEOUT)),
+                        _ = ?P:await_line(Bt, <<"Attach">>, ?P:deadline(?ATTACH_TIMEOUT)),
                         Out = ?P:key_values(?P:await_exit(Port, Deadline)),
                         #{<<"fired">> := Fired, <<"hit_ns">> := Ns} = Out,
                         Fired =:= N orelse error({hits_not_fired, Fired, N}),

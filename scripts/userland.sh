@@ -44,6 +44,8 @@ work=${DTRACE_USERLAND_WORK:-/var/tmp/dtrace-$dist}
 cargo_home=/var/cache/dtrace-toolchains/$dist-cargo
 suites=$(printf 'test/%s,' "$@" | sed 's/,$//')
 
+# bpftrace 0.27 reads /sys/kernel/tracing, which the chroot's /sys binds.
+sh "$here/scripts/tracefs.sh"
 rm -rf "$work"
 mkdir -p "$work/dtrace" "$cargo_home"
 # The checkout's files as they are now, without build products.

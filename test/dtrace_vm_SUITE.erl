@@ -27,7 +27,7 @@ all() ->
     [no_tracer_no_flags, process_events_in_otps_order, sends_and_queues_with_flat_sizes,
      flat_sizes_are_erts_debugs, remote_send_names_the_node, links_and_unlinks, major_gcs_pair_up, function_probes_follow_the_tracer,
      function_spans_follow_the_tracer, process_names,
-     attach_detach_cycles_leave_operators_alone, manual_mode_and_user_tracer,
+     gen_server_hibernates, attach_detach_cycles_leave_operators_alone, manual_mode_and_user_tracer,
      spawn_alone_sets_no_flag, stopping_leaves_nothing].
 
 init_per_testcase(remote_send_names_the_node, Config) ->
@@ -115,6 +115,30 @@ process_events_in_otps_order(Config) ->
                   [<<"scheduled">>, Bin | _],
                   [<<"exit">>, Bin, Reason],
                   [<<"unscheduled">>, Bin]], Mine).
+
+%% A gen_server that returns `hibernate': process__hibernate for its pid,
+%% through erlang:hibernate/3 before OTP 28, and with gen_server's loop
+%% from OTP 28, whose gen_server hibernates through erlang:hibernate/0
+%% (docs/vm-probes.md).
+gen_server_hibernates(Config) ->
+    Program = "usdt:$SO:erlang:process__hibernate { printf(\"EV %lu hibernate %s %s\\n\", nsecs, str(arg0), str(arg1)); }",
+    Hibernate = fun() ->
+                        {ok, G} = gen_server:start(dtrace_test_workload, [], []),
+                        gen_server:cast(G, {hibernate, self()}),
+                        receive {hibernating, G} -> ok end,
+                        G
+                end,
+    {Pid, Lines} =
+        dtrace_test_tracer:bpftrace_window(
+          bpftrace, ?config(peer, Config), Program, fun() -> gen_server:stop(Hibernate()) end,
+          [{contains, <<" hibernate ">>}],
+          fun() -> G = Hibernate(), P = pid_to_list(G), gen_server:stop(G), P end,
+          fun(P, Ls) -> events_of(P, Ls) =/= [] end),
+    Mfa = case list_to_integer(peer:call(?config(peer, Config), erlang, system_info, [otp_release])) of
+              Otp when Otp >= 28 -> <<"gen_server:loop_hibernate/4">>;
+              _ -> <<"erlang:hibernate/3">>
+          end,
+    ?assertEqual([[<<"hibernate">>, list_to_binary(Pid), Mfa]], lists:usort(events_of(Pid, Lines))).
 
 %% The fields of the events of the process whose pid_to_list/1 is Pid, in
 %% time order.

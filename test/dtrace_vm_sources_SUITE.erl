@@ -570,24 +570,35 @@ nif_calls(Config) ->
 %% exit/2 to live local processes: process__exit_signal with the sender,
 %% the receiver and the reason (kill as killed, as OTP shows it), from meta
 %% tracing of erlang:exit/2, which sets no trace flag; none for a dead pid.
+%% Where the VM has them, exit/3 (OTP 28) and exit_signal/2,3 (OTP 29)
+%% fire it too.
 exit_signals(Config) ->
     Program = "usdt:$SO:erlang:process__exit_signal {
                    printf(\"EV %lu %s %s %s\\n\", nsecs, str(arg0), str(arg1), str(arg2)); }",
+    %% Reason exit_3 and the others of newer_exits/0 are sent by that BIF.
     Kill = fun(Reason) ->
                    {P, Ref} = spawn_monitor(fun dtrace_test_workload:sink/0),
-                   true = exit(P, Reason),
+                   true = case Reason of
+                              exit_3 -> erlang:apply(erlang, exit, [P, Reason, []]);
+                              exit_signal_2 -> erlang:apply(erlang, exit_signal, [P, Reason]);
+                              exit_signal_3 -> erlang:apply(erlang, exit_signal, [P, Reason, []]);
+                              _ -> exit(P, Reason)
+                          end,
                    receive {'DOWN', Ref, _, _, _} -> pid_to_list(P) end
            end,
-    {{Me, Boom, Killed, Dead}, Lines} =
+    {{Me, Boom, Killed, Dead, Newer}, Lines} =
         dtrace_test_tracer:bpftrace_window(
           bpftrace, ?config(peer, Config), Program, fun() -> Kill(ready) end, [{contains, <<"EV ">>}],
           fun() ->
                   B = Kill({shutdown, boom}),
                   K = Kill(kill),
                   true = exit(list_to_pid(B), again),
-                  {pid_to_list(self()), B, K, B}
+                  {pid_to_list(self()), B, K, B, [{F, Kill(F)} || F <- newer_exits()]}
           end,
-          fun({M, _, K, _}, Ls) -> lists:member([list_to_binary(M), list_to_binary(K), <<"killed">>], events(Ls)) end),
+          fun({M, _, K, _, N}, Ls) ->
+                  lists:all(fun({R, P}) -> lists:member([list_to_binary(M), list_to_binary(P), reason(R)], events(Ls)) end,
+                            [{kill, K} | N])
+          end),
     Mine = [E || [S | _] = E <- events(Lines), S =:= list_to_binary(Me)],
     ct:log("~p", [Mine]),
     ?assertEqual([[list_to_binary(Me), list_to_binary(Boom), <<"{shutdown,boom}">>],
@@ -595,7 +606,22 @@ exit_signals(Config) ->
                  [E || [_, R, _] = E <- Mine, R =/= <<"ready">>, lists:member(R, [list_to_binary(Boom), list_to_binary(Killed)])]),
     %% The dead pid got no event; no process has a trace flag for it.
     ?assertEqual(1, length([x || [_, R, _] <- Mine, R =:= list_to_binary(Dead)])),
+    %% exit/3 and exit_signal/2,3, where the peer's OTP has them.
+    ?assertEqual(length(newer_exits_in(Config)), length(Newer)),
+    [?assert(lists:member([list_to_binary(Me), list_to_binary(P), reason(R)], Mine)) || {R, P} <- Newer],
     ?assertEqual([], in_peer(Config, fun() -> ok = dtrace_vm:sync(), dtrace_test_workload:our_traced() end)).
+
+%% The exit BIFs newer than exit/2 this VM has, each as the reason a
+%% Kill/1 of exit_signals/1 gives: its call, with an atom naming it.
+newer_exits() ->
+    [F || {F, {Fun, A}} <- [{exit_3, {exit, 3}}, {exit_signal_2, {exit_signal, 2}}, {exit_signal_3, {exit_signal, 3}}],
+          erlang:function_exported(erlang, Fun, A)].
+
+newer_exits_in(Config) ->
+    in_peer(Config, fun newer_exits/0).
+
+reason(kill) -> <<"killed">>;
+reason(R) -> atom_to_binary(R).
 
 %% On a VM built with frame pointers (OTP 27 built from source, as
 %% upstream's JIT builds are) started with +JPperf map, bpftrace's ustack

@@ -107,7 +107,7 @@ provider erlang {
 #pragma dtrace_nif otp_vm erl_process.c:erl_create_process
 	probe process__spawn(char *p, char *mfa);
 
-	/* exit_meta (meta tracing of erlang:exit/2, which sets no trace flag): sender sent an exit signal with reason (~p text; kill as killed) to the live local process receiver; exits along links have no event. */
+	/* exit_meta (meta tracing of erlang:exit/2, and exit/3 and exit_signal/2,3 where the VM has them; no trace flag): sender sent an exit signal with reason (~p text; kill as killed) to the live local process receiver; exits along links have no event. */
 #pragma dtrace_nif otp_vm erl_proc_sig_queue.c:sig_enqueue_trace
 	probe process__exit_signal(char *sender, char *receiver, char *reason);
 
@@ -123,7 +123,7 @@ provider erlang {
 #pragma dtrace_nif otp_vm erl_process.c:erts_schedule
 	probe process__unscheduled(char *p);
 
-	/* running: p goes to sleep in erlang:hibernate/3 (mfa; the resume mfa is not in the event), also after waking only to handle a signal. */
+	/* running: p goes to sleep in erlang:hibernate/3, or through erlang:hibernate/0 in gen_server's or gen_statem's loop (mfa: erlang:hibernate/3, or that loop function), also after waking only to handle a signal. */
 #pragma dtrace_nif otp_vm beam_common.c:erts_hibernate
 	probe process__hibernate(char *p, char *mfa);
 

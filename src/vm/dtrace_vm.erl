@@ -339,14 +339,16 @@ poll(S) ->
 
 %% process__exit_signal: a meta pattern on erlang:exit/2 (the tracer
 %% {dtrace, exit_meta}: no trace flag on any process), only while it
-%% listens. Without sessions, another tracer's meta pattern on it is left
-%% alone ({taken, Tracer}).
+%% listens; in a session, on exit/3 (OTP 28) and exit_signal/2,3 (OTP 29)
+%% too, where the VM has them. Without sessions, another tracer's meta
+%% pattern on it is left alone ({taken, Tracer}).
 apply_exit_meta(true, #s{exit_meta = on} = S) ->
     S;
 apply_exit_meta(true, #s{tracing = {session, _, _}} = S) ->
     case dtrace_vm_sessions:exit_meta() of
         undefined -> S;
-        Session -> _ = trace:function(Session, ?EXIT_BIF, [{'_', [], []}], [meta]), S#s{exit_meta = on}
+        Session -> _ = [trace:function(Session, B, [{'_', [], []}], [meta]) || B <- exit_bifs()],
+                   S#s{exit_meta = on}
     end;
 apply_exit_meta(true, #s{tracing = legacy} = S) ->
     case erlang:trace_info(?EXIT_BIF, meta) of
@@ -365,13 +367,18 @@ apply_exit_meta(false, S) ->
 clear_exit_meta({session, _, _}) ->
     case dtrace_vm_sessions:exit_meta() of
         undefined -> ok;
-        Session -> _ = trace:function(Session, ?EXIT_BIF, false, [meta]), ok
+        Session -> _ = [trace:function(Session, B, false, [meta]) || B <- exit_bifs()], ok
     end;
 clear_exit_meta(legacy) ->
     case erlang:trace_info(?EXIT_BIF, meta) of
         {meta, ?EXIT_META} -> _ = erlang:trace_pattern(?EXIT_BIF, false, [meta]), ok;
         _ -> ok
     end.
+
+%% The BIFs that send an exit signal to a process, of those the VM has.
+exit_bifs() ->
+    [?EXIT_BIF | [{erlang, F, A} || {F, A} <- [{exit, 3}, {exit_signal, 2}, {exit_signal, 3}],
+                                    erlang:function_exported(erlang, F, A)]].
 
 %% dist__monitor: a net_kernel:monitor_nodes/2 subscription of this
 %% process (any number of subscribers may be; nodes of every type, with

@@ -142,7 +142,9 @@ bpftrace_start(Tool, OsPid, Program) ->
     Port = open_port({spawn_executable, Exe},
                      [{args, Args}, {env, bpftrace_env()},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
-    case collect_until(Port, <<"Attaching">>, []) of
+    %% "Attaching N probes..." (bpftrace before 0.24), "Attached N probes"
+    %% (0.24 and later, on stderr).
+    case collect_until(Port, <<"Attach">>, []) of
         {ok, Lines} -> {Port, Lines};
         {exit, Status, Lines} ->
             ct:fail("bpftrace exited (~p) before attaching: ~p", [Status, Lines])
@@ -153,11 +155,20 @@ bpftrace_start(Tool, OsPid, Program) ->
 %% environment sets it. The default, 64 pages, loses events in a burst:
 %% bpftrace 0.23 copies 1024 bytes per str() argument (its max_strlen), and
 %% dtrace_vm_SUITE's 220 sends, two strings each, in a few hundred
-%% microseconds overflowed 256 KiB, leaving about 90 events.
+%% microseconds overflowed 256 KiB, leaving about 90 events. From 0.25 the
+%% default is larger (up to 16 MiB in all), and is kept.
 bpftrace_env() ->
-    case os:getenv("BPFTRACE_PERF_RB_PAGES") of
-        false -> [{"BPFTRACE_PERF_RB_PAGES", "1024"}];
-        _ -> []
+    case os:getenv("BPFTRACE_PERF_RB_PAGES") =:= false andalso bpftrace_version() < {0, 25} of
+        true -> [{"BPFTRACE_PERF_RB_PAGES", "1024"}];
+        false -> []
+    end.
+
+%% {Major, Minor} of the bpftrace on PATH ({0, 0} if it prints none).
+bpftrace_version() ->
+    Out = os:cmd("bpftrace --version 2>/dev/null"),
+    case re:run(Out, "v?([0-9]+)\\.([0-9]+)", [{capture, all_but_first, list}]) of
+        {match, [Major, Minor]} -> {list_to_integer(Major), list_to_integer(Minor)};
+        nomatch -> {0, 0}
     end.
 
 %% Waits (at most ceiling(60000) ms) until the bpftrace started with

@@ -148,6 +148,9 @@ init([]) -> {ok, no_state}.
 handle_call(tags, _From, State) ->
     {reply, {dtrace:get_tag(), dtrace:get_tag_data()}, State}.
 
+handle_cast({hibernate, To}, State) ->
+    To ! {hibernating, self()},
+    {noreply, State, hibernate};
 handle_cast(_Msg, State) -> {noreply, State}.
 
 %% Exits with {terminated, self()} (OTP's dyntrace_SUITE:process/1).

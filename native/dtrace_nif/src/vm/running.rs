@@ -8,7 +8,7 @@ use crate::probes::{process__hibernate, process__scheduled, process__unscheduled
 use crate::text::TextBuf;
 
 mod atoms {
-    rustler::atoms! { erlang, hibernate }
+    rustler::atoms! { erlang, hibernate, gen_server, gen_statem, loop_hibernate }
 }
 
 /// `in`, `in_exiting`: the tracee runs TraceTerm's mfa.
@@ -23,23 +23,32 @@ pub(crate) fn scheduled(e: &Event<'_>, _tag: TraceTag) {
 }
 
 /// `out`, `out_exiting`, `out_exited`: the tracee stops running; going out
-/// in `erlang:hibernate/3` is a hibernation too.
+/// in a hibernation (`hibernating`) fires `process__hibernate` first.
 pub(crate) fn unscheduled(e: &Event<'_>, _tag: TraceTag) {
     let mut pid = TextBuf::new();
     let pid = e.tracee(&mut pid);
-    // Nested, not a let chain: the crates build with Rust 1.85 (Debian 13).
     if process__hibernate::enabled() {
-        if let Some((m, f, 3)) = mfa_parts(e.term) {
-            if m.decode::<Atom>().is_ok_and(|m| m == atoms::erlang())
-                && f.decode::<Atom>().is_ok_and(|f| f == atoms::hibernate())
-            {
+        if let Some((m, f, a)) = mfa_parts(e.term) {
+            if hibernating(m, f, a) {
                 let mut mfa = TextBuf::new();
-                process__hibernate::fire(pid, mfa.mfa(m, f, 3));
+                process__hibernate::fire(pid, mfa.mfa(m, f, a));
             }
         }
     }
     process__unscheduled::fire(pid);
     otp_scheduled(e, pid);
+}
+
+/// Is going out in `m:f/a` a hibernation? In `erlang:hibernate/3`, always;
+/// `erlang:hibernate/0` (OTP 28+) leaves no mark of its own: the event names
+/// its caller, so the callers OTP's behaviours hibernate through are known
+/// by name (`gen_server:loop_hibernate/4`, `gen_statem:loop_hibernate/3` in
+/// OTP 28 and 29; any arity, as they may change), and other callers of
+/// `hibernate/0` look like a wait in a `receive` (docs/vm-probes.md).
+fn hibernating(m: rustler::Term<'_>, f: rustler::Term<'_>, a: u32) -> bool {
+    let (Ok(m), Ok(f)) = (m.decode::<Atom>(), f.decode::<Atom>()) else { return false };
+    (m == atoms::erlang() && f == atoms::hibernate() && a == 3)
+        || ((m == atoms::gen_server() || m == atoms::gen_statem()) && f == atoms::loop_hibernate())
 }
 
 /// OTP's `process_scheduled`: the mfa (or `undefined`) and the trace tag.
