@@ -32,13 +32,19 @@ cache=${DTRACE_TOOLCHAINS:-$default_cache}
 root=$cache/dtrace-sid
 wrapper=$cache/dtrace-sid.run
 log() { echo "dtrace-sid: $*" >&2; }
+# On a system that has sid's dtrace installed (the sid root of make
+# test-sid), that one, with the same wrapper, and no root of its own.
+if dpkg-query -W -f '${Status}' dtrace 2>/dev/null | grep -q 'install ok installed'; then
+    root=
+    wrapper=$cache/dtrace-native.run
+fi
 
 case "$(uname -m)" in
     x86_64) ;;
     *) log "only x86_64 is handled (the loader and library paths are x86_64's)"; exit 1 ;;
 esac
 
-if [ ! -f "$root/.complete" ]; then
+if [ -n "$root" ] && [ ! -f "$root/.complete" ]; then
     if [ "$(id -u)" -ne 0 ]; then
         log "making the sid root needs root"
         exit 1
@@ -64,6 +70,7 @@ fi
 
 # The wrapper is rewritten when this script is newer (its steps may change).
 if [ ! -x "$wrapper" ] || [ "$0" -nt "$wrapper" ]; then
+    mkdir -p "$cache"
     cat > "$wrapper.tmp" <<WRAPPER
 #!/bin/sh
 # Written by dtrace's scripts/dtrace-sid.sh: runs Debian sid's dtrace from
@@ -87,7 +94,8 @@ run() {
 # Checked once: a D library translator that names vmlinux`major_names
 # (6.10/io.d) makes every script fail to compile on a kernel that cannot
 # resolve it; the error names the file, which is moved aside (at most a few).
-stamp=$root/.libs-checked
+stamp=${root:-/var/lib/dtrace}/.libs-checked
+mkdir -p "$(dirname "$stamp")"
 n=0
 while [ ! -f "$stamp" ] && [ $n -lt 4 ]; do
     n=$((n + 1))

@@ -68,17 +68,20 @@ set -eu
 #   `make test-kernels` (dtrace_kernels_SUITE). The kernel's headers and
 #   the compiler are there for `chroot` builds of SystemTap modules (seconds
 #   natively, minutes under TCG); the guest runs them with staprun.
-# trixie-userland: Debian 13's own packages, no kernel: OTP 27, Elixir 1.18,
-#   rebar3 3.24, PropEr, cargo and rustc 1.85, bpftrace 0.23, gdb, perf, LTTng, for
-#   `make test-trixie` (scripts/trixie.sh), which builds the library with
-#   that Rust and runs suites in a `chroot` against the host's kernel.
+# trixie-userland, sid-userland: Debian 13's and sid's own packages, no
+#   kernel (trixie: OTP 27, Elixir 1.18, rebar3 3.24, cargo and rustc 1.85,
+#   bpftrace 0.23; sid: OTP 29, Elixir 1.20, Rust 1.97, bpftrace 0.27,
+#   RabbitMQ 4.3, DTrace 2.0.7; both PropEr, gdb, perf, LTTng), for `make
+#   test-trixie` and `make test-sid` (scripts/userland.sh), which build the
+#   library with that Rust and run suites in a `chroot` against the host's
+#   kernel.
 roots='
 trixie-dtrace|trixie|linux-image-amd64 kmod fuse3 procps erlang-base erlang-runtime-tools erlang-common-test dtrace/sid libdtrace2/sid
 trixie-build|trixie|gcc libc6-dev dtrace/sid libdtrace2/sid
 bookworm-kernel|bookworm|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
 trixie-kernel|trixie|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
 trixie-userland|trixie|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates procps python3 binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev
-sid-userland|sid|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates procps python3 binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika
+sid-userland|sid|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates procps python3 binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika dtrace libdtrace2
 '
 # Bump when the way roots are built changes (options below, hooks).
 recipe=1

@@ -1,20 +1,28 @@
 #!/bin/sh
-# Downloads, once, the upstream ("orig") source tarball of a Debian 13
-# (trixie) source package into the toolchain cache, checks it against the
-# SHA256 sum in trixie's Sources index, and prints its path. What
-# scripts/otp27.sh builds OTP 27, Elixir and PropEr from, and where the
-# DTrace suite reads OTP's own example D scripts
-# (lib/runtime_tools/examples/*.d) without copying them into the repository.
-#   scripts/otp-source.sh               erlang (OTP 27.3.4.1)
-#   scripts/otp-source.sh elixir-lang   or erlang-proper
+# Downloads, once, the upstream ("orig") source tarball of a Debian source
+# package into the toolchain cache, checks it against the SHA256 sum in the
+# suite's Sources index, and prints its path. What scripts/otp27.sh builds
+# OTP 27, Elixir and PropEr from, and where the suites read OTP's own
+# example scripts (lib/runtime_tools/examples) and test suites
+# (lib/runtime_tools/test/dyntrace_SUITE.erl) without copying them into the
+# repository.
+#   scripts/otp-source.sh               erlang of trixie (OTP 27.3.4.1)
+#   scripts/otp-source.sh PKG [SUITE]   e.g. elixir-lang, erlang-proper;
+#                                       erlang sid (OTP 29)
 # Cache: $DTRACE_TOOLCHAINS/src (default /var/cache/dtrace-toolchains as
-# root, else ~/.cache/dtrace-toolchains). trixie's deb-src index is kept in
-# a private apt state directory ($cache/apt; the machine's own sources are
-# left alone) and fetched again only when it does not name the package. The
-# archive is the one apt is configured with (scripts/debian-archive.sh),
-# never a host named here.
+# root, else ~/.cache/dtrace-toolchains). The suite's deb-src index is kept
+# in a private apt state directory ($cache/apt-SUITE; the machine's own
+# sources are left alone) and fetched again only when it does not name the
+# package. The archive is the one apt is configured with
+# (scripts/debian-archive.sh), never a host named here.
+#
+# An archive that is a snapshot may not serve the tarball its sid index
+# names (erlang 29.1.2 answered 404 where 29.1.1 was served): then the
+# pinned fallback below is fetched instead, checked against the sum of its
+# own .dsc (Checksums-Sha256), which is written here.
 set -eu
 pkg=${1:-erlang}
+suite=${2:-trixie}
 if [ "$(id -u)" -eq 0 ]; then
     default_cache=/var/cache/dtrace-toolchains
 else
@@ -30,10 +38,11 @@ command -v curl >/dev/null 2>&1 || {
 }
 
 mkdir -p "$cache/src"
-apt_dir=$cache/apt
+apt_dir=$cache/apt-$suite
 mkdir -p "$apt_dir/lists/partial"
 archive=$("$(dirname "$0")/debian-archive.sh")
-echo "deb-src $archive trixie main" > "$apt_dir/sources.list"
+# Sid's Release file in a snapshot archive is past its Valid-Until.
+echo "deb-src [check-valid-until=no] $archive $suite main" > "$apt_dir/sources.list"
 apt_opts="-o Dir::Etc::sourcelist=$apt_dir/sources.list -o Dir::Etc::sourceparts=- -o Dir::State::Lists=$apt_dir/lists"
 uris() {
     # shellcheck disable=SC2086 # the options are meant to split
@@ -45,14 +54,27 @@ if [ -z "$line" ]; then
     apt-get $apt_opts update -qq >&2
     line=$(uris || true)
 fi
-[ -n "$line" ] || { log "trixie has no source for $pkg"; exit 1; }
+[ -n "$line" ] || { log "$suite has no source for $pkg"; exit 1; }
 url=$(echo "$line" | awk '{print $1}' | tr -d "'")
 file=$(echo "$line" | awk '{print $2}')
 sum=$(echo "$line" | awk '{print $4}' | sed 's/^SHA256://')
+# PKG SUITE FILE SHA256: tarballs fetched when the index's is not served.
+fallbacks="erlang sid erlang_29.1.1+dfsg.orig.tar.xz b711f4e9dff76c51aded2574322a18129033594c5244a3710b2b00d9cb0ff348"
 if ! echo "$sum  $cache/src/$file" | sha256sum -c --status 2>/dev/null; then
     log "downloading $file"
-    curl -fsSL -o "$cache/src/$file.part" "$url"
-    mv "$cache/src/$file.part" "$cache/src/$file"
+    if ! curl -fsSL -o "$cache/src/$file.part" "$url"; then
+        rm -f "$cache/src/$file.part"
+        fallback=$(echo "$fallbacks" | awk -v p="$pkg" -v s="$suite" '$1 == p && $2 == s { print $3, $4 }')
+        [ -n "$fallback" ] || { log "$url is not served"; exit 1; }
+        url=$(dirname "$url")/${fallback% *}
+        file=${fallback% *}
+        sum=${fallback#* }
+        if ! echo "$sum  $cache/src/$file" | sha256sum -c --status 2>/dev/null; then
+            log "not served; downloading the pinned $file"
+            curl -fsSL -o "$cache/src/$file.part" "$url"
+        fi
+    fi
+    [ -f "$cache/src/$file.part" ] && mv "$cache/src/$file.part" "$cache/src/$file"
     echo "$sum  $cache/src/$file" | sha256sum -c --status || { log "$file: SHA256 mismatch"; exit 1; }
 fi
 chmod -R a+rX "$cache/src" 2>/dev/null || true

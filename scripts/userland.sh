@@ -19,7 +19,8 @@
 #   - the suites, with CI=true: a tracer missing there fails. trixie: the
 #     user-probe, VM-probe (with their shipped scripts) and run-time
 #     provider suites; sid: those, trace sessions, the attach tool, "why",
-#     the flight recorder, releases and RabbitMQ.
+#     the flight recorder, releases, RabbitMQ, LTTng, and DTrace with OTP
+#     29's own dyntrace_SUITE and example D scripts.
 # Work and logs stay in $DTRACE_USERLAND_WORK (default
 # /var/tmp/dtrace-DIST; the copy, its _build with Common Test's logs),
 # cargo's downloads in /var/cache/dtrace-toolchains/DIST-cargo. Needs root
@@ -37,7 +38,8 @@ case $dist in
         rust=
         [ $# -gt 0 ] || set -- dtrace_tracer_SUITE dtrace_vm_SUITE dtrace_vm_scripts_SUITE dtrace_provider_SUITE \
             dtrace_sessions_SUITE dtrace_attach_SUITE dtrace_why_SUITE dtrace_recorder_SUITE \
-            dtrace_recorder_user_SUITE dtrace_release_SUITE dtrace_rabbitmq_SUITE ;;
+            dtrace_recorder_user_SUITE dtrace_release_SUITE dtrace_rabbitmq_SUITE dtrace_dtrace_SUITE \
+            dtrace_lttng_SUITE ;;
     *) echo "userland: no root for $dist (trixie or sid)" >&2; exit 2 ;;
 esac
 work=${DTRACE_USERLAND_WORK:-/var/tmp/dtrace-$dist}

@@ -157,20 +157,14 @@ dtrace() ->
     end.
 
 %% The directory holding OTP's lib/runtime_tools/examples/*.d, extracted
-%% from the OTP source tarball (downloaded by scripts/otp-source.sh if it is
-%% not in the toolchain cache yet).
+%% from the OTP source of the running release (dtrace_test_otp_examples),
+%% with test/dyntrace_SUITE.erl beside it.
 otp_examples(Priv) ->
-    Fetch = filename:join([root(), "scripts", "otp-source.sh"]),
-    {0, Lines} = dtrace_test_tracer:build("sh", ["-c", Fetch ++ " erlang"]),
-    Tarball = binary_to_list(lists:last(Lines)),
-    true = filelib:is_regular(Tarball),
-    Dir = filename:join(Priv, "otp-source"),
-    ok = filelib:ensure_path(Dir),
-    {0, _} = dtrace_test_tracer:run("tar", ["-xJf", Tarball, "-C", Dir, "--wildcards",
-                                            "*/lib/runtime_tools/examples/*.d",
-                                            "*/lib/runtime_tools/test/dyntrace_SUITE.erl"]),
-    [Examples] = filelib:wildcard(filename:join(Dir, "*/lib/runtime_tools/examples")),
-    ct:log("OTP's example D scripts from ~ts: ~p", [Tarball, filelib:wildcard("*.d", Examples)]),
+    Top = dtrace_test_otp_examples:source(Priv, list_to_integer(erlang:system_info(otp_release)),
+                                          ["*/lib/runtime_tools/examples/*.d",
+                                           "*/lib/runtime_tools/test/dyntrace_SUITE.erl"]),
+    Examples = filename:join(Top, "lib/runtime_tools/examples"),
+    ct:log("OTP's example D scripts: ~p", [filelib:wildcard("*.d", Examples)]),
     Examples.
 
 otp_script(Config, Name) ->

@@ -276,18 +276,12 @@ mark(Mark, Fed) ->
         false -> ["process(@1).mark(\"", Mark, "\") ?"]
     end.
 
-%% OTP's lib/runtime_tools/examples/*.systemtap from the OTP source tarball
-%% (scripts/otp-source.sh), extracted into Priv.
+%% OTP's lib/runtime_tools/examples/*.systemtap from the OTP source
+%% (dtrace_test_otp_examples), extracted into Priv: OTP 27's, which the
+%% guests' OTPs (25 and 27) share.
 otp_examples(Priv) ->
-    {0, Lines} = dtrace_test_tracer:build("sh", ["-c", filename:join([root(), "scripts", "otp-source.sh"])
-                                                 ++ " erlang"]),
-    Tarball = binary_to_list(lists:last(Lines)),
-    Dir = filename:join(Priv, "otp-source"),
-    ok = filelib:ensure_path(Dir),
-    {0, _} = dtrace_test_tracer:run("tar", ["-xJf", Tarball, "-C", Dir, "--wildcards",
-                                            "*/lib/runtime_tools/examples/*.systemtap"]),
-    [Examples] = filelib:wildcard(filename:join(Dir, "*/lib/runtime_tools/examples")),
-    Examples.
+    Top = dtrace_test_otp_examples:source(Priv, 27, ["*/lib/runtime_tools/examples/*.systemtap"]),
+    filename:join(Top, "lib/runtime_tools/examples").
 
 %%--------------------------------------------------------------------
 %% In the guest

@@ -347,14 +347,13 @@ user_probe_bt_prints_otps_format(Config) ->
 %% perf counts; the workload fires user_trace__n5.
 perf_counts_every_true(Config) ->
     So = dtrace_test_catalogue:nif_path(),
-    perf_add_probes(Config, So, ["user_trace__n5", "user_trace__n6"]),
+    [N5, N6] = perf_add_probes(Config, So, ["user_trace__n5", "user_trace__n6"]),
     Peer = ?config(peer, Config),
     Port = open_port({spawn_executable, os:find_executable("perf")},
-                     [{args, ["stat", "-I", "100", "-x", ",", "-e", "sdt_erlang:user_trace__n6",
-                              "-e", "sdt_erlang:user_trace__n5", "-p", ?config(os_pid, Config)]},
+                     [{args, ["stat", "-I", "100", "-x", ",", "-e", N6, "-e", N5, "-p", ?config(os_pid, Config)]},
                       {line, 4096}, stderr_to_stdout, exit_status, binary]),
     ok = peer:call(Peer, dtrace_test_workload, start_ready_loop, [fun() -> dtrace:pn(6) end]),
-    Seen = perf_wait_count(Port, <<"sdt_erlang:user_trace__n6">>, []),
+    Seen = perf_wait_count(Port, list_to_binary(N6), []),
     Trues = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run,
                       [fun() ->
                                Self = self(),
@@ -367,8 +366,9 @@ perf_counts_every_true(Config) ->
     %% perf stat -I prints the counts of each 100 ms interval: it is
     %% stopped once they add up to the true returns (or after 30 s).
     Counts = fun(Ls) -> lists:sum([binary_to_integer(N) || L <- Ls,
-                                                           [_, N, _, <<"sdt_erlang:user_trace__n5">> | _] <-
+                                                           [_, N, _, E | _] <-
                                                                [binary:split(string:trim(L), <<",">>, [global])],
+                                                           E =:= list_to_binary(N5),
                                                            N =/= <<"<not counted>">>])
              end,
     Counting = perf_until(Port, fun(Ls) -> Counts(Ls) >= Trues end, Seen,
@@ -385,11 +385,11 @@ perf_counts_every_true(Config) ->
 %% recipe of docs/tracers.md), the strings.
 perf_shows_the_arguments(Config) ->
     So = dtrace_test_catalogue:nif_path(),
-    perf_add_probes(Config, So, ["user_trace__n7"]),
+    [N7] = perf_add_probes(Config, So, ["user_trace__n7"]),
     %% docs/tracers.md's recipe: the site and semaphore perf found, with
     %% string-typed fetch arguments.
     {ok, Events} = file:read_file("/sys/kernel/tracing/uprobe_events"),
-    {match, [Where]} = re:run(Events, "sdt_erlang/user_trace__n7 (\\S+)", [{capture, all_but_first, binary}]),
+    {match, [Where]} = re:run(Events, string:replace(N7, ":", "/") ++ " (\\S+)", [{capture, all_but_first, binary}]),
     Def = ["p:dtrace_erlang/n7 ", Where, " pid=+0(%di):string tag=+0(%si):string i1=%dx:s64"
            " s1=+0(%r10):string s4=+0(%r13):string\n"],
     ok = file:write_file("/sys/kernel/tracing/uprobe_events", Def, [append]),
@@ -403,7 +403,7 @@ perf_shows_the_arguments(Config) ->
     {0, _} = dtrace_test_tracer:run("mkfifo", [Ctl, Ack]),
     Port = open_port({spawn_executable, os:find_executable("perf")},
                      [{args, ["record", "-o", Data, "-D", "-1", "--control", "fifo:" ++ Ctl ++ "," ++ Ack,
-                              "-e", "sdt_erlang:user_trace__n7",
+                              "-e", N7,
                               "-e", "dtrace_erlang:n7", "-p", ?config(os_pid, Config)]},
                       {line, 4096}, stderr_to_stdout, exit_status, binary]),
     %% Both FIFOs are open on perf's side (read and write, non-blocking):
@@ -424,7 +424,7 @@ perf_shows_the_arguments(Config) ->
     _ = perf_collect(Port, []),
     {0, Script} = dtrace_test_tracer:run("perf", ["script", "-i", Data]),
     ct:log("perf script: ~p", [Script]),
-    [Sdt] = [L || L <- Script, binary:match(L, <<"sdt_erlang:user_trace__n7:">>) =/= nomatch],
+    [Sdt] = [L || L <- Script, binary:match(L, list_to_binary([N7, ":"])) =/= nomatch],
     ?assertMatch({match, _}, re:run(Sdt, " arg3=9223372036854775807 arg4=-5 arg5=6 arg6=7 ")),
     [Strings] = [L || L <- Script, binary:match(L, <<"dtrace_erlang:n7:">>) =/= nomatch],
     ?assertMatch({match, _}, re:run(Strings, iolist_to_binary(
@@ -436,13 +436,21 @@ perf_shows_the_arguments(Config) ->
 %% is keyed by build ID: when ~/.debug already holds the same build under
 %% another path (a second checkout, the CI's clone), `perf probe -x` fails
 %% with "Failed to add events" (docs/tracers.md, perf). So the cache is the case's own.
+%% Returns the events perf made, in the order of Probes.
 perf_add_probes(Config, So, Probes) ->
     perf_cleanup(),
     Cache = filename:join(?config(priv_dir, Config), "perf-buildid-cache"),
     Perf = fun(Args) -> dtrace_test_tracer:run("perf", ["--buildid-dir", Cache | Args]) end,
     {0, _} = Perf(["buildid-cache", "--add", So]),
-    [{0, _} = Perf(["probe", "-x", So, "sdt_erlang:" ++ P]) || P <- Probes],
-    ok.
+    [perf_event(Perf(["probe", "-x", So, "sdt_erlang:" ++ P])) || P <- Probes].
+
+%% The event `perf probe' added, from what it printed: OTP's probe name
+%% (sdt_erlang:user_trace__n7) up to perf 6.12, with `__' made `_' by
+%% perf 7 (docs/tracers.md, perf).
+perf_event({0, Lines}) ->
+    [Event] = [binary_to_list(E) || L <- Lines, {match, [E]} <- [re:run(L, "^\\s+(sdt_erlang:\\S+) \\(on ",
+                                                                         [{capture, all_but_first, binary}])]],
+    Event.
 
 %% Removes the events perf_add_probes/3 and the recipe made.
 perf_cleanup() ->

@@ -611,11 +611,12 @@ exit_signals(Config) ->
     [?assert(lists:member([list_to_binary(Me), list_to_binary(P), reason(R)], Mine)) || {R, P} <- Newer],
     ?assertEqual([], in_peer(Config, fun() -> ok = dtrace_vm:sync(), dtrace_test_workload:our_traced() end)).
 
-%% The exit BIFs newer than exit/2 this VM has, each as the reason a
-%% Kill/1 of exit_signals/1 gives: its call, with an atom naming it.
+%% The exit BIFs newer than exit/2 this VM has (exit/3 from OTP 28,
+%% exit_signal/2,3 from OTP 29), each as the reason a Kill/1 of
+%% exit_signals/1 gives: its call, with an atom naming it.
 newer_exits() ->
-    [F || {F, {Fun, A}} <- [{exit_3, {exit, 3}}, {exit_signal_2, {exit_signal, 2}}, {exit_signal_3, {exit_signal, 3}}],
-          erlang:function_exported(erlang, Fun, A)].
+    Otp = list_to_integer(erlang:system_info(otp_release)),
+    [F || {F, Since} <- [{exit_3, 28}, {exit_signal_2, 29}, {exit_signal_3, 29}], Otp >= Since].
 
 newer_exits_in(Config) ->
     in_peer(Config, fun newer_exits/0).

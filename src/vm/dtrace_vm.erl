@@ -375,10 +375,14 @@ clear_exit_meta(legacy) ->
         _ -> ok
     end.
 
-%% The BIFs that send an exit signal to a process, of those the VM has.
+%% The BIFs that send an exit signal to a process, of those the VM has
+%% (OTP 25 has an internal erlang:exit_signal/2: the public pair comes
+%% with exit_signal/3, in OTP 29).
 exit_bifs() ->
-    [?EXIT_BIF | [{erlang, F, A} || {F, A} <- [{exit, 3}, {exit_signal, 2}, {exit_signal, 3}],
-                                    erlang:function_exported(erlang, F, A)]].
+    Signal = erlang:function_exported(erlang, exit_signal, 3),
+    [?EXIT_BIF | [{erlang, F, A} || {F, A, Has} <- [{exit, 3, erlang:function_exported(erlang, exit, 3)},
+                                                    {exit_signal, 2, Signal}, {exit_signal, 3, Signal}],
+                                    Has]].
 
 %% dist__monitor: a net_kernel:monitor_nodes/2 subscription of this
 %% process (any number of subscribers may be; nodes of every type, with

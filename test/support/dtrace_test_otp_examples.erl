@@ -8,7 +8,7 @@
 %%% (DTrace) and dtrace_kernels_SUITE (SystemTap in the guests).
 -module(dtrace_test_otp_examples).
 
--export([names/0, script/2, probes/1, example/2]).
+-export([names/0, script/2, probes/1, example/2, source/3]).
 
 -type name() :: user_probe | user_probe_n | messages | process_scheduling | spawn_exit
               | garbage_collection | function_calls | port1 | memory1 | dist
@@ -21,6 +21,24 @@
 -type example() :: #{ready := fun(() -> term()), work := fun(() -> term()),
                      expect := fun((term()) -> [wanted()]), cleanup := fun(() -> term())}.
 -export_type([name/0, example/0]).
+
+%% Extracts Patterns (tar wildcards, e.g. "*/lib/runtime_tools/examples/*.d")
+%% of the OTP source of release Otp (scripts/otp-source.sh: Debian sid's
+%% for OTP 29 and later, trixie's OTP 27 before, as the suites always read
+%% it) into Priv/otp-source; returns the source's top directory there.
+-spec source(Priv :: file:filename(), Otp :: pos_integer(), Patterns :: [string()]) -> file:filename().
+source(Priv, Otp, Patterns) ->
+    Suite = case Otp >= 29 of true -> " erlang sid"; false -> " erlang" end,
+    Fetch = filename:join([dtrace_test_catalogue:repo_root(), "scripts", "otp-source.sh"]),
+    {0, Lines} = dtrace_test_tracer:build("sh", ["-c", Fetch ++ Suite ++ " 2>/dev/null"]),
+    Tarball = binary_to_list(lists:last(Lines)),
+    true = filelib:is_regular(Tarball),
+    Dir = filename:join(Priv, "otp-source"),
+    ok = filelib:ensure_path(Dir),
+    {0, _} = dtrace_test_tracer:run("tar", ["-xJf", Tarball, "-C", Dir, "--wildcards" | Patterns]),
+    [Top] = filelib:wildcard(filename:join(Dir, "*")),
+    ct:log("OTP's source ~ts: ~p", [Tarball, Patterns]),
+    Top.
 
 %% The examples whose every probe the library feeds, or whose lines for
 %% the probes it feeds are asserted, that run anywhere (dist, which needs

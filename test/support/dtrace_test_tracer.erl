@@ -121,7 +121,11 @@ with_tracer(Tool, Config) ->
     end.
 
 %% Starts bpftrace on OsPid with Program (in which "$SO" stands for the NIF
-%% path) and returns once it says it is attaching.
+%% path) and returns once it says it is attaching. With bpftrace 0.24 and
+%% later, an absolute path in a `usdt:' probe is named through
+%% /proc/OsPid/root, as docs/tracers.md says to: they attach `-p PID' and
+%% an absolute path twice, and every event comes twice (0.17 fails on that
+%% form: "couldn't get argument").
 bpftrace_start(OsPid, Program) ->
     bpftrace_start(bpftrace, OsPid, Program).
 
@@ -132,8 +136,8 @@ bpftrace_start(Tool, OsPid, Program) ->
     Args = case Program of
                {file, Script} -> ["-p", OsPid, Script];
                {file, Script, ScriptArgs} -> ["-p", OsPid, Script | ScriptArgs];
-               _ -> ["-p", OsPid, "-e", unicode:characters_to_list(
-                                          string:replace(Program, "$SO", dtrace_test_catalogue:nif_path(), all))]
+               _ -> ["-p", OsPid, "-e", through_root(OsPid, unicode:characters_to_list(
+                                                      string:replace(Program, "$SO", dtrace_test_catalogue:nif_path(), all)))]
            end,
     Exe = case Tool of
               bpftrace -> os:find_executable("bpftrace");
@@ -148,6 +152,14 @@ bpftrace_start(Tool, OsPid, Program) ->
         {ok, Lines} -> {Port, Lines};
         {exit, Status, Lines} ->
             ct:fail("bpftrace exited (~p) before attaching: ~p", [Status, Lines])
+    end.
+
+%% Program with each `usdt:/PATH' made `usdt:/proc/OsPid/root/PATH' where
+%% bpftrace is 0.24 or later.
+through_root(OsPid, Program) ->
+    case bpftrace_version() >= {0, 24} of
+        true -> re:replace(Program, "usdt:/(?!proc/)", "usdt:/proc/" ++ OsPid ++ "/root/", [global, {return, list}]);
+        false -> Program
     end.
 
 %% bpftrace's output buffer: 1024 pages (4 MiB; per CPU on 0.17, one
