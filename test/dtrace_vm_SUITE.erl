@@ -18,7 +18,7 @@
          sends_and_queues_with_flat_sizes/1, flat_sizes_are_erts_debugs/1, remote_send_names_the_node/1,
          links_and_unlinks/1,
          major_gcs_pair_up/1, function_probes_follow_the_tracer/1, function_spans_follow_the_tracer/1,
-         process_names/1,
+         process_names/1, gen_server_hibernates/1,
          attach_detach_cycles_leave_operators_alone/1,
          manual_mode_and_user_tracer/1, spawn_alone_sets_no_flag/1,
          stopping_leaves_nothing/1]).
