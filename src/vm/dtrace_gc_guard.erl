@@ -13,8 +13,8 @@
 %%% one lock orders every access: a span first marks its process, then
 %%% reads whether automatic mode's GC is on; automatic mode first marks
 %%% its GC on, then skips a process a span marked. Whatever the order, one
-%%% of them sees the other. A span's mark left by a killed process only
-%%% holds that (dead) process back.
+%%% of them sees the other. A mark a killed span's process left holds
+%%% back only that (dead) pid, until automatic mode next turns GC on.
 %%% @end
 -module(dtrace_gc_guard).
 
@@ -112,6 +112,8 @@ auto(true, Gc, Tracing) ->
 
 auto_on(off, Own, Set) ->
     true = ets:insert(?TABLE, {auto_gc}),
+    %% Marks of killed spans' processes (a pid may be reused).
+    _ = [ets:delete(?TABLE, P) || {P} <- ets:tab2list(?TABLE), is_pid(P), not is_process_alive(P)],
     New = case other_gc(new_processes, Own) of
               true -> held;
               false -> ok = Set(new, true), ours
@@ -204,10 +206,12 @@ has_gc(_) -> false.
 -spec span(Own :: term(), Set :: fun((boolean()) -> Result)) -> Result.
 span(Own, Set) ->
     Self = self(),
+    %% The table may go with its owner at any time (and automatic mode's
+    %% GC with its session): no table, no automatic mode's GC.
     Marked = try ets:insert(?TABLE, {Self}) catch error:badarg -> false end,
     try
-        Set(not (Marked andalso ets:member(?TABLE, auto_gc)) andalso not other_gc(Self, Own))
+        AutoGc = Marked andalso (try ets:member(?TABLE, auto_gc) catch error:badarg -> false end),
+        Set(not AutoGc andalso not other_gc(Self, Own))
     after
-        %% The table may have gone with its owner meanwhile.
         Marked andalso (try ets:delete(?TABLE, Self) catch error:badarg -> true end)
     end.
