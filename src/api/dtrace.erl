@@ -113,6 +113,7 @@
           send_code := on | off | {taken, term()},
           traced := non_neg_integer(),
           skipped := non_neg_integer(),
+          gc_held_back := #{processes := non_neg_integer(), new_processes := boolean()},
           function_patterns := [function_pattern()],
           function_patterns_set := boolean(),
           function_spans := [mfa()],
@@ -269,6 +270,10 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %%   replaced;</li>
 %% <li>`traced': processes traced by the automatic mode now; `skipped':
 %%   processes another tracer (dbg, recon, ...) traces, left alone;</li>
+%% <li>`gc_held_back': `#{processes => N, new_processes => Bool}': the
+%%   processes (and whether new ones) automatic mode leaves untraced for
+%%   GC, their GC probes silent, as another session traces them for it
+%%   (OTP 27.0 to 29.1.1; docs/vm-probes.md, "Operators' tracing");</li>
 %% <li>`function_patterns': what {@link function_probes/1} was given, and
 %%   `function_patterns_set': whether their call-trace patterns (or the
 %%   function spans') are set now;</li>

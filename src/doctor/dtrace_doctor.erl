@@ -160,8 +160,18 @@ vm() ->
                                 "{tracer, dtrace, []}", [], "dtrace:vm_probes(auto)")];
         #{mode := auto, flags := #{processes := P, ports := O}, tracing := T} = Status ->
             [f(ok, vm_probes, "automatic mode (~p), trace flags set now: processes ~p, ports ~p", [T, P, O])
-             | taken(Status)]
+             | taken(Status) ++ gc_held_back(Status)]
     end.
+
+%% The processes automatic mode does not trace for GC because another
+%% session does, on a VM where both would crash it (OTP-20385).
+gc_held_back(#{gc_held_back := #{processes := N, new_processes := New}}) when N > 0; New ->
+    [f(warn, gc_overlap, "GC probes not fed for ~b process(es)~ts: another trace session traces them for "
+                         "garbage_collection, and a second session doing so crashes this VM (OTP-20385, "
+                         "OTP 27.0 to 29.1.1)", [N, [" and new processes" || New]],
+       "stop the other session's garbage_collection tracing, or run OTP 29.1.2+")];
+gc_held_back(_) ->
+    [].
 
 %% The probes automatic mode leaves unfed because another holds what feeds
 %% them (the system monitor, a meta pattern, the node's send match spec).

@@ -21,7 +21,10 @@
 %%%
 %%% Cost, only while a `span__vm_*' probe listens: two `erlang:trace/3'
 %%% calls per outermost span (and one `erlang:trace_info/2' without
-%%% sessions) and the span's own trace events: docs/operators.md.
+%%% sessions) and the span's own trace events: docs/operators.md. While
+%%% `span__vm_gc' listens on a VM where two sessions tracing a process's
+%%% GC crash it (OTP 27.0 to 29.1.1), a table insert and delete and a
+%%% trace:session_info/1 more (dtrace_gc_guard).
 %%%
 %%% A span begun with span_begin/1 that ends in another process leaves
 %%% the flags on the process it began in until a span of that process
@@ -80,12 +83,30 @@ end_span(Id) ->
             ok
     end.
 
-%% {ok, FlagsAdded} or error.
+%% {ok, FlagsAdded} or error. Where two sessions tracing a process for GC
+%% crash the VM (OTP-20385, dtrace_gc_guard), garbage_collection only
+%% when no other session traces the process for it (automatic mode
+%% included, while a GC probe listens): else the span has no span__vm_gc
+%% (docs/vm-probes.md, "Operators' tracing").
 set(Flags) ->
+    Session = persistent_term:get(?SESSION_KEY, legacy),
+    case lists:member(garbage_collection, Flags) andalso dtrace_gc_guard:affected() of
+        true ->
+            dtrace_gc_guard:span(dtrace_gc_guard:own(Session),
+                                 fun(true) -> set(Session, Flags);
+                                    (false) -> set(Session, Flags -- [garbage_collection])
+                                 end);
+        false ->
+            set(Session, Flags)
+    end.
+
+set(_Session, []) ->
+    {ok, []};
+set(Session, Flags) ->
     try
-        case persistent_term:get(?SESSION_KEY, legacy) of
+        case Session of
             legacy -> set_legacy(Flags);
-            Session -> 1 = trace:process(Session, self(), true, Flags), {ok, Flags}
+            _ -> 1 = trace:process(Session, self(), true, Flags), {ok, Flags}
         end
     catch
         error:_ -> error

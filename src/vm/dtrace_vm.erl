@@ -96,7 +96,11 @@
             exit_meta = off :: off | on | {taken, term()},
             node_monitor = off :: off | on,
             send_code = off :: off | on | {taken, term()},
-            system_monitor = off :: off | on | {taken, pid() | port()}}).
+            system_monitor = off :: off | on | {taken, pid() | port()},
+            %% Where two sessions tracing a process's GC crash the VM
+            %% (dtrace_gc_guard): true, and GC's state.
+            gc_guard = false :: boolean(),
+            gc = off :: dtrace_gc_guard:auto()}).
 
 %% @private
 start_link() ->
@@ -184,6 +188,8 @@ init([]) ->
     %% The tracer module must be loaded (with its NIFs) before a session
     %% can name it.
     _ = code:ensure_loaded(dtrace),
+    %% The GC guard's table before the span session exists.
+    Guard = dtrace_gc_guard:affected() andalso dtrace_gc_guard:start() =:= ok,
     Tracing = case sessions() andalso dtrace_vm_sessions:create() of
                   {session, _, _} = T ->
                       T;
@@ -199,7 +205,7 @@ init([]) ->
                     []
             end,
     self() ! poll,
-    {ok, #s{mode = Mode, poll = Poll, patterns = Patterns, spans = Spans, tracing = Tracing}}.
+    {ok, #s{mode = Mode, poll = Poll, patterns = Patterns, spans = Spans, tracing = Tracing, gc_guard = Guard}}.
 
 function_probes_env() ->
     normalize(application:get_env(dtrace, function_probes, []), []).
@@ -276,8 +282,8 @@ terminate(Reason, #s{send_code = on, tracing = legacy} = S) ->
 terminate(_Reason, #s{tracing = {session, _, _} = Tracing}) ->
     dtrace_vm_sessions:destroy(Tracing);
 terminate(_Reason, S) ->
-    quietly(fun() -> clear_flags(S) end),
-    quietly(fun() -> clear_patterns(S) end),
+    _ = quietly(fun() -> clear_flags(S) end),
+    _ = quietly(fun() -> clear_patterns(S) end),
     clear_all().
 
 %% @private Crash reports and sys:get_state/1 show the state without the
@@ -335,7 +341,15 @@ poll(S) ->
                  true -> S1#s.patterns;
                  false -> []
              end,
-    apply_patterns({Probes, Spans}, S1).
+    apply_patterns({Probes, Spans}, apply_gc(S1)).
+
+%% garbage_collection where two sessions tracing a process's GC crash the
+%% VM (OTP-20385): one process at a time, by dtrace_gc_guard, never on a
+%% process another session traces for GC (apply_flags/2 leaves it out).
+apply_gc(#s{gc_guard = false} = S) ->
+    S;
+apply_gc(#s{flags = {P, _}, gc = Gc, tracing = T} = S) ->
+    S#s{gc = dtrace_gc_guard:auto(lists:member(garbage_collection, P), Gc, T)}.
 
 %% process__exit_signal: a meta pattern on erlang:exit/2 (the tracer
 %% {dtrace, exit_meta}: no trace flag on any process), only while it
@@ -393,7 +407,7 @@ apply_node_monitor(true, #s{node_monitor = off} = S) ->
         _ -> S
     end;
 apply_node_monitor(false, #s{node_monitor = on} = S) ->
-    quietly(fun() -> net_kernel:monitor_nodes(false, [{node_type, all}, nodedown_reason]) end),
+    _ = quietly(fun() -> net_kernel:monitor_nodes(false, [{node_type, all}, nodedown_reason]) end),
     S#s{node_monitor = off};
 apply_node_monitor(_, S) ->
     S.
@@ -539,9 +553,17 @@ apply_flags(Want, #s{flags = Want} = S) ->
     S;
 apply_flags({WantP, WantO} = Want, #s{flags = {HaveP, HaveO}, tracing = T} = S) ->
     _ = lists:member(ports, WantO) andalso not lists:member(ports, HaveO) andalso port_names(),
-    set(T, existing_processes, HaveP -- WantP, WantP),
+    %% garbage_collection is apply_gc/1's where the guard is on.
+    OnP = case S#s.gc_guard of
+              false -> WantP;
+              true -> WantP -- [garbage_collection]
+          end,
+    set(T, existing_processes, HaveP -- WantP, OnP),
     set(T, existing_ports, HaveO -- WantO, WantO),
-    New = set_new(T, new_processes, HaveP -- WantP, WantP),
+    New = case {set_new(T, new_processes, HaveP -- WantP, OnP), WantP} of
+              {free, [_ | _]} -> ours;
+              {N, _} -> N
+          end,
     _ = set_new(T, new_ports, HaveO -- WantO, WantO),
     S#s{flags = Want, new = New}.
 
@@ -699,7 +721,7 @@ pattern(P) ->
 
 status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, spans = Spans, active = Active, new = New,
           spawn_meta = Meta, exit_meta = ExitMeta, node_monitor = NodeMonitor, system_monitor = SystemMonitor, send_code = SendCode,
-          tracing = Tracing}) ->
+          tracing = Tracing, gc = Gc}) ->
     {ListenP, ListenO, Probes, _} = dtrace_nif:vm_listening(),
     {Ours, Others} = case Tracing of
                          {session, Auto, _} -> session_counts(Auto);
@@ -719,6 +741,7 @@ status(#s{mode = Mode, poll = Poll, flags = {P, O}, patterns = Patterns, spans =
       send_code => SendCode,
       traced => Ours,
       skipped => Others,
+      gc_held_back => dtrace_gc_guard:held_back(Gc),
       function_patterns => [external(Pt) || Pt <- Patterns],
       function_patterns_set => Active =/= {[], []},
       function_spans => Spans,

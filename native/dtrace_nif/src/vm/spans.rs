@@ -9,7 +9,9 @@
 //! flags to it. They fire for every process that tracer has then; the
 //! consumers keep the events of processes inside a span. Automatic mode's
 //! own session (OTP 27, state `auto`) is skipped: there the span session
-//! has the process's events.
+//! has the process's events (but GC's on OTP 27.0 to 29.1.1 when automatic
+//! mode traces the process for it: the span then leaves GC to automatic mode,
+//! `dtrace_gc_guard.erl`, and `span__vm_gc` is silent for it).
 //!
 //! Function spans (`function_spans.rs`) have no code to set flags at their
 //! begin: while functions are named and one of these probes listens,
