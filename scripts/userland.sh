@@ -10,7 +10,7 @@
 # In it, from a copy of this checkout (tracked and new files):
 #   - the versions, written to versions.txt in the copy;
 #   - cargo build and cargo test with Debian's Rust (native/build-nif.sh);
-#   - rebar3 compile with the project's warnings_as_errors, and mix compile
+#   - rebar3 as test compile (warnings_as_errors) and mix compile
 #     --warnings-as-errors: no warning on this OTP and Elixir;
 #   - bpftrace reading argument 6 to 9 of a user probe through
 #     priv/dtrace-bpftrace (bpftrace before 0.24 refuses arg6 and later on
@@ -50,10 +50,20 @@ suites=$(printf 'test/%s,' "$@" | sed 's/,$//')
 sh "$here/scripts/tracefs.sh"
 rm -rf "$work"
 mkdir -p "$work/dtrace" "$cargo_home"
-# The checkout's files as they are now, without build products.
+# The checkout's files as they are now, without build products, committed
+# in a repository of the copy's own (the release suite depends on it by
+# git URL).
 (cd "$here" && git ls-files -z --cached --others --exclude-standard |
     xargs -0 sh -c 'for f; do [ -f "$f" ] && printf "%s\0" "$f"; done' sh |
     tar --null -T - -cf -) | tar -xf - -C "$work/dtrace"
+git -C "$work/dtrace" init -q
+git -C "$work/dtrace" add -A
+git -C "$work/dtrace" -c user.name=dtrace -c user.email=dtrace@localhost commit -qm "the checkout, as copied"
+# The archive apt is configured with here (the chroot's apt has no lists),
+# and OTP's sources in the host's cache, fetched here if needed.
+archive=$("$here/scripts/debian-archive.sh")
+sources=/var/cache/dtrace-toolchains/src
+sh "$here/scripts/otp-source.sh" erlang "$dist" >/dev/null
 # This machine's CA certificates, for cargo's downloads: a proxy's CA the
 # chroot's own store lacks is among them where one is configured.
 cainfo=
@@ -63,9 +73,11 @@ if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
 fi
 
 # shellcheck disable=SC2016 # expanded in the chroot
-exec "$here/scripts/guest.sh" chroot "$dist-userland" -s "$work" -s "$cargo_home" -- \
+# DTRACE_TEST_VIEWER=none: the viewer (Chromium) is the host's, and make
+# test opens the files the tools write.
+exec "$here/scripts/guest.sh" chroot "$dist-userland" -s "$work" -s "$cargo_home" -s "$sources" -- \
     env CARGO_HOME="$cargo_home" ${cainfo:+CARGO_HTTP_CAINFO="$cainfo"} CI=true SUITES="$suites" \
-    DIST="$dist" RUST="$rust" /bin/sh -eu -c '
+    DIST="$dist" RUST="$rust" DTRACE_DEBIAN_ARCHIVE="$archive" DTRACE_TEST_VIEWER=none /bin/sh -eu -c '
 cd "$1"
 # Peer nodes (-sname) resolve this host name.
 grep -q "[[:space:]]$(hostname)\$" /etc/hosts || echo "127.0.1.1 $(hostname)" >> /etc/hosts
@@ -90,9 +102,10 @@ trap "kill \$(cat /run/lttng/lttng-sessiond.pid) 2>/dev/null || true" EXIT
 case "$(rustc --version)" in "$RUST"*) ;; *) echo "$DIST: expected $RUST" >&2; exit 1 ;; esac
 sh native/build-nif.sh release
 cargo test --release --locked --ignore-rust-version --quiet
-# rebar.config compiles with warnings_as_errors, which a rebar3 consumer
-# inherits: this fails on any warning of this OTP.
+# No warning on this OTP and Elixir: the test profile compiles with
+# warnings_as_errors (rebar.config).
 rebar3 compile
+rebar3 as test compile
 MIX_ENV=test mix compile --warnings-as-errors
 # A node firing user_trace__i4s4 with four strings (arg6 to arg9).
 erl -noshell -pa _build/default/lib/dtrace/ebin -eval "

@@ -64,7 +64,7 @@
 %% names: `[{<<"provider:event">>, [FieldName]}]'. From the catalogue
 %% build.rs writes, `priv/dtrace_probes.eterm' (its `event' entries), read
 %% once per node. The suite checks it against what a live node registers
-%% (`lttng list -u -f').
+%% (`registered_events/2').
 -spec events() -> [{binary(), [binary()]}].
 events() ->
     case persistent_term:get({?MODULE, events}, undefined) of
@@ -295,7 +295,9 @@ cmd(#{lttng := Lttng, timeout := Timeout}, Args) ->
 
 classify(Command, Out) ->
     Has = fun(S) -> binary:match(Out, S) =/= nomatch end,
-    case {Has(<<"No session daemon is available">>),
+    %% LTTng 2.16's `list' says "Failed to list recording sessions" where
+    %% 2.13's said there is no session daemon.
+    case {Has(<<"No session daemon is available">>) orelse Has(<<"Failed to list recording sessions">>),
           Has(<<"Invalid filter bytecode">>) orelse Has(<<"Parse error">>)
           orelse Has(<<"syntax error">>),
           Has(<<"Unable to connect to lttng-relayd">>)} of
@@ -490,41 +492,20 @@ snapshot(Ctx, Session, SnapName, Output) ->
     end.
 
 %% @doc The user-space events OS process `OsPid' has registered with the
-%% session daemon, with their field names (`lttng list -u -f'):
-%% `[{<<"provider:event">>, [FieldName]}]'.
+%% session daemon, with their field names (`lttng --mi xml list -u -f': the
+%% machine interface, the same from LTTng 2.13 to 2.16, whose text output
+%% changed): `[{<<"provider:event">>, [FieldName]}]'.
 -spec registered_events(Ctx :: ctx(), OsPid :: string()) ->
           {ok, [{binary(), [binary()]}]} | {error, error_reason()}.
 registered_events(Ctx, OsPid) ->
-    case cmd(Ctx, ["list", "-u", "-f"]) of
-        {ok, Out} ->
-            Lines = binary:split(Out, <<"\n">>, [global]),
-            {ok, registered(Lines, list_to_binary(OsPid), false, [])};
+    case cmd(Ctx, ["--mi", "xml", "list", "-u", "-f"]) of
+        {ok, Xml} ->
+            Mine = iolist_to_binary(["<pid><id>", OsPid, "</id>"]),
+            Pids = [P || P <- tl(binary:split(Xml, <<"<pid>">>, [global])),
+                         binary:match(<<"<pid>", P/binary>>, Mine) =:= {0, byte_size(Mine)}],
+            {ok, lists:usort([{unescape(E), [unescape(F) || F <- between(Ev, <<"<event_field><name>">>, <<"</name>">>)]}
+                              || P <- Pids, Ev <- tl(binary:split(P, <<"<event><name>">>, [global])),
+                                 [E | _] <- [binary:split(Ev, <<"</name>">>)]])};
         Error ->
             Error
     end.
-
-%% lttng list -u -f:
-%% PID: 1234 - Name: /usr/lib/erlang/erts/bin/beam.smp
-%%       org_erlang_dtrace:user_trace_n (loglevel: ...) (type: tracepoint)
-%%         field: label (integer)
-registered([<<"PID: ", Rest/binary>> | Lines], Pid, _Mine, Acc) ->
-    [P | _] = binary:split(Rest, <<" ">>),
-    registered(Lines, Pid, P =:= Pid, Acc);
-registered([Line | Lines], Pid, true, Acc) ->
-    case string:trim(Line) of
-        <<"field: ", F/binary>> when Acc =/= [] ->
-            [Field | _] = binary:split(F, <<" ">>),
-            [{E, Fs} | Acc1] = Acc,
-            registered(Lines, Pid, true, [{E, Fs ++ [Field]} | Acc1]);
-        <<>> ->
-            registered(Lines, Pid, true, Acc);
-        T ->
-            case binary:split(T, <<" (loglevel">>) of
-                [E, _] -> registered(Lines, Pid, true, [{E, []} | Acc]);
-                _ -> registered(Lines, Pid, true, Acc)
-            end
-    end;
-registered([_ | Lines], Pid, false, Acc) ->
-    registered(Lines, Pid, false, Acc);
-registered([], _Pid, _Mine, Acc) ->
-    lists:usort(Acc).
