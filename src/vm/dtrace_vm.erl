@@ -276,8 +276,8 @@ terminate(Reason, #s{send_code = on, tracing = legacy} = S) ->
 terminate(_Reason, #s{tracing = {session, _, _} = Tracing}) ->
     dtrace_vm_sessions:destroy(Tracing);
 terminate(_Reason, S) ->
-    quietly(fun() -> clear_flags(S) end),
-    quietly(fun() -> clear_patterns(S) end),
+    _ = quietly(fun() -> clear_flags(S) end),
+    _ = quietly(fun() -> clear_patterns(S) end),
     clear_all().
 
 %% @private Crash reports and sys:get_state/1 show the state without the
@@ -382,7 +382,7 @@ apply_node_monitor(true, #s{node_monitor = off} = S) ->
         _ -> S
     end;
 apply_node_monitor(false, #s{node_monitor = on} = S) ->
-    quietly(fun() -> net_kernel:monitor_nodes(false, [{node_type, all}, nodedown_reason]) end),
+    _ = quietly(fun() -> net_kernel:monitor_nodes(false, [{node_type, all}, nodedown_reason]) end),
     S#s{node_monitor = off};
 apply_node_monitor(_, S) ->
     S.
