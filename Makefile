@@ -46,7 +46,7 @@ build: deps
 # cases skip without it, and attach bpftrace or gdb as root). Installs no
 # package: run `make test` or scripts/ensure-deps.sh once first.
 CHECK_SUITES := dtrace_contract_SUITE,dtrace_compat_SUITE,dtrace_file_SUITE,dtrace_provider_SUITE,dtrace_spread_SUITE,dtrace_robust_SUITE
-check:
+check: python-check
 	$(CARGO) fmt --check
 	escript scripts/figures.escript check
 	$(CARGO) clippy --release --all-targets -- -D warnings
@@ -56,7 +56,7 @@ check:
 	escript scripts/module-circles.escript $${REBAR_BASE_DIR:-_build}/default/lib/dtrace/ebin
 	REBAR3=$(REBAR3) sh scripts/ct.sh --suite $(CHECK_SUITES)
 
-test: deps
+test: deps python-check
 	@scripts/tracefs.sh
 	$(CARGO) fmt --check
 	escript scripts/figures.escript check
@@ -69,6 +69,15 @@ test: deps
 	$(REBAR3) dialyzer
 	escript scripts/module-circles.escript $${REBAR_BASE_DIR:-_build}/default/lib/dtrace/ebin
 	REBAR3=$(REBAR3) sh scripts/ct.sh
+
+# The tools' Python (priv/python/dtrace_tools), with Debian's packages
+# (setup.cfg configures all three): the lint, the types, the unit tests
+# (test/python). Part of check and test.
+.PHONY: python-check
+python-check:
+	flake8 priv/python test/python test/support test/loads
+	mypy
+	pytest -q
 
 # The Common Test suites N times (default 5), every failure reported with
 # its run and case: make test-repeat N=5 [SUITES="dtrace_vm_SUITE ..."].
@@ -153,8 +162,8 @@ soak: deps
 
 # After a change to native/dtrace_nif/probes.d: rewrite what is generated
 # from the catalogue (docs/reference.md's tables, src/api/dtrace_efile.hrl, the
-# efile command tables of priv/efile.bt, priv/efile_drv.d and priv/efile.stp); cargo test
-# checks that they match.
+# efile command tables of priv/bpftrace/efile.bt, priv/dtrace/efile_drv.d and
+# priv/systemtap/efile.stp); cargo test checks that they match.
 generated:
 	$(CARGO) run --quiet --release -p dtrace_catalogue -- generate .
 

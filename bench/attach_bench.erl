@@ -15,7 +15,7 @@
 %%%   the other scheduler).
 %%% The budget: the function span no dearer than dbg.
 %%%
-%%% And priv/large-messages.bt on a busy broker-like node: two pipelines
+%%% And priv/bpftrace/large-messages.bt on a busy broker-like node: two pipelines
 %%% (one per scheduler), each publisher -> channel -> queue -> consumer, a
 %%% message {deliver, Seq, Headers (a map of 5), Payload} whose payload is
 %%% a 1 KB binary (off-heap, as a broker's are), every 100th 100 KB (over
@@ -31,7 +31,7 @@
 %%%
 %%% And a node deployed without the library (a peer without dtrace on its
 %%% code path): the same broker-like round in it, before and after
-%%% ?CYCLES cycles of priv/dtrace-attach and --detach. The budget: after
+%%% ?CYCLES cycles of priv/bin/dtrace-attach and --detach. The budget: after
 %%% at most 1.05x before (a trace flag or pattern left behind costs
 %%% several times that).
 %%%
@@ -131,7 +131,7 @@ measure() ->
 %% A node deployed without the library (a peer with this bench's modules
 %% on its code path, not dtrace's; no scheduler busy-waiting, as here):
 %% the broker-like round in it, CPU a message, before and after
-%% ?CYCLES attach/detach cycles of priv/dtrace-attach.
+%% ?CYCLES attach/detach cycles of priv/bin/dtrace-attach.
 attach_cycles() ->
     Cookie = "attach_bench_" ++ integer_to_list(erlang:unique_integer([positive])),
     {ok, Peer, Node} = peer:start(#{name => peer:random_name(attach_bench), connection => standard_io,
@@ -144,7 +144,7 @@ attach_cycles() ->
                          stats([peer:call(Peer, ?MODULE, broker_round, [], 60000) || _ <- lists:seq(1, ?ROUNDS)])
                  end,
         Before = Rounds(),
-        Script = filename:join(code:priv_dir(dtrace), "dtrace-attach"),
+        Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-attach"]),
         [begin
              {0, _} = dtrace_bench:command(Script, [atom_to_list(Node), "--cookie", Cookie]),
              {0, _} = dtrace_bench:command(Script, [atom_to_list(Node), "--cookie", Cookie, "--detach"])
@@ -155,11 +155,11 @@ attach_cycles() ->
         peer:stop(Peer)
     end.
 
-%% Fun() with bpftrace running priv/large-messages.bt on this node, once
+%% Fun() with bpftrace running priv/bpftrace/large-messages.bt on this node, once
 %% automatic mode set the send flag: {Fun's value, the "large:" lines it
 %% printed}.
 large_messages(Fun) ->
-    Script = filename:join(code:priv_dir(dtrace), "large-messages.bt"),
+    Script = filename:join([code:priv_dir(dtrace), "bpftrace", "large-messages.bt"]),
     Port = open_port({spawn_executable, os:find_executable("bpftrace")},
                      [{args, ["-p", os:getpid(), Script]}, {line, 4096}, stderr_to_stdout, exit_status, binary]),
     ok = dtrace_bench:wait_vm(fun(#{flags := #{processes := P}}) -> lists:member(send, P) end, 3000),
@@ -291,10 +291,10 @@ markdown(#{untraced := {U, Umin, Umax}, span := {S, Smin, Smax}, dbg := {D, Dmin
              {"dbg: call tracing with return_trace to a process tracer", D, Dmin, Dmax,
               io_lib:format("+~.1f ns a call", [D - U])},
              {"a broker-like message (4 sends), untraced", O, Omin, Omax, ""},
-             {"a broker-like message, priv/large-messages.bt attached", L, Lmin, Lmax,
+             {"a broker-like message, priv/bpftrace/large-messages.bt attached", L, Lmin, Lmax,
               io_lib:format("~.2fx; ~b large messages printed a round", [L / O, round(Lines)])},
              {"the same message in a node deployed without the library", B, Bmin, Bmax, ""},
-             {io_lib:format("the same, after ~b cycles of priv/dtrace-attach and --detach", [?CYCLES]),
+             {io_lib:format("the same, after ~b cycles of priv/bin/dtrace-attach and --detach", [?CYCLES]),
               A, Amin, Amax, io_lib:format("~.2fx", [A / B])}]].
 
 %% @doc The budget: a function span no dearer than dbg's call tracing.

@@ -356,8 +356,8 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "and spread of 7 rounds; its module doc gives each workload. A call of a function named to\n"
          "`dtrace:function_spans/1` against OTP's own call tracing of it with `return_trace` to a `dbg`\n"
          "process tracer (budget: no dearer than dbg); a broker-like message (4 sends) with\n"
-         "`priv/large-messages.bt` attached (budget: 2x); the same message in a node deployed without\n"
-         "the library, before and after 20 cycles of `priv/dtrace-attach` and `--detach` (budget:\n"
+         "`priv/bpftrace/large-messages.bt` attached (budget: 2x); the same message in a node deployed without\n"
+         "the library, before and after 20 cycles of `priv/bin/dtrace-attach` and `--detach` (budget:\n"
          "1.05x).\n\n"
          "| workload | ns | spread | |\n|---|---|---|---|\n",
          attach_bench:markdown(Attach),

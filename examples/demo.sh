@@ -6,12 +6,12 @@
 # through dtrace_file, carrying the put's tag (spread with the request).
 # About one put in 400 waits for a merge of the log (8 MB written and synced):
 # the 99th-percentile spike from the seeds. bpftrace, attached with
-# priv/span-latency.bt, shows the latency histogram per operation, names
+# priv/bpftrace/span-latency.bt, shows the latency histogram per operation, names
 # each slow request by its user tag and the failed ones (a get of a key
-# nobody wrote raises: outcome "error") apart; priv/dtrace-slow-spans says why each
-# was slow (where its process waited); a second bpftrace with priv/efile.bt
+# nobody wrote raises: outcome "error") apart; priv/bin/dtrace-slow-spans says why each
+# was slow (where its process waited); a second bpftrace with priv/bpftrace/efile.bt
 # shows the slow file operations and the requests they were done for; a
-# third, with priv/message-latency.bt (a VM probe: the dtrace application
+# third, with priv/bpftrace/message-latency.bt (a VM probe: the dtrace application
 # sets the trace flags it needs while it runs), shows how long messages
 # waited for their receiver, and that the log writer is where they wait.
 # Then a node defines a provider of its own at run time (dtrace_provider)
@@ -59,7 +59,7 @@ if [ -n "$why_not" ]; then
     exit 0
 fi
 
-echo "== 3. A key-value workload for ${run_s}s, traced by bpftrace with priv/span-latency.bt"
+echo "== 3. A key-value workload for ${run_s}s, traced by bpftrace with priv/bpftrace/span-latency.bt"
 erl -noshell -pa "$ebin" -pa "$work" -eval "dtrace_demo:run($run_s), halt()." > "$work/workload.log" 2>&1 &
 node=$!
 # bpftrace -p finds the probes in the libraries the process has mapped.
@@ -68,27 +68,28 @@ until grep -q dtrace_nif.so "/proc/$node/maps" 2>/dev/null; do
     i=$((i + 1)); [ $i -gt 100 ] && { echo "the node did not load the NIF" >&2; exit 1; }
     sleep 0.1
 done
-echo "   node OS pid $node; attaching: priv/dtrace-bpftrace -p $node priv/span-latency.bt"
-echo "   (and, for steps 4 to 6, priv/dtrace-slow-spans -p $node, bpftrace -p $node priv/efile.bt"
-echo "    and priv/message-latency.bt)"
+echo "   node OS pid $node; attaching: priv/bin/dtrace-bpftrace -p $node priv/bpftrace/span-latency.bt"
+echo "   (and, for steps 4 to 6, priv/bin/dtrace-slow-spans -p $node, bpftrace -p $node priv/bpftrace/efile.bt"
+echo "    and priv/bpftrace/message-latency.bt)"
 echo "   span kinds: get and put; the user tag names the request; a get of a key nobody"
 echo "   wrote fails (not_found): its span ends with outcome \"error\", shown apart from slow ones"
 echo
-timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/efile.bt > "$work/efile.out" 2>&1 &
+timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/bpftrace/efile.bt > "$work/efile.out" 2>&1 &
 efile=$!
-timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/message-latency.bt > "$work/latency.out" 2>&1 &
+timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/bpftrace/message-latency.bt > "$work/latency.out" 2>&1 &
 latency=$!
-# Perfetto's protobuf too where the perfetto Python package is installed.
+# Perfetto's protobuf too where the tool's Python has the perfetto package.
 pftrace=
-python3 -c 'import perfetto.trace_builder.proto_builder' 2>/dev/null && pftrace="--trace $out/why.pftrace"
+"${DTRACE_PYTHON:-python3}" -c 'import perfetto.trace_builder.proto_builder' 2>/dev/null &&
+    pftrace="--trace $out/why.pftrace"
 # shellcheck disable=SC2086
-python3 priv/dtrace-slow-spans -p "$node" --duration $((run_s - 4)) --top 5 \
+priv/bin/dtrace-slow-spans -p "$node" --duration $((run_s - 4)) --top 5 \
     --trace "$out/why.json" $pftrace --folded "$out/why.folded" > "$work/why.out" 2>&1 &
 why=$!
 # Every slow and every failed span prints as it ends: the first 8 of each
-# here, all counted at the end. priv/dtrace-bpftrace: the outcome is arg6,
+# here, all counted at the end. priv/bin/dtrace-bpftrace: the outcome is arg6,
 # which bpftrace before 0.24 reads only through it.
-timeout -s INT $((run_s - 4)) priv/dtrace-bpftrace -p "$node" priv/span-latency.bt 2>&1 \
+timeout -s INT $((run_s - 4)) priv/bin/dtrace-bpftrace -p "$node" priv/bpftrace/span-latency.bt 2>&1 \
     | grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events -e 'Addrspace' \
     | awk '/slow span:/ { if (++n > 8) next } /failed span:/ { if (++f > 8) next } { print "   " $0 }' || true
 wait "$why" || true
@@ -101,7 +102,7 @@ echo "   (fired: a tracer listened and got the event; not: nobody listened, befo
 echo "    bpftrace attached and after it left.)"
 echo
 
-echo "== 4. Why they were slow, from priv/dtrace-slow-spans (each slow span's own process)"
+echo "== 4. Why they were slow, from priv/bin/dtrace-slow-spans (each slow span's own process)"
 awk '/slow span:/ { n++ } n == 1 { print "   " $0 } n > 1 { exit }' "$work/why.out"
 sed -n '/spans ended/,$p' "$work/why.out" | sed 's/^/   /'
 echo "   (on CPU, scheduled out by function and whom it waited on, GC, file I/O under the"
@@ -114,7 +115,7 @@ echo "   - a flame graph of where the slow spans spent their time: $out/why.fold
 echo "     for https://www.speedscope.app (drop the file) or flamegraph.pl / inferno."
 echo
 
-echo "== 5. The file I/O behind the slow requests, from priv/efile.bt"
+echo "== 5. The file I/O behind the slow requests, from priv/bpftrace/efile.bt"
 echo "   $(grep -c ' ok in ' "$work/efile.out" || true) file operations traced, each with the tag of the put it was done for"
 echo "   (the log writer is another process: the tag came with the request). Over 5 ms:"
 awk '/^efile .* in [0-9]+ us$/ && $(NF-1) > 5000 { print "   " $0 }' "$work/efile.out" | head -24
@@ -122,7 +123,7 @@ echo "   (efile.bt also prints every operation as it starts and ends, and a late
 echo "    histogram per tag on exit: here one per request, so left out.)"
 echo
 
-echo "== 6. Where the slow puts waited, from priv/message-latency.bt (a VM probe)"
+echo "== 6. Where the slow puts waited, from priv/bpftrace/message-latency.bt (a VM probe)"
 writer=$(sed -n 's/^log writer: //p' "$work/workload.log")
 echo "   Time from each message's send to its receiver being scheduled, in us:"
 awk '/^@wait_us:/ { p = 1; next } p && /^$/ { exit } p { print "   " $0 }' "$work/latency.out"

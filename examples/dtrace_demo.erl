@@ -5,7 +5,7 @@
 %%% Every operation runs as a span, dtrace:span(get | put, Fun), which
 %%% fires span__begin before and span__end (with its duration) after, with
 %%% the user tag naming the request ("put user:1234").
-%%% priv/span-latency.bt turns these into a latency histogram per
+%%% priv/bpftrace/span-latency.bt turns these into a latency histogram per
 %%% operation and prints the slow requests by tag, and the failed ones
 %%% apart: a get of a key nobody wrote (clients ask for keys 1..5000, puts
 %%% write 1..4990) raises not_found, and its span ends with outcome
@@ -14,12 +14,12 @@
 %%% Puts are also appended to a log on disk by a separate process, the
 %%% store's log writer, through dtrace_file. The worker spreads its tag
 %%% while it waits for the writer, so the writer's file I/O carries the
-%%% put's tag: priv/efile.bt names the request each file operation was for.
+%%% put's tag: priv/bpftrace/efile.bt names the request each file operation was for.
 %%%
 %%% The hidden problem: every ~400th append, the writer "merges" the log:
 %%% it rewrites an 8 MB file and syncs it (real I/O, tens of ms here), and
 %%% the put waiting on it is slow; so are the puts whose appends queue up
-%%% at the writer meanwhile, which priv/message-latency.bt (a VM probe,
+%%% at the writer meanwhile, which priv/bpftrace/message-latency.bt (a VM probe,
 %%% with the dtrace application's automatic mode) shows.
 -module(dtrace_demo).
 

@@ -49,4 +49,4 @@ echo
 echo "   Open $out/timeline.svg in a browser: a lane per node and process, the spans and"
 echo "   file operations as bars by tag, the trigger in red. The snapshots stay in $out/recorder"
 echo "   (DEMO_OUT=DIR to put them elsewhere); the report script reads them again:"
-echo "   /usr/bin/python3 priv/dtrace-recorder-report --tags 5 $out/recorder/*/t*-*"
+echo "   priv/bin/dtrace-recorder-report --tags 5 $out/recorder/*/t*-*"

@@ -342,7 +342,7 @@ defmodule DTrace do
   "Why is my probe silent?", from inside the node: prints one line per check
   (`ok`, `info`, `warn`, `FAIL`, with each failure's fix) and returns `:ok` or
   `{:error, checks}`. See `:dtrace.doctor/0`; the host's side is
-  `priv/dtrace-doctor PID`.
+  `priv/bin/dtrace-doctor PID`.
   """
   @spec doctor() :: :ok | {:error, [atom()]}
   defdelegate doctor(), to: :dtrace

@@ -7,11 +7,13 @@ set -eu
 
 # command -> Debian package
 # lttng-relayd (lttng-tools too): the flight recorder's relay tests.
+# flake8, mypy, pytest: make python-check (Debian's, for the system Python).
 # mmdebstrap .. curl: scripts/dtrace-sid.sh (Oracle's DTrace from sid) and
 # scripts/otp-source.sh; qemu-system-x86_64 .. cpio: scripts/guest.sh, the
 # QEMU guests the DTrace tests run in (it checks that busybox is the static
 # one itself).
 need="erl:erlang-nox erlc:erlang-dev rebar3:rebar3 elixir:elixir bpftrace:bpftrace gdb:gdb perf:linux-perf readelf:binutils cc:gcc lttng:lttng-tools lttng-relayd:lttng-tools babeltrace2:babeltrace2
+  flake8:flake8 mypy:mypy pytest:python3-pytest
   mmdebstrap:mmdebstrap xz:xz-utils curl:curl
   qemu-system-x86_64:qemu-system-x86 busybox:busybox-static cpio:cpio"
 # Erlang applications (no command to look for) -> Debian package
@@ -19,7 +21,7 @@ need_apps="common_test:erlang-common-test proper:erlang-proper dialyzer:erlang-d
 # Header files (no command, no application to look for) -> Debian package;
 # Debian keeps lttng-ust's headers in the multiarch directory. python3-bt2:
 # babeltrace2's Python bindings, for the flight recorder's report
-# (priv/dtrace-recorder-report), in the system Python's dist-packages.
+# (priv/bin/dtrace-recorder-report), in the system Python's dist-packages.
 # systemtap-sdt-dev: <sys/sdt.h>, for make bench's C floors (bare SDT sites);
 # without it those rows were skipped on a fresh machine.
 need_files="/usr/lib/erlang/lib/proper-*/include/proper.hrl:erlang-proper-dev

@@ -13,7 +13,7 @@
 #   - rebar3 as test compile (warnings_as_errors) and mix compile
 #     --warnings-as-errors: no warning on this OTP and Elixir;
 #   - bpftrace reading argument 6 to 9 of a user probe through
-#     priv/dtrace-bpftrace (bpftrace before 0.24 refuses arg6 and later on
+#     priv/bin/dtrace-bpftrace (bpftrace before 0.24 refuses arg6 and later on
 #     x86_64 itself), and, on sid, with bpftrace alone;
 #   - the Elixir layer's tests (mix test);
 #   - the suites, with CI=true: a tracer missing there fails. trixie: the
@@ -117,11 +117,11 @@ erl -noshell -pa _build/default/lib/dtrace/ebin -eval "
 node=$!
 for _ in $(seq 100); do [ -s node.pid ] && break; sleep 0.1; done
 # bpftrace before 0.24 refuses arg6 and later on x86_64 ("x86_64 does not
-# support arg6"); priv/dtrace-bpftrace reads them (the register of argument
+# support arg6"); priv/bin/dtrace-bpftrace reads them (the register of argument
 # k), and leaves a newer bpftrace to read them itself.
 probe="usdt:$PWD/priv/dtrace_nif.so:erlang:user_trace__i4s4
     { printf(\"%ld %s %s %s %s\\n\", arg5, str(arg6), str(arg7), str(arg8), str(arg9)); exit(); }"
-tools="priv/dtrace-bpftrace"
+tools="priv/bin/dtrace-bpftrace"
 [ "$DIST" = sid ] && tools="$tools bpftrace"
 for tool in $tools; do
     out=$(timeout 60 $tool -p "$(cat node.pid)" -e "$probe" 2>&1) || true

@@ -1,4 +1,4 @@
-%% priv/dtrace-attach on nodes deployed without the library: a peer whose
+%% priv/bin/dtrace-attach on nodes deployed without the library: a peer whose
 %% code path has no dtrace, reached by name and cookie as an operator
 %% reaches a production node. Attached, a real tracer (bpftrace) sees its
 %% user probe and a VM probe; detached, the node is as it was: no module
@@ -123,7 +123,7 @@ attach_trace_detach(Config) ->
     ?assert(has(Status, [?config(node, Config), " (OS pid ", OsPid, "): no dtrace; dyntrace: OTP's"])).
 
 %% Code that never calls the library, on a node deployed without it:
-%% priv/dtrace-slow-spans --node --function attaches the library through
+%% priv/bin/dtrace-slow-spans --node --function attaches the library through
 %% dtrace-attach, breaks a slow call of that function down and names its
 %% cause (a sleep: scheduled out in timer:sleep/1); stopped, it turns the
 %% function spans off (no call-trace pattern), and detach leaves the node
@@ -133,7 +133,7 @@ function_spans_say_why(Config) ->
     MFA = {dtrace_test_workload, fspan, 2},
     {module, _} = peer:call(Peer, code, ensure_loaded, [dtrace_test_workload]),
     ?assertMatch({2, _}, attach(Config, ["--function", "dtrace_test_workload:fspan"])),
-    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
+    Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-slow-spans"]),
     Port = open_port({spawn_executable, Script},
                      [{args, ["--node", ?config(node, Config), "--cookie", ?COOKIE,
                               "--function", "dtrace_test_workload:fspan/2", "--threshold", "10"]},
@@ -328,13 +328,13 @@ failed_start_undone(Config) ->
 %%--------------------------------------------------------------------
 
 script() ->
-    filename:join(code:priv_dir(dtrace), "dtrace-attach").
+    filename:join([code:priv_dir(dtrace), "bin", "dtrace-attach"]).
 
 ebin() ->
     filename:dirname(code:which(dtrace)).
 
 
-%% priv/dtrace-attach NODE --cookie ?COOKIE Extra...: {ExitStatus, Lines}.
+%% priv/bin/dtrace-attach NODE --cookie ?COOKIE Extra...: {ExitStatus, Lines}.
 attach(Config, Extra) ->
     {Status, Out} = dtrace_test_tracer:run(script(), [?config(node, Config), "--cookie", ?COOKIE | Extra]),
     ct:log("dtrace-attach ~p: exit status ~p~n~ts", [Extra, Status, lists:join("\n", Out)]),

@@ -14,7 +14,7 @@
 %%%
 %%% - a user probe, with the shipped wrapper and the script found through
 %%%   the process's root (`ls -d /proc/$PID/root/tmp/app/lib/dtrace-*/priv'):
-%%%   `priv/dtrace-bpftrace -p PID $PRIV/user-probe.bt';
+%%%   `priv/bin/dtrace-bpftrace -p PID $PRIV/bpftrace/user-probe.bt';
 %%% - a VM probe fed by automatic mode, with no library path:
 %%%   `bpftrace -p PID -e "usdt::erlang:message__send {...}"';
 %%% - a run-time provider whose file exists only in the node's /tmp:
@@ -199,7 +199,7 @@ in_peer(Config, Fun) ->
     peer:call(?config(peer, Config), erlang, apply, [Fun, []], 120000).
 
 %% bpftrace_window/7 of dtrace_test_tracer, with the host pid: starts Tool
-%% (bpftrace, or dtrace_bpftrace: priv/dtrace-bpftrace) with Program on the
+%% (bpftrace, or dtrace_bpftrace: priv/bin/dtrace-bpftrace) with Program on the
 %% node's host pid, runs Ready() in the node every 5 ms until bpftrace
 %% printed SeenLines, runs Workload() in the node, waits (at most a minute)
 %% until bpftrace printed Events(WorkloadResult) (lines as in
@@ -257,12 +257,12 @@ the_node_has_its_own_namespaces(Config) ->
     ?assertNot(filelib:is_regular(Nif)),
     ?assert(filelib:is_regular("/proc/" ++ HostPid ++ "/root" ++ Nif)).
 
-%% priv/dtrace-doctor, run on the host with the host pid: the node is in a
+%% priv/bin/dtrace-doctor, run on the host with the host pid: the node is in a
 %% container (its pid inside named), its library mapped from the
 %% container's /tmp is the file on disk there (through /proc/PID/root).
 doctor_names_the_host_pid(Config) ->
     HostPid = ?config(host_pid, Config),
-    {Status, Lines} = dtrace_test_tracer:run(filename:join(code:priv_dir(dtrace), "dtrace-doctor"), [HostPid]),
+    {Status, Lines} = dtrace_test_tracer:run(filename:join([code:priv_dir(dtrace), "bin", "dtrace-doctor"]), [HostPid]),
     ct:log("dtrace-doctor ~s:~n~ts", [HostPid, lists:join("\n", Lines)]),
     Has = fun(Part) -> lists:any(fun(L) -> binary:match(L, Part) =/= nomatch end, Lines) end,
     ?assert(Has(iolist_to_binary(["container   pid ", HostPid, " here is pid 1 inside"]))),
@@ -273,17 +273,17 @@ doctor_names_the_host_pid(Config) ->
 %% The guide's user-probe command, with the script found in the image
 %% through the process's root (`PRIV=$(ls -d
 %% /proc/$PID/root/<release>/lib/dtrace-*/priv)') and bpftrace finding the
-%% library in the node's maps: `priv/dtrace-bpftrace -p PID
-%% $PRIV/user-probe.bt'. Its lines carry the pid text of the calling process
+%% library in the node's maps: `priv/bin/dtrace-bpftrace -p PID
+%% $PRIV/bpftrace/user-probe.bt'. Its lines carry the pid text of the calling process
 %% in the node, its tag and the arguments, all ten (the strings past the
 %% sixth argument through the wrapper).
 user_probe_script_through_the_root(Config) ->
     HostPid = ?config(host_pid, Config),
     Priv = string:trim(os:cmd("PID=" ++ HostPid ++ "; ls -d /proc/$PID/root" ++ ?RELEASE ++ "/lib/dtrace-*/priv")),
     ?assertEqual("/proc/" ++ HostPid ++ "/root" ++ ?config(priv, Config), Priv),
-    Script = Priv ++ "/user-probe.bt",
+    Script = Priv ++ "/bpftrace/user-probe.bt",
     ?assert(filelib:is_regular(Script)),
-    ?assertNot(filelib:is_regular(?config(priv, Config) ++ "/user-probe.bt")),
+    ?assertNot(filelib:is_regular(?config(priv, Config) ++ "/bpftrace/user-probe.bt")),
     {{Pid, Results}, Lines} =
         trace(dtrace_bpftrace, Config, {file, Script},
               fun() -> dtrace:p("ready") end,

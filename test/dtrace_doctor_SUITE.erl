@@ -1,4 +1,4 @@
-%%% priv/dtrace-doctor, "why is my probe silent", as an operator runs it on
+%%% priv/bin/dtrace-doctor, "why is my probe silent", as an operator runs it on
 %%% the host: each failure a test can provoke here shows its own line with
 %%% its fix (a node that has not loaded the library, a library replaced
 %%% under a running node, no privileges, bpftrace too old for arg6), and a
@@ -105,7 +105,7 @@ application_stopped(Config) ->
             ok = peer:call(Peer, application, stop, [dtrace]),
             {0, Stopped} = doctor(OsPid, []),
             ?assert(has(Stopped, <<"warn application the library is mapped but the dtrace application does not run">>)),
-            ?assert(has(Stopped, <<"fix: application:ensure_all_started(dtrace) in the node, or priv/dtrace-attach NODE">>));
+            ?assert(has(Stopped, <<"fix: application:ensure_all_started(dtrace) in the node, or priv/bin/dtrace-attach NODE">>));
         Skip ->
             Skip
     end.
@@ -157,7 +157,7 @@ bpftrace_version_and_its_argument_limit(Config) ->
     case erlang:system_info(system_architecture) of
         "x86_64" ++ _ ->
             ?assert(has(Old, <<"warn bpftrace    0.17.0 reads USDT arguments arg0..arg5 only on x86_64">>), Old),
-            ?assert(has(Old, <<"fix: priv/dtrace-bpftrace">>));
+            ?assert(has(Old, <<"fix: priv/bin/dtrace-bpftrace">>));
         _ ->
             ok
     end,
@@ -228,7 +228,7 @@ perf_cache_without_events(Config) ->
     end.
 
 doctor_path() ->
-    filename:join(code:priv_dir(dtrace), "dtrace-doctor").
+    filename:join([code:priv_dir(dtrace), "bin", "dtrace-doctor"]).
 
 doctor(OsPid, Env) ->
     {Status, Lines} = dtrace_test_recorder:run(doctor_path(), [OsPid], [{env, Env}]),

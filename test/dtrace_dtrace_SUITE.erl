@@ -2,7 +2,7 @@
 %% traced peer, through the library's SDT notes (DTrace's stapsdt provider,
 %% erlang<PID>): OTP's own lib/runtime_tools/examples/*.d, read from the OTP
 %% source tarball (scripts/otp-source.sh; never copied into the repository),
-%% and the D scripts shipped in priv/, each run with priv/dtrace-d (erlang*
+%% and the D scripts shipped in priv/, each run with priv/bin/dtrace-d (erlang*
 %% made erlang$target, -Z) while the peer does the work the script shows.
 %% Each case asserts the lines the script prints, in OTP's format with the
 %% values the workload made, and that DTrace printed no message of its own
@@ -18,7 +18,7 @@
 %% run fails the suite; otherwise it is skipped, saying why.
 %%
 %% Two groups run the same cases, one per way DTrace finds the probes:
-%% - stapsdt, on this host: the notes, per process (priv/dtrace-d, -p);
+%% - stapsdt, on this host: the notes, per process (priv/bin/dtrace-d, -p);
 %% - dof, inside a QEMU guest with Debian 13's kernel and OTP 27, whose
 %%   dtprobed serves DTrace's helper device (this host has no CUSE): the
 %%   library registers its catalogue as DOF at load, and the scripts run as
@@ -171,7 +171,7 @@ otp_script(Config, Name) ->
     filename:join(?config(otp_examples, Config), Name).
 
 shipped_script(Name) ->
-    filename:join(code:priv_dir(dtrace), Name).
+    filename:join([code:priv_dir(dtrace), "dtrace", Name]).
 
 %%--------------------------------------------------------------------
 %% OTP's examples
@@ -294,8 +294,8 @@ shipped_spawn_exit(Config) ->
 shipped_span_latency(Config) ->
     example(Config, shipped_script("span-latency.d"), span_latency).
 
-%% priv/dtrace-slow-spans --tracer dtrace (priv/slow-spans.d through
-%% priv/dtrace-d): each planted slow request of the service is named with
+%% priv/bin/dtrace-slow-spans --tracer dtrace (priv/dtrace/slow-spans.d through
+%% priv/bin/dtrace-d): each planted slow request of the service is named with
 %% its cause, as with bpftrace (dtrace_why_SUITE).
 shipped_slow_spans(Config) ->
     Service = #{requests => 40, every => 5, causes => [sleep, call, gc, file]},
@@ -309,7 +309,7 @@ shipped_message_latency(Config) ->
     example(Config, shipped_script("message-latency.d"), message_latency).
 
 %% dtrace_file's operations in the lines of OTP's efile_drv.d, the port
-%% (args[10], read from its register by priv/dtrace-d) included, and the
+%% (args[10], read from its register by priv/bin/dtrace-d) included, and the
 %% latency per tag at exit.
 shipped_efile_drv(Config) ->
     %% A short path: efile_drv.d prints it through copyinstr(), which keeps
@@ -339,7 +339,7 @@ shipped_efile_drv(Config) ->
 %%--------------------------------------------------------------------
 %% The window
 
-%% Runs Script (written with erlang*, as OTP's are) through priv/dtrace-d on
+%% Runs Script (written with erlang*, as OTP's are) through priv/bin/dtrace-d on
 %% the peer, with a clause per probe in Probes (D names) that prints
 %% "WINDOW READY <probe>" once; fires Ready() in the peer until each has
 %% printed, then runs Work() there, waits until every line Expect(Result)
@@ -378,7 +378,7 @@ window(Config, Script, Probes, Ready, Work, Expect) ->
     ?assertEqual({filename:basename(Script), []}, {filename:basename(Script), missing(All, Lines)}),
     {Result, Lines}.
 
-%% DTrace on Args, as a port, through priv/dtrace-d: on the stapsdt
+%% DTrace on Args, as a port, through priv/bin/dtrace-d: on the stapsdt
 %% provider with the peer's pid (erlang* made erlang$target, -Z); with DOF,
 %% on the script as shipped (-Z for the probes a stock VM cannot feed),
 %% naming no process (dtrace-d then only reads args[10] from its register,
@@ -387,10 +387,10 @@ start_dtrace(Config, Args) ->
     {Exe, AllArgs, Env} =
         case ?config(mode, Config) of
             stapsdt ->
-                {filename:join(code:priv_dir(dtrace), "dtrace-d"), ["-p", ?config(os_pid, Config) | Args],
+                {filename:join([code:priv_dir(dtrace), "bin", "dtrace-d"]), ["-p", ?config(os_pid, Config) | Args],
                  [{"DTRACE", ?config(dtrace, Config)}]};
             dof ->
-                {filename:join(code:priv_dir(dtrace), "dtrace-d"), ["-Z" | Args],
+                {filename:join([code:priv_dir(dtrace), "bin", "dtrace-d"]), ["-Z" | Args],
                  [{"DTRACE", ?config(dtrace, Config)}]}
         end,
     open_port({spawn_executable, Exe}, [{args, AllArgs}, {env, Env}, {line, 65536}, stderr_to_stdout,

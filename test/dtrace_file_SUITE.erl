@@ -379,7 +379,7 @@ field(K, V, Acc) when K =:= cmd; K =:= success; K =:= errno -> Acc#{K => list_to
 field(K, "NULL", Acc) -> Acc#{K => null};
 field(K, V, Acc) -> Acc#{K => V}.
 
-%% priv/efile.bt on a real node: operations print with their tags, entry
+%% priv/bpftrace/efile.bt on a real node: operations print with their tags, entry
 %% and return pair up by {thread_id, tag}, and the per-tag latency
 %% histograms count one operation per call.
 bpftrace_pairs_and_histogram(Config) ->
@@ -388,7 +388,7 @@ bpftrace_pairs_and_histogram(Config) ->
     _ = file:del_dir_r(Dir),
     ok = file:make_dir(Dir),
     ok = file:write_file(Dir ++ "/f", <<"data">>),
-    {ok, Script} = file:read_file(filename:join(code:priv_dir(dtrace), "efile.bt")),
+    {ok, Script} = file:read_file(filename:join([code:priv_dir(dtrace), "bpftrace", "efile.bt"])),
     _ = Config,
     Peer = dtrace_test_peer:start_peer(),
     try
@@ -459,11 +459,11 @@ histogram_count(Header, Lines) ->
             ct:fail("~s not in the tracer's output: ~p", [Header, Lines])
     end.
 
-%% Each probe priv/efile_drv.d names exists in the library with at least as
+%% Each probe priv/dtrace/efile_drv.d names exists in the library with at least as
 %% many arguments as the clause reads (dtrace_dtrace_SUITE runs the script
 %% under DTrace, where a DTrace can run).
 d_script_matches_the_probes(_Config) ->
-    {ok, D} = file:read_file(filename:join(code:priv_dir(dtrace), "efile_drv.d")),
+    {ok, D} = file:read_file(filename:join([code:priv_dir(dtrace), "dtrace", "efile_drv.d"])),
     {0, Notes} = dtrace_test_tracer:run("readelf", ["-n", dtrace_test_catalogue:nif_path()]),
     Arity = note_arities(Notes, #{}),
     Clauses = re:split(D, "^}", [multiline]),

@@ -2,7 +2,7 @@
 %% kernels with Debian's own userland (scripts/guest.sh), and in each, on a
 %% node of the project, what a user needs to see:
 %% - a user probe with its tag, a VM probe and a run-time provider's probe,
-%%   every argument, with the guest's bpftrace (through priv/dtrace-bpftrace
+%%   every argument, with the guest's bpftrace (through priv/bin/dtrace-bpftrace
 %%   for arguments past the sixth), perf, gdb and SystemTap;
 %% - the semaphores up while a tracer listens and down after;
 %% - OTP's own SystemTap examples (lib/runtime_tools/examples/*.systemtap,
@@ -10,10 +10,10 @@
 %%   `process("beam.smp")' made `process(@1)' (the library's path), and the
 %%   probes the library does not feed marked optional (`?'); each prints
 %%   OTP's lines;
-%% - the shipped priv/*.stp scripts, priv/dtrace-slow-spans with
-%%   priv/slow-spans.stp (the planted causes of slow requests), and a
+%% - the shipped priv/systemtap/*.stp scripts, priv/bin/dtrace-slow-spans with
+%%   priv/systemtap/slow-spans.stp (the planted causes of slow requests), and a
 %%   shipped bpftrace script;
-%% - priv/dtrace-doctor on the node, then under kernel lockdown.
+%% - priv/bin/dtrace-doctor on the node, then under kernel lockdown.
 %%
 %% Debian's SystemTap needs a runtime fix for Debian's own current kernels
 %% (4.8 on 6.1.0-50, 5.1 on 6.12's uprobe API): test/guest/stap-build.sh
@@ -141,7 +141,7 @@ guest(Config, Root, Kernel) ->
     Kern = stap_module(Stap, "kern", filename:join([root(), "test", "tracers", "kernels.stp"]), [So]),
     Modules = [otp_module(Stap, Examples, Name, Notes, So) || Name <- dtrace_test_otp_examples:names()]
         ++ [shipped_module(Stap, Script, Probes, So) || {Script, Probes} <- shipped_stap()]
-        ++ [stap_module(Stap, "slow_spans", filename:join(code:priv_dir(dtrace), "slow-spans.stp"), [So])],
+        ++ [stap_module(Stap, "slow_spans", filename:join([code:priv_dir(dtrace), "systemtap", "slow-spans.stp"]), [So])],
     ok = stap_build(Root, Shared, Stap, [Kern | Modules]),
     Logs = filename:join(Priv, "guest-ct-" ++ Root),
     ok = filelib:ensure_path(Logs),
@@ -243,7 +243,7 @@ otp_module(Stap, Examples, Name, Notes, So) ->
 changed([Text, Mark | Rest], Fed) -> [Text, mark(Mark, Fed) | changed(Rest, Fed)];
 changed([Text], _Fed) -> [Text].
 
-%% priv/*.stp and the probes a window waits for in each.
+%% priv/systemtap/*.stp and the probes a window waits for in each.
 shipped_stap() ->
     [{"user-probe", ["user_trace__i4s4"]},
      {"spawn-exit", ["process__spawn", "process__exit", "dtrace_process__name"]},
@@ -258,7 +258,7 @@ shipped_stap() ->
 
 %% A shipped script with a window clause per probe (as otp_module/5).
 shipped_module(Stap, Base, Probes, So) ->
-    {ok, Text} = file:read_file(filename:join(code:priv_dir(dtrace), Base ++ ".stp")),
+    {ok, Text} = file:read_file(filename:join([code:priv_dir(dtrace), "systemtap", Base ++ ".stp"])),
     ModName = "shipped_" ++ string:replace(Base, "-", "_", all),
     Script = filename:join(Stap, lists:flatten(ModName) ++ ".stp"),
     ok = file:write_file(Script, [Text, readies(Probes)]),
@@ -304,7 +304,7 @@ versions(_Config) ->
     ct:comment("~ts", [Line]),
     ok = file:write_file(os:getenv("DTRACE_TEST_VERSIONS"), [Line, "\n"]).
 
-%% bpftrace, through priv/dtrace-bpftrace: i4s4's ten arguments with the
+%% bpftrace, through priv/bin/dtrace-bpftrace: i4s4's ten arguments with the
 %% tag, process__spawn's, the provider's eight; the semaphores are down
 %% before and after.
 bpftrace_user_vm_provider(Config) ->
@@ -471,7 +471,7 @@ stap_otp_examples(Config) ->
      end || Name <- dtrace_test_otp_examples:names()],
     ok.
 
-%% priv/dtrace-slow-spans with priv/slow-spans.stp (compiled on the host,
+%% priv/bin/dtrace-slow-spans with priv/systemtap/slow-spans.stp (compiled on the host,
 %% run by the wrapper with staprun): each planted slow request is printed
 %% with its planted cause. The emulated CPU makes every time long, so the
 %% causes are checked and not their times (dtrace_why_SUITE checks those
@@ -483,7 +483,7 @@ stap_slow_spans(Config) ->
                                                  ["--stap-module", Ko], [], Service, ?C(300000)),
     dtrace_test_why:check(Planted, dtrace_test_why:blocks(Lines), Service).
 
-%% priv/*.stp as shipped (plus the window's clauses), each printing its
+%% priv/systemtap/*.stp as shipped (plus the window's clauses), each printing its
 %% lines for the workload (at exit: the tables).
 stap_shipped_scripts(Config) ->
     Stap = os:getenv("DTRACE_TEST_STAP"),
@@ -540,9 +540,9 @@ stap_shipped_scripts(Config) ->
             end),
     ok.
 
-%% priv/spawn-exit.bt as shipped (a VM probe script).
+%% priv/bpftrace/spawn-exit.bt as shipped (a VM probe script).
 shipped_bpftrace_script(Config) ->
-    Script = filename:join(code:priv_dir(dtrace), "spawn-exit.bt"),
+    Script = filename:join([code:priv_dir(dtrace), "bpftrace", "spawn-exit.bt"]),
     {Port, _} = dtrace_test_tracer:bpftrace_start(bpftrace, ?config(os_pid, Config), {file, Script}),
     Peer = ?config(peer, Config),
     Pid = peer:call(Peer, erlang, apply,
@@ -559,7 +559,7 @@ shipped_bpftrace_script(Config) ->
     %% before it exited.
     ?assert(lists:any(fun(L) -> re:run(L, ["^pid ", Pid, " \\(.*\\) reason kernels$"]) =/= nomatch end, All)).
 
-%% priv/dtrace-doctor on the node: no check fails; the guest's bpftrace
+%% priv/bin/dtrace-doctor on the node: no check fails; the guest's bpftrace
 %% (0.17, 0.23: both before 0.24) is named with its argument limit and the
 %% wrapper; SystemTap is among the tracers found; the missing DTrace helper
 %% device is named. Then, with the kernel's lockdown raised to integrity
@@ -567,7 +567,7 @@ shipped_bpftrace_script(Config) ->
 %% group's last case), the lockdown line names what it refuses.
 doctor(Config) ->
     Doctor = fun() ->
-                     {Status, Out} = dtrace_test_tracer:run(filename:join(code:priv_dir(dtrace), "dtrace-doctor"),
+                     {Status, Out} = dtrace_test_tracer:run(filename:join([code:priv_dir(dtrace), "bin", "dtrace-doctor"]),
                                                             [?config(os_pid, Config)]),
                      ct:log("dtrace-doctor (~p):~n~ts", [Status, lists:join("\n", Out)]),
                      ?assertEqual(0, Status),
@@ -576,7 +576,7 @@ doctor(Config) ->
              end,
     Has = Doctor(),
     ?assert(Has(<<"reads USDT arguments arg0..arg5 only">>)),
-    ?assert(Has(<<"priv/dtrace-bpftrace">>)),
+    ?assert(Has(<<"priv/bin/dtrace-bpftrace">>)),
     ?assert(Has(<<"stap ">>)),
     ?assert(Has(<<"no DTrace helper device (/dev/dtrace/helper)">>)),
     ?assert(Has(<<"ok   lockdown    none">>)),

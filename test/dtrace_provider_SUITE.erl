@@ -378,7 +378,7 @@ bpftrace_lists_the_probes(Config) ->
                  lists:sort([L || <<"usdt:", _/binary>> = L <- ByPath])).
 
 %% bpftrace reads every argument: arg0..arg5 itself (`usdt:PATH:prov:probe'),
-%% arg6..arg11 through priv/dtrace-bpftrace (bpftrace 0.17 reads arg0..arg5
+%% arg6..arg11 through priv/bin/dtrace-bpftrace (bpftrace 0.17 reads arg0..arg5
 %% only); NULL strings are NULL pointers.
 bpftrace_reads_every_argument(Config) ->
     Path = define(Config, bprov, probes()),

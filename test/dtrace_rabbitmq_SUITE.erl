@@ -2,9 +2,9 @@
 %% without the library: Debian's RabbitMQ (scripts/rabbitmq.sh unpacks the
 %% package; it runs on the system's OTP, as Debian ships it), on
 %% 127.0.0.1, given a bounded AMQP load (test/loads/amqp.py, Debian's
-%% python3-pika). priv/dtrace-attach reaches it through rabbitmqctl eval
+%% python3-pika). priv/bin/dtrace-attach reaches it through rabbitmqctl eval
 %% (the node says its name and cookie), and by name and cookie file, as an
-%% operator would; a shipped VM script (priv/message-latency.bt)
+%% operator would; a shipped VM script (priv/bpftrace/message-latency.bt)
 %% shows the broker's mailbox waits under the load; --detach leaves the
 %% broker as it was: code path, applications, trace flags and send and
 %% receive match specs equal to before the attach, no module of the library.
@@ -135,13 +135,13 @@ trace_broker(Config, Node, Before) ->
     Ctl = lists:flatten(["env -u ESCRIPT_NAME -u ERL_LIBS -u ERL_FLAGS -u ERL_AFLAGS -u ERL_ZFLAGS "
                          "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=", ?config(home, Config), " ",
                          ?config(rabbitmqctl, Config), " -n ", atom_to_list(Node), " eval"]),
-    {Status, Out} = dtrace_test_tracer:run(filename:join(code:priv_dir(dtrace), "dtrace-attach"), ["--eval", Ctl]),
+    {Status, Out} = dtrace_test_tracer:run(filename:join([code:priv_dir(dtrace), "bin", "dtrace-attach"]), ["--eval", Ctl]),
     ct:log("dtrace-attach --eval '~ts': exit status ~p~n~ts", [Ctl, Status, lists:join("\n", Out)]),
     ?assertEqual(0, Status),
     ?assert(has(Out, ["attached dtrace to ", atom_to_list(Node)])),
     [OsPid] = [P || L <- Out, {match, [P]} <- [re:run(L, "\\(OS pid ([0-9]+),", [{capture, all_but_first, list}])]],
     ?assertEqual(OsPid, erpc:call(Node, os, getpid, [])),
-    Script = filename:join(code:priv_dir(dtrace), "message-latency.bt"),
+    Script = filename:join([code:priv_dir(dtrace), "bpftrace", "message-latency.bt"]),
     Tracer = dtrace_test_tracer:bpftrace_start(bpftrace, OsPid, {file, Script}),
     %% Automatic mode sets the send and running flags once both probes'
     %% semaphores are up: the tracer then listens to both.
@@ -179,12 +179,12 @@ trace_broker(Config, Node, Before) ->
                                                  length(Causes), lists:join("; ", lists:usort(Causes))])}.
 
 %% The channel's casts (each AMQP method the reader passes on) as function
-%% spans: priv/dtrace-slow-spans (threshold 0: every one) breaks them down
+%% spans: priv/bin/dtrace-slow-spans (threshold 0: every one) breaks them down
 %% and names a cause. Returns the causes.
 function_spans(Config, Node, OsPid) ->
     {0, Set} = attach(Config, ["--function", "rabbit_channel:handle_cast/2"]),
     ?assert(has(Set, [": function spans on rabbit_channel:handle_cast/2"])),
-    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
+    Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-slow-spans"]),
     Port = open_port({spawn_executable, Script}, [{args, ["-p", OsPid, "--threshold", "0"]},
                                                  {line, 65536}, stderr_to_stdout, exit_status, binary]),
     Set_ = fun() -> ok = erpc:call(Node, dtrace_vm, sync, []),
@@ -236,7 +236,7 @@ load_script() ->
     filename:join([dtrace_test_catalogue:repo_root(), "test", "loads", "amqp.py"]).
 
 attach(Config, Extra) ->
-    Script = filename:join(code:priv_dir(dtrace), "dtrace-attach"),
+    Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-attach"]),
     {Status, Out} = dtrace_test_tracer:run(Script, [atom_to_list(?config(broker, Config)),
                                                     "--cookie-file", ?config(cookie_file, Config) | Extra]),
     ct:log("dtrace-attach ~p: exit status ~p~n~ts", [Extra, Status, lists:join("\n", Out)]),

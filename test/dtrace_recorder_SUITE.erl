@@ -420,8 +420,8 @@ report_without_spans(Config) ->
     {0, _} = ?T:run("lttng", ["snapshot", "record", "-s", S]),
     {0, _} = ?T:run("lttng", ["destroy", S]),
     [CliSnap] = ?C:list_dir(Out),
-    {0, Lines} = ?T:run("/usr/bin/python3", [dtrace_recorder_report:script(), "--no-svg",
-                                             filename:join(Out, CliSnap)]),
+    {0, Lines} = ?T:run("env", ["DTRACE_PYTHON=/usr/bin/python3", dtrace_recorder_report:script(), "--no-svg",
+                                filename:join(Out, CliSnap)]),
     ?C:assert_contains(iolist_to_binary(lists:join(<<"\n">>, Lines)),
                     [list_to_binary("/" ++ OsPid), <<"(no sidecar)">>, <<"span request">>, <<"file WRITE">>]),
     ok.

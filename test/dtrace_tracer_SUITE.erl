@@ -152,7 +152,8 @@ re_escape(S) ->
 %% bpftrace 0.17 and gdb print only the low 32 bits of an int64 with %d:
 %% the shipped scripts use %ld.
 shipped_scripts_print_int64_in_full(_Config) ->
-    Scripts = filelib:wildcard(filename:join(code:priv_dir(dtrace), "*.{bt,gdb}")),
+    Scripts = lists:append([filelib:wildcard(filename:join(code:priv_dir(dtrace), W))
+                            || W <- ["bpftrace/*.bt", "gdb/*.gdb"]]),
     ?assert(length(Scripts) >= 4),
     Found = [{filename:basename(F), Line}
              || F <- Scripts,
@@ -267,7 +268,7 @@ gdb_reads_all_ten_arguments(Config) ->
                 ["EVENT n0 pid=", Pid, " tag=NULL ints=0,0,0,0 s1=n-zero s2=NULL s3=NULL s4=NULL"]],
     ?assertEqual([iolist_to_binary(E) || E <- Expected], Events).
 
-%% Through priv/dtrace-bpftrace, a bpftrace that reads arg0..arg5 only
+%% Through priv/bin/dtrace-bpftrace, a bpftrace that reads arg0..arg5 only
 %% (Debian 12's 0.17) reads every argument: the ten of user_trace__i4s4
 %% and of a numbered probe, the eleven of efile_drv__entry. Strings,
 %% NULLs and 64-bit integers arrive. (On a bpftrace of 0.24 or later the
@@ -320,10 +321,10 @@ dtrace_bpftrace_reads_every_argument(Config) ->
                   <<"-12">>, <<"9223372036854775807">>, <<"14">>, _], binary:split(Rest, <<" ">>, [global])),
     ?assertEqual(iolist_to_binary(Pid), lists:last(binary:split(Rest, <<" ">>, [global]))).
 
-%% priv/user-probe.bt, run through priv/dtrace-bpftrace, prints what OTP's
+%% priv/bpftrace/user-probe.bt, run through priv/bin/dtrace-bpftrace, prints what OTP's
 %% user-probe.d prints, s1..s4 included.
 user_probe_bt_prints_otps_format(Config) ->
-    Script = filename:join(code:priv_dir(dtrace), "user-probe.bt"),
+    Script = filename:join([code:priv_dir(dtrace), "bpftrace", "user-probe.bt"]),
     {{Pid, Results}, Lines} =
         dtrace_test_tracer:bpftrace_window(
           dtrace_bpftrace, ?config(peer, Config), {file, Script},
@@ -503,7 +504,7 @@ perf_collect(Port, Acc) ->
 %% the outcome, and the exception reaches the caller with its own stack
 %% trace; span_begin/1 + span_end/1,2 cross processes, the end in the
 %% ending process with the beginning's tag and the outcome span_end/2 says
-%% (read through priv/dtrace-bpftrace: the outcome is arg6).
+%% (read through priv/bin/dtrace-bpftrace: the outcome is arg6).
 bpftrace_sees_spans(Config) ->
     Program = "
         usdt:$SO:erlang:span__begin /str(arg4) != \"ready\"/ {
@@ -562,12 +563,12 @@ bpftrace_sees_spans(Config) ->
     ?assert(binary_to_integer(InnerNs) >= 20000000),
     ?assert(binary_to_integer(OuterNs) >= binary_to_integer(InnerNs)).
 
-%% priv/span-latency.bt (through priv/dtrace-bpftrace, as its usage says)
+%% priv/bpftrace/span-latency.bt (through priv/bin/dtrace-bpftrace, as its usage says)
 %% prints a slow span as it ends, a failed one with its outcome whatever
 %% its duration, and at exit the failed spans by kind and outcome and the
 %% spans per kind. A span with no user tag names its process instead.
 span_latency_bt_shows_failed_spans(Config) ->
-    Script = filename:join(code:priv_dir(dtrace), "span-latency.bt"),
+    Script = filename:join([code:priv_dir(dtrace), "bpftrace", "span-latency.bt"]),
     %% The application names processes (dtrace_names).
     {ok, _} = peer:call(?config(peer, Config), application, ensure_all_started, [dtrace]),
     {Pids, Lines} =

@@ -5,7 +5,7 @@
 %%% Events are printed with their time (nsecs) and sorted by it: a process
 %%% may move between schedulers, and bpftrace reads one buffer per CPU.
 %%%
-%%% The scripts shipped for these probes (priv/*.bt, OTP's D scripts) are
+%%% The scripts shipped for these probes (priv/bpftrace/*.bt, OTP's D scripts) are
 %%% dtrace_vm_scripts_SUITE's.
 -module(dtrace_vm_SUITE).
 

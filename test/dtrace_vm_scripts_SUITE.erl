@@ -28,7 +28,7 @@ end_per_testcase(_TC, Config) ->
 %% Each bpftrace port of OTP's example scripts, and the send-to-scheduled
 %% latency script, run against a workload that makes them print.
 shipped_scripts(Config) ->
-    Priv = code:priv_dir(dtrace),
+    Scripts = filename:join(code:priv_dir(dtrace), "bpftrace"),
     Peer = ?config(peer, Config),
     %% Runs Script in a window; Expect(WorkloadResult) lists the lines (a
     %% binary, or {contains, Part}) the workload must make it print: the
@@ -40,7 +40,7 @@ shipped_scripts(Config) ->
                                    end,
                   %% filename:join/2 keeps an absolute Script as it is.
                   {R, Lines} = dtrace_test_tracer:bpftrace_window(
-                                 bpftrace, Peer, {file, filename:join(Priv, Script), Args}, Ready, Seen, Work,
+                                 bpftrace, Peer, {file, filename:join(Scripts, Script), Args}, Ready, Seen, Work,
                                  fun(R, Ls) -> missing(Expect(R), Ls) =:= [] end),
                   ?assertEqual({Script, []}, {Script, missing(Expect(R), Lines)}),
                   {R, Lines}
@@ -152,7 +152,7 @@ shipped_scripts(Config) ->
     %% probe fired, added before and after it: bpftrace 0.17 attaches the
     %% clauses last to first (bpftrace -v shows it), later versions in
     %% either order, so once all four printed, the script's are attached.
-    {ok, Latency} = file:read_file(filename:join(Priv, "message-latency.bt")),
+    {ok, Latency} = file:read_file(filename:join(Scripts, "message-latency.bt")),
     <<"#!", _/binary>> = Latency,
     [_Shebang, Body] = binary:split(Latency, <<"\n">>),
     ReadyClauses = fun(Where) ->

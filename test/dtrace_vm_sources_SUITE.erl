@@ -412,7 +412,7 @@ operators_system_monitor_untouched(Config) ->
     ?assertEqual([], [C || {On, Off} = C <- Cycles, {On, Off} =/= {{ok, Theirs, 1}, {off, Theirs}}]),
     ?assertEqual(Theirs, peer:call(Peer, erlang, system_monitor, [])).
 
-%% priv/large-messages-code.bt (its default thresholds: 8192 words, 64 KB
+%% priv/bpftrace/large-messages-code.bt (its default thresholds: 8192 words, 64 KB
 %% of binaries) names the code that sent large messages: a tuple of 3000
 %% floats (9001 words) and a 2 MB binary, sent by
 %% dtrace_test_workload:send_large/3, are printed with that function and
@@ -420,7 +420,7 @@ operators_system_monitor_untouched(Config) ->
 %% spec that gives the code is gone once the script is.
 large_messages_name_their_code(Config) ->
     Peer = ?config(peer, Config),
-    Script = filename:join(code:priv_dir(dtrace), "large-messages-code.bt"),
+    Script = filename:join([code:priv_dir(dtrace), "bpftrace", "large-messages-code.bt"]),
     Big = list_to_tuple([float(I) || I <- lists:seq(1, 3000)]),
     Bin = binary:copy(<<"b">>, 2 bsl 20),
     {{Me, Sink}, Lines} =
@@ -458,7 +458,7 @@ large_messages_name_their_code(Config) ->
                                                end, 5000)
                                      end)).
 
-%% priv/large-messages.bt (8192 words, 64 KB of binaries by default) names
+%% priv/bpftrace/large-messages.bt (8192 words, 64 KB of binaries by default) names
 %% the processes that send large messages, without a process dump: a
 %% tuple of 3000 floats and a 100 KB binary (off-heap, under the old 1 MB
 %% default) are printed with the sender's name, counted at exit for the
@@ -466,7 +466,7 @@ large_messages_name_their_code(Config) ->
 %% match spec is set.
 large_messages_name_their_senders(Config) ->
     Peer = ?config(peer, Config),
-    Script = filename:join(code:priv_dir(dtrace), "large-messages.bt"),
+    Script = filename:join([code:priv_dir(dtrace), "bpftrace", "large-messages.bt"]),
     Big = list_to_tuple([float(I) || I <- lists:seq(1, 3000)]),
     Bin = binary:copy(<<"b">>, 100 * 1024),
     {{Me, Sink}, Lines} =

@@ -1,7 +1,7 @@
 %%% "Why was it slow", as an on-call engineer would ask it: a service
 %%% (dtrace_test_service) where every tenth request is slow for a known
 %%% reason (a sleep, a GC of a large heap, a slow gen_server call, a slow
-%%% file write and sync) runs under priv/dtrace-slow-spans (bpftrace) and
+%%% file write and sync) runs under priv/bin/dtrace-slow-spans (bpftrace) and
 %%% under the flight recorder; each slow request must be named with its
 %%% tag and its cause, with the cause's time within 10% of the delay the
 %%% service measured itself. Both read the breakdown as printed, the text
@@ -75,7 +75,7 @@ end_per_testcase(_TC, Config) ->
 
 %%--------------------------------------------------------------------
 
-%% priv/dtrace-slow-spans on the node: every planted slow request is
+%% priv/bin/dtrace-slow-spans on the node: every planted slow request is
 %% printed with its cause as it ends; at the end its trace files and
 %% folded stacks show the same.
 slow_spans_script(Config) ->
@@ -93,7 +93,7 @@ slow_spans_script(Config) ->
     in_viewer(Viewer, Read, Dir).
 
 %% make demo's workload (examples/dtrace_demo.erl: gets and puts, a log
-%% writer whose merges make some puts slow) under priv/dtrace-slow-spans:
+%% writer whose merges make some puts slow) under priv/bin/dtrace-slow-spans:
 %% every slow span it prints is a slice on its process's track with the
 %% printed cause, and the flame graph's totals are the printed ones.
 demo_workload_trace(Config) ->
@@ -116,7 +116,7 @@ demo_workload_trace(Config) ->
 
 %% A long run's file stays one a browser opens: 12,000 slow spans of 3,000
 %% processes (slow-spans.bt's lines, replayed with --events) give a trace
-%% of the 5,000 slowest (priv/dtrace_timeline.py's MAX_SPANS), the very
+%% of the 5,000 slowest (priv/python/dtrace_tools/timeline.py's MAX_SPANS), the very
 %% slowest among them, in under 40 MB; the folded stacks count them all.
 long_run_is_bounded(Config) ->
     Dir = ?config(priv_dir, Config),
@@ -137,8 +137,8 @@ long_run_is_bounded(Config) ->
     ok = file:close(F),
     Json = filename:join(Dir, "long.json"),
     Folded = filename:join(Dir, "long.folded"),
-    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
-    Out = os:cmd(lists:flatten(io_lib:format("/usr/bin/python3 '~ts' --events '~ts' --threshold 1 --json "
+    Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-slow-spans"]),
+    Out = os:cmd(lists:flatten(io_lib:format("DTRACE_PYTHON=/usr/bin/python3 '~ts' --events '~ts' --threshold 1 --json "
                                              "--trace '~ts' --folded '~ts' > /dev/null; echo status $?",
                                              [Script, Events, Json, Folded]))),
     ?assertEqual("status 0", lists:last(string:lexemes(Out, "\n")), Out),
@@ -197,13 +197,12 @@ slow_spans(Config, Service, Args, Env) ->
 planted_blocks(Planted, Blocks) ->
     [B || {Tag, _, _} = B <- Blocks, lists:keymember(Tag, 1, Planted)].
 
-%% The environment that gives priv/dtrace-slow-spans (run by Debian's
-%% python3) the viewer's Python packages, perfetto's among them.
+%% The environment that runs priv/bin/dtrace-slow-spans with the viewer's
+%% Python (a venv with perfetto), as an operator would.
 viewer_env(none) ->
     [];
 viewer_env(#{python := Python}) ->
-    Site = os:cmd(Python ++ " -c 'import os, perfetto; print(os.path.dirname(os.path.dirname(perfetto.__file__)))'"),
-    [{"PYTHONPATH", string:trim(Site)}].
+    [{"DTRACE_PYTHON", Python}].
 
 viewer_python(none) -> "/usr/bin/python3";
 viewer_python(#{python := Python}) -> Python.

@@ -16,7 +16,7 @@ defmodule DTrace.File do
       {:error, :enoent}
 
   A thin layer over the Erlang module `:dtrace_file`, whose documentation
-  lists the probe arguments of every function; `priv/efile.bt` prints the
+  lists the probe arguments of every function; `priv/bpftrace/efile.bt` prints the
   operations with their tags and a latency histogram per tag.
   """
 

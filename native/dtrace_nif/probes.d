@@ -10,8 +10,8 @@
  * per probe (is it enabled in any sink, fire to every sink that listens),
  * the erl_tracer dispatch of the VM probes, and the machine-readable
  * catalogue (priv/dtrace_probes.json). `make generated' writes the tables
- * of docs/reference.md and the efile command tables of src/api/, priv/efile.bt
- * and priv/efile_drv.d from it; `cargo test' checks that they match.
+ * of docs/reference.md and the efile command tables of src/api/, priv/bpftrace/efile.bt
+ * and priv/dtrace/efile_drv.d from it; `cargo test' checks that they match.
  *
  * Argument k of every probe sits in the same register (docs/reference.md,
  * "Argument registers"); a probe takes at most 12 arguments. Types: char *
@@ -345,7 +345,7 @@ provider erlang {
 	/* Not OTP's. send, while it listens (dtrace_vm then sets the send match spec [{'_', [], [{message, {process_dump}}]}]): sender sent a message of size words (message__send's size; -1 when not counted) holding binaries of binary_bytes bytes to receiver; code: the functions on the sender's stack, innermost first, joined by " <- " (up to 4; "<unknown>" when the dump has none). Costs a process dump per send while it listens. */
 	probe dtrace_message__send_code(char *sender, char *receiver, int64_t size, int64_t binary_bytes, char *code);
 
-	/* Not OTP's. send, for large messages only: sender sent a message of size words (message__send's size) holding binaries of binary_bytes bytes (shared by a local send, copied to another node) to receiver, and size is at least 1024 or binary_bytes at least 16384, or size is -1 (not counted: over 10,000 terms, or a fun). A smaller send fires nothing: it costs the trace event and the walk of its message, not the probe (priv/large-messages.bt). */
+	/* Not OTP's. send, for large messages only: sender sent a message of size words (message__send's size) holding binaries of binary_bytes bytes (shared by a local send, copied to another node) to receiver, and size is at least 1024 or binary_bytes at least 16384, or size is -1 (not counted: over 10,000 terms, or a fun). A smaller send fires nothing: it costs the trace event and the walk of its message, not the probe (priv/bpftrace/large-messages.bt). */
 	probe dtrace_message__send_large(char *sender, char *receiver, int64_t size, int64_t binary_bytes);
 
 	/* Not OTP's. procs: p and other were linked or unlinked; kind is link, unlink, getting_linked or getting_unlinked. */
@@ -501,8 +501,8 @@ provider org_erlang_dyntrace {
 
 /*
  * OTP's efile command numbers (efile_drv.c, OTP 20): `command' of the
- * efile_drv__* probes. dtrace_file (src/api/dtrace_efile.hrl), priv/efile.bt,
- * priv/efile_drv.d and docs/reference.md carry copies written from this
+ * efile_drv__* probes. dtrace_file (src/api/dtrace_efile.hrl), priv/bpftrace/efile.bt,
+ * priv/dtrace/efile_drv.d and docs/reference.md carry copies written from this
  * table (`make generated').
  */
 #pragma dtrace_nif efile_command OPEN 1

@@ -22,7 +22,7 @@
 %%% Now, as root, attach a tracer to the node's OS process with the script
 %%% shipped in `priv/' (docs/tracers.md has the other tracers):
 %%% ```
-%%% # priv/dtrace-bpftrace -p 5821 priv/user-probe.bt
+%%% # priv/bin/dtrace-bpftrace -p 5821 priv/bpftrace/user-probe.bt
 %%% Attaching 1 probe...
 %%% <0.9.0> req-42 7 8 0 0 'one' 'four' '' ''
 %%% '''
@@ -39,7 +39,7 @@
 %%%   terms, or below 256 levels of nesting.</li>
 %%% <li>Integers are signed 64-bit; a bignum reaches the tracer as 0.</li>
 %%% <li>bpftrace older than 0.24 reads `arg0'..`arg5' only (pid, tag and
-%%%   i1..i4 here): use `priv/dtrace-bpftrace' (docs/tracers.md, "Arguments
+%%%   i1..i4 here): use `priv/bin/dtrace-bpftrace' (docs/tracers.md, "Arguments
 %%%   past arg5").</li>
 %%% <li>Tags are per process, kept in the process dictionary
 %%%   (key <code>'$dtrace_tag'</code>); spread tags travel in the
@@ -347,7 +347,7 @@ function_probes(Patterns) ->
 %% these functions inside it is a span of its own, nested. The span probes
 %% fire as for {@link span/2}: `span__begin', `span__end', and
 %% `span__slow' when the call lasted the slow-span threshold (so
-%% priv/span-latency.bt, priv/dtrace-slow-spans and the flight recorder
+%% priv/bpftrace/span-latency.bt, priv/bin/dtrace-slow-spans and the flight recorder
 %% work on them). Span ids of function spans have bit 62 set.
 %%
 %% Only while a tracer listens to a span probe: automatic mode sets
@@ -383,7 +383,7 @@ function_spans(Functions) ->
 %% (a build copied over a running node), the sinks (SDT, LTTng, DOF, each
 %% with why not), the OS pid and its pid namespace, automatic mode, the
 %% probes a tracer listens to now. The host's side (privileges, kernel,
-%% tracer versions): priv/dtrace-doctor PID, as root.
+%% tracer versions): priv/bin/dtrace-doctor PID, as root.
 -spec doctor() -> ok | {error, Failed :: [atom(), ...]}.
 doctor() ->
     dtrace_doctor:run().
@@ -637,7 +637,7 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %%% `exception' event, as a probe argument); both are also the LTTng events
 %%% `org_erlang_dtrace:span_begin' and `span_end'. Not in OTP's dyntrace
 %%% (an extension); every argument is in arg0..arg6, so any bpftrace reads
-%%% them (priv/span-latency.bt).
+%%% them (priv/bpftrace/span-latency.bt).
 %%%
 %%% `span__slow' (LTTng `org_erlang_dtrace:span_slow') has `span__end''s
 %%% arguments and fires at a span's end only when it lasted at least the
@@ -663,7 +663,7 @@ pn(Label, I1, I2, I3, I4, S1, S2, S3, S4) when is_integer(I1), is_integer(I2), i
 %% same process names this one as its parent. The user tag passed is the
 %% caller's ({@link get_tag_data/0}) when the span begins. While a tracer
 %% listens to a `span__vm_*' probe ("why was it slow":
-%% priv/dtrace-slow-spans, the flight recorder), the outermost span's
+%% priv/bin/dtrace-slow-spans, the flight recorder), the outermost span's
 %% process is traced for the span's time (scheduling, GC, messages; the
 %% cost: docs/operators.md, "What it costs the node").
 %% ```

@@ -17,7 +17,7 @@
 %%% These are the layouts and command numbers of OTP 20's `efile_drv'
 %%% (`erlang_dtrace.d', `efile_drv.c'), whose probes OTP 21 removed along
 %%% with the driver. Scripts written for them (OTP's `efile_drv.d', and
-%%% `priv/efile_drv.d', `priv/efile.bt' here) work unchanged.
+%%% `priv/dtrace/efile_drv.d', `priv/bpftrace/efile.bt' here) work unchanged.
 %%%
 %%% == Safe in production ==
 %%% With no tracer listening, a call costs one NIF call that reads four
@@ -28,7 +28,7 @@
 %%% 2> dtrace_file:rename("old-name", "new-name").
 %%% {error,enoent}
 %%% '''
-%%% and, as root, with `bpftrace -p <os pid> priv/efile.bt' attached (a
+%%% and, as root, with `bpftrace -p <os pid> priv/bpftrace/efile.bt' attached (a
 %%% real session; the latency includes the tracer's own work):
 %%% ```
 %%% Attaching 4 probes...

@@ -35,7 +35,7 @@
 %%% within {@link dtrace}'s limits, anything else is passed as NULL.
 %%% Argument k is in the same register as argument k of every probe of this
 %%% library (docs/reference.md, "Argument registers"); bpftrace older than
-%%% 0.24 reads the seventh on through `priv/dtrace-bpftrace'
+%%% 0.24 reads the seventh on through `priv/bin/dtrace-bpftrace'
 %%% (docs/tracers.md, "Arguments past arg5").
 %%%
 %%% == Lifetime ==

@@ -1,5 +1,5 @@
 %%% @doc "Why is my probe silent?", from inside the node: what only the node
-%%% knows (see {@link dtrace:doctor/0}). priv/dtrace-doctor PID is the
+%%% knows (see {@link dtrace:doctor/0}). priv/bin/dtrace-doctor PID is the
 %%% host's side: privileges, the kernel, the tracers.
 %%% @end
 -module(dtrace_doctor).
@@ -36,7 +36,7 @@ findings() ->
 
 %% @doc The findings as text, one line each (`ok', `info', `warn', `FAIL',
 %% the check, what was found), a failure's fix on the next line: the
-%% format of priv/dtrace-doctor.
+%% format of priv/bin/dtrace-doctor.
 -spec format([finding()]) -> binary().
 format(Findings) ->
     iolist_to_binary(
@@ -125,7 +125,7 @@ sinks() ->
      end,
      case Dof of
          true -> f(ok, dof, "registered with DTrace (DOF): dtrace -n 'erlang*:::...' sees this node", []);
-         {false, Why} -> f(info, dof, "no DOF: ~ts", [Why], "DTrace with -p PID through priv/dtrace-d")
+         {false, Why} -> f(info, dof, "no DOF: ~ts", [Why], "DTrace with -p PID through priv/bin/dtrace-d")
      end].
 
 os_pid() ->
@@ -137,7 +137,7 @@ os_pid() ->
                     case string:lexemes(Pids, " \t") of
                         [_] ->
                             [f(info, process, "OS pid ~s (a tracer in this pid namespace takes it; from a "
-                                              "container's host, the host pid: priv/dtrace-doctor there)", [Pid])];
+                                              "container's host, the host pid: priv/bin/dtrace-doctor there)", [Pid])];
                         [Outer | _] = All ->
                             [f(info, process, "OS pid ~s here, ~ts in the outermost pid namespace (a tracer on "
                                               "the host takes ~ts)", [Pid, Outer, Outer]) || length(All) > 1]

@@ -1,12 +1,13 @@
 %%% @doc The flight recorder's report: one or more snapshots, of one or
 %%% more nodes, read back with babeltrace2 and merged by time.
 %%%
-%%% The work is done by `priv/dtrace-recorder-report', a Python 3 script
-%%% on babeltrace2's Python bindings (Debian: `python3-bt2'; the script's
-%%% header says why the bindings rather than the `babeltrace2' CLI). It
-%%% runs as an OS process of its own, with a timeout, like every command of
-%%% the recorder (see {@link dtrace_recorder_cli}); it can also be run by
-%%% hand on snapshot directories copied elsewhere.
+%%% The work is done by `priv/bin/dtrace-recorder-report', which runs the
+%%% Python module priv/python/dtrace_tools/recorder_report.py on
+%%% babeltrace2's Python bindings (Debian: `python3-bt2'; its docstring says
+%%% why the bindings rather than the `babeltrace2' CLI). It runs as an OS
+%%% process of its own, with a timeout, like every command of the recorder
+%%% (see {@link dtrace_recorder_cli}); it can also be run by hand on
+%%% snapshot directories copied elsewhere.
 %%% @end
 -module(dtrace_recorder_report).
 
@@ -35,10 +36,11 @@
 %% to as a timeline, `FILE.json' Chrome's Trace Event JSON, any other name
 %% Perfetto's protobuf (which needs the `perfetto' Python package in the
 %% report's Python); `folded': a file to write their flame graph to
-%% (folded stacks); what both hold: priv/dtrace_timeline.py's doc;
-%% `timeout_ms': default 120000; `python': the Python 3 with
-%% the `bt2' module (default `/usr/bin/python3', where Debian's
-%% `python3-bt2' installs it, else `python3' from `PATH').
+%% (folded stacks); what both hold: priv/python/dtrace_tools/timeline.py's
+%% doc; `timeout_ms': default 120000; `python': the Python 3 with the `bt2'
+%% module (default `/usr/bin/python3', where Debian's `python3-bt2' installs
+%% it, else `python3' from `PATH'), which the script runs (its
+%% `DTRACE_PYTHON').
 
 -define(BT2_HINT, iolist_to_binary([<<"the report needs babeltrace2's Python bindings: apt-get install "
                                       "python3-bt2 (or the python option: a Python 3 that can import bt2)">>])).
@@ -64,17 +66,20 @@ report(Paths0, Opts) ->
     Paths = paths(Paths0),
     case args(Opts, Paths) of
         {ok, Args} when Paths =/= [] ->
-            Python = python(Opts),
             Timeout = maps:get(timeout_ms, Opts, 120000),
-            case dtrace_recorder_cli:run(Python, [script() | Args] ++ Paths,
-                                         #{timeout => Timeout, max_output => 64 bsl 20,
-                                           env => [{"LC_ALL", "C.UTF-8"}, {"PYTHONIOENCODING", "utf-8"}]}) of
-                {ok, 0, Out} -> Out;
-                {ok, 3, _} -> {error, {python3_bt2_missing, ?BT2_HINT}};
-                {ok, 4, Out} -> {error, {no_trace, Out}};
-                {ok, Status, Out} -> {error, {report_failed, Status, Out}};
-                {error, {not_found, _}} -> {error, {python3_bt2_missing, ?BT2_HINT}};
-                {error, _} = Error -> Error
+            case dtrace_recorder_cli:find(python(Opts)) of
+                false ->
+                    {error, {python3_bt2_missing, ?BT2_HINT}};
+                Python ->
+                    Env = [{"DTRACE_PYTHON", Python}, {"LC_ALL", "C.UTF-8"}, {"PYTHONIOENCODING", "utf-8"}],
+                    case dtrace_recorder_cli:run(script(), Args ++ Paths,
+                                                 #{timeout => Timeout, max_output => 64 bsl 20, env => Env}) of
+                        {ok, 0, Out} -> Out;
+                        {ok, 3, _} -> {error, {python3_bt2_missing, ?BT2_HINT}};
+                        {ok, 4, Out} -> {error, {no_trace, Out}};
+                        {ok, Status, Out} -> {error, {report_failed, Status, Out}};
+                        {error, _} = Error -> Error
+                    end
             end;
         {ok, _} ->
             {error, {badopt, paths, Paths0}};
@@ -82,10 +87,10 @@ report(Paths0, Opts) ->
             Error
     end.
 
-%% @doc The path of the report script, `priv/dtrace-recorder-report'.
+%% @doc The path of the report script, `priv/bin/dtrace-recorder-report'.
 -spec script() -> string().
 script() ->
-    filename:join(code:priv_dir(dtrace), "dtrace-recorder-report").
+    filename:join([code:priv_dir(dtrace), "bin", "dtrace-recorder-report"]).
 
 paths(#{path := P}) ->
     [path(P)];

@@ -1,6 +1,6 @@
 %%% @private
 %%% The trace flags of a process inside a span, for "why was it slow"
-%%% (priv/dtrace_why.py, docs/operators.md). While a tracer listens to one
+%%% (priv/python/dtrace_tools/why.py, docs/operators.md). While a tracer listens to one
 %%% of the `span__vm_*' probes (LTTng: `org_erlang_dtrace:span_vm_*', which
 %%% the flight recorder records by default), the outermost span of a
 %%% process gives that process the trace flags of the feed rows `on=spans'

@@ -34,11 +34,21 @@ defmodule DTrace.PackageTest do
          native/dtrace_catalogue/Cargo.toml native/dtrace_nif/probes.d native/dtrace_nif/build.rs
          native/dtrace_nif/src/lib.rs native/tracer_nif/src/lib.rs src/dtrace.app.src src/api/dtrace.erl
          compat/dyntrace.erl lib/dtrace.ex rebar.config mix.exs README.md CHANGELOG.md LICENSE
-         priv/dtrace-bpftrace priv/span-latency.bt priv/span-latency.d priv/span-latency.stp
-         priv/user-probe.gdb priv/dtrace_why.py priv/dtrace_report_read.py priv/dtrace_report_model.py
-         priv/dtrace_report_triggers.py priv/dtrace_report_svg.py priv/dtrace_timeline.py)
+         priv/bin/dtrace-attach priv/bin/dtrace-slow-spans priv/bpftrace/span-latency.bt
+         priv/dtrace/span-latency.d priv/systemtap/span-latency.stp priv/gdb/user-probe.gdb
+         priv/python/dtrace_tools/__init__.py)
 
     assert required -- files == []
+
+    # Every tool, tracer script and Python module of priv/ (the tools run
+    # their scripts and modules from there).
+    priv =
+      ~w(priv/bin/* priv/bpftrace/*.bt priv/dtrace/*.d priv/systemtap/*.stp priv/gdb/*.gdb
+         priv/python/dtrace_tools/*.py)
+      |> Enum.flat_map(&Path.wildcard/1)
+
+    assert length(priv) >= 40
+    assert priv -- files == []
 
     # Every source of the crates is there (what cargo builds from).
     crates = Path.wildcard("native/*/{src,lttng}/**/*.{rs,c,h}")
@@ -60,7 +70,10 @@ defmodule DTrace.PackageTest do
     assert config[:version] == to_string(@app[:vsn])
     assert config[:description] == to_string(@app[:description])
     assert package()[:licenses] == @app[:licenses]
-    assert package()[:links] == Map.new(@app[:links], fn {k, v} -> {to_string(k), to_string(v)} end)
+
+    assert package()[:links] ==
+             Map.new(@app[:links], fn {k, v} -> {to_string(k), to_string(v)} end)
+
     assert package()[:build_tools] == ["rebar3", "mix"]
   end
 
@@ -69,7 +82,8 @@ defmodule DTrace.PackageTest do
     {sums, []} = Code.eval_string(text)
     vsn = to_string(@app[:vsn])
     # The NIF version: the rustler feature the crate is built with.
-    [_, major, minor] = Regex.run(~r/"nif_version_(\d+)_(\d+)"/, File.read!("native/dtrace_nif/Cargo.toml"))
+    [_, major, minor] =
+      Regex.run(~r/"nif_version_(\d+)_(\d+)"/, File.read!("native/dtrace_nif/Cargo.toml"))
 
     want =
       for name <- ~w(dtrace_nif tracer_nif dtrace_lttng_tp),

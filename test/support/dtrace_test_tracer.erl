@@ -130,7 +130,7 @@ bpftrace_start(OsPid, Program) ->
     bpftrace_start(bpftrace, OsPid, Program).
 
 %% The same with Tool: bpftrace itself, or dtrace_bpftrace, the wrapper
-%% shipped as priv/dtrace-bpftrace. Program may also be {file, Script} or
+%% shipped as priv/bin/dtrace-bpftrace. Program may also be {file, Script} or
 %% {file, Script, Args} (the script's positional parameters).
 bpftrace_start(Tool, OsPid, Program) ->
     Args = case Program of
@@ -141,7 +141,7 @@ bpftrace_start(Tool, OsPid, Program) ->
            end,
     Exe = case Tool of
               bpftrace -> os:find_executable("bpftrace");
-              dtrace_bpftrace -> filename:join(code:priv_dir(dtrace), "dtrace-bpftrace")
+              dtrace_bpftrace -> filename:join([code:priv_dir(dtrace), "bin", "dtrace-bpftrace"])
           end,
     Port = open_port({spawn_executable, Exe},
                      [{args, Args}, {env, bpftrace_env()},
@@ -163,7 +163,7 @@ through_root(OsPid, Program) ->
     end.
 
 %% bpftrace's output buffer: 1024 pages (4 MiB; per CPU on 0.17, one
-%% ring buffer on 0.23), as priv/dtrace-slow-spans sets it, unless the
+%% ring buffer on 0.23), as priv/bin/dtrace-slow-spans sets it, unless the
 %% environment sets it. The default, 64 pages, loses events in a burst:
 %% bpftrace 0.23 copies 1024 bytes per str() argument (its max_strlen), and
 %% dtrace_vm_SUITE's 220 sends, two strings each, in a few hundred

@@ -1,4 +1,4 @@
-%%% Test helper for "why was it slow": priv/dtrace-slow-spans run against
+%%% Test helper for "why was it slow": priv/bin/dtrace-slow-spans run against
 %%% a peer running dtrace_test_service, and the breakdowns it (or the
 %%% recorder's report) printed, held against the delays the service
 %%% planted. Used by dtrace_why_SUITE (bpftrace, the recorder) and
@@ -14,13 +14,13 @@
 %% well under 1 ms; the slow ones 20 ms and more).
 -define(THRESHOLD_MS, 5).
 
-%% Runs priv/dtrace-slow-spans (with ExtraArgs, environment Env) on Peer,
+%% Runs priv/bin/dtrace-slow-spans (with ExtraArgs, environment Env) on Peer,
 %% waits (at most ReadyMs) until it prints a ready span's whole breakdown,
 %% runs the service (Service: dtrace_test_service:run/2's options), waits
 %% until every planted request was printed, stops it with SIGINT. Returns
 %% {Planted, Lines}.
 slow_spans(Peer, Dir, ExtraArgs, Env, Service, ReadyMs) ->
-    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
+    Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-slow-spans"]),
     Port = open_port({spawn_executable, Script},
                      [{args, ["-p", dtrace_test_peer:os_pid(Peer), "--threshold", integer_to_list(?THRESHOLD_MS)
                               | ExtraArgs]},
@@ -38,12 +38,12 @@ slow_spans(Peer, Dir, ExtraArgs, Env, Service, ReadyMs) ->
     ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
     {Planted, Lines}.
 
-%% Runs priv/dtrace-slow-spans (with Args, environment Env) on Peer while
+%% Runs priv/bin/dtrace-slow-spans (with Args, environment Env) on Peer while
 %% Workload (a fun run in the peer) runs, once the script prints a ready
 %% span's whole breakdown (within ReadyMs); then stops it with SIGINT.
 %% Returns {WorkloadResult, Lines}.
 run_script(Peer, Dir, Args, Env, Workload, ReadyMs) ->
-    Script = filename:join(code:priv_dir(dtrace), "dtrace-slow-spans"),
+    Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-slow-spans"]),
     Port = open_port({spawn_executable, Script},
                      [{args, ["-p", dtrace_test_peer:os_pid(Peer), "--threshold", integer_to_list(?THRESHOLD_MS)
                               | Args]},

@@ -320,7 +320,7 @@ fire_user_probe(I) ->
     {fired, Fired}.
 
 %% Sends To N messages Msg, yielding after each (a function with a stack
-%% frame of its own): the code priv/large-messages.bt names.
+%% frame of its own): the code priv/bpftrace/large-messages.bt names.
 send_large(_To, _Msg, 0) ->
     ok;
 send_large(To, Msg, N) ->

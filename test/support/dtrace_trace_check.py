@@ -1,5 +1,5 @@
 """dtrace_trace_check.py FILE: what a trace file or folded stacks that
-priv/dtrace_timeline.py wrote hold, read back independently of the writer,
+priv/python/dtrace_tools/timeline.py wrote hold, read back independently of the writer,
 as tab-separated lines for the suites (dtrace_test_why:check_files/4):
 
     TRACK   node  track-name

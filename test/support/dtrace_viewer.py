@@ -178,7 +178,7 @@ def tail(path, n=5):
             lines = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return "(no log)"
-    lines = [l for l in lines if "dbus" not in l and "unexpected operator" not in l]
+    lines = [line for line in lines if "dbus" not in line and "unexpected operator" not in line]
     return " | ".join(lines[-n:]) or "(nothing logged)"
 
 
@@ -413,7 +413,7 @@ def print_lines(result):
     out += ["profile %d %s" % (i + 1, one(n)) for i, n in enumerate(result["profiles"])]
     out += ["frame %d %s" % (i + 1, one(f))
             for i, fs in enumerate(result["frames"]) for f in fs]
-    out += ["text " + l for l in result["text"].splitlines()]
+    out += ["text " + line for line in result["text"].splitlines()]
     sys.stdout.write("\n".join(out) + "\n")
 
 

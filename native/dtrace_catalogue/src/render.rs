@@ -1,7 +1,7 @@
 //! The catalogue as text: JSON (shipped as `priv/dtrace_probes.json`), the
 //! tables of docs/reference.md (Markdown), Erlang terms for the test suites,
-//! and the efile command tables of src/api/dtrace_efile.hrl, priv/efile.bt,
-//! priv/efile_drv.d and priv/efile.stp ([`generated`]).
+//! and the efile command tables of src/api/dtrace_efile.hrl, priv/bpftrace/efile.bt,
+//! priv/dtrace/efile_drv.d and priv/systemtap/efile.stp ([`generated`]).
 
 use std::fmt::Write as _;
 
@@ -449,9 +449,9 @@ pub fn generated(c: &Catalogue, read: impl Fn(&str) -> Option<String>) -> Result
             ],
         )?,
         ("src/api/dtrace_efile.hrl".to_string(), efile_hrl(c)),
-        region("priv/efile.bt", ("/*", " */"), &[("efile-commands", efile_assignments(c, "@command"))])?,
-        region("priv/efile_drv.d", ("/*", " */"), &[("efile-commands", efile_assignments(c, "cmd"))])?,
-        region("priv/efile.stp", ("/*", " */"), &[("efile-commands", efile_assignments(c, "command"))])?,
+        region("priv/bpftrace/efile.bt", ("/*", " */"), &[("efile-commands", efile_assignments(c, "@command"))])?,
+        region("priv/dtrace/efile_drv.d", ("/*", " */"), &[("efile-commands", efile_assignments(c, "cmd"))])?,
+        region("priv/systemtap/efile.stp", ("/*", " */"), &[("efile-commands", efile_assignments(c, "command"))])?,
     ])
 }
 

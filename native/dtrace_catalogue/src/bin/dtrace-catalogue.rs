@@ -8,7 +8,7 @@
 //! The provider file defaults to `native/dtrace_nif/probes.d`; the
 //! architecture to the one this command was built for. `generate` writes
 //! docs/reference.md's tables, src/api/dtrace_efile.hrl and the efile command
-//! tables of priv/efile.bt and priv/efile_drv.d (`make generated`).
+//! tables of priv/bpftrace/efile.bt and priv/dtrace/efile_drv.d (`make generated`).
 
 use std::process::ExitCode;
 

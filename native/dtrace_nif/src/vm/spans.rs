@@ -1,7 +1,7 @@
 //! A process inside a span (the `on=spans` rows: tracer state `span`,
 //! flags set by `dtrace:span/2` on its own process for the outermost span
 //! while one of these probes listens): the `span__vm_*` probes, for "why
-//! was it slow" (priv/dtrace_why.py). Each fires only its own probe.
+//! was it slow" (priv/python/dtrace_tools/why.py). Each fires only its own probe.
 //!
 //! The same rows on processes (`auto=no`) take the events of the legacy
 //! tracer `{dtrace, []}`: without sessions (OTP 25, 26) a process that

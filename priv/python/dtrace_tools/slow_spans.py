@@ -1,0 +1,428 @@
+"""dtrace-slow-spans (priv/bin): why was a span slow, live, on one node.
+
+    dtrace-slow-spans -p PID [--threshold MS] [--top N] [--pid ERLPID]
+                      [--tag TAG] [--duration S] [--json]
+                      [--trace FILE] [--folded FILE]
+                      [--tracer bpftrace|dtrace|stap] [--stap-module KO]
+    dtrace-slow-spans --node NODE [--cookie-file F | --cookie C]
+                      --function M:F/A [--function ...] [...]
+    dtrace-slow-spans --events FILE [...]     (saved output of slow-spans.bt/.d/.stp)
+
+Runs bpftrace with priv/bpftrace/slow-spans.bt (or, with --tracer dtrace,
+Oracle's DTrace with its twin priv/dtrace/slow-spans.d through
+priv/bin/dtrace-d; with --tracer stap, SystemTap with
+priv/systemtap/slow-spans.stp and the library's path as the node mapped
+it; with --stap-module, staprun with a module compiled from slow-spans.stp
+elsewhere, e.g. `stap -p4 -r KERNEL -m spans priv/systemtap/slow-spans.stp
+/path/to/dtrace_nif.so') on the node with OS pid PID (root), and for every
+span that takes longer than the threshold (default 10 ms) prints, as it
+ends, its kind, tag and process, and where its time went:
+on CPU, GC, scheduled out (by the function it waited in, and who woke it),
+file I/O under its tag, messages received, and the slowest calls when
+function probes are on. The rules are why's, the same as the flight
+recorder's report.
+At the end (Ctrl-C, or --duration) it prints the N slowest spans (--top,
+default 10) with their causes, and writes the files asked for: --trace FILE,
+the slow spans as a timeline (FILE.json: Chrome's Trace Event JSON, for
+speedscope and chrome://tracing; any other name: Perfetto's protobuf, which
+needs the perfetto Python package in the tool's Python: dtrace_tools' doc;
+both open in ui.perfetto.dev), and
+--folded FILE, a flame graph of where they spent their time (folded
+stacks, for flamegraph.pl, inferno and speedscope). What they hold and
+their bounds: timeline's docstring.
+
+While it runs, each outermost span's process is traced for the span's time
+(dtrace:span/2 sets and removes its trace flags: about 2 us more per span);
+no other process is. Events bpftrace lost (it says "Lost N events") leave breakdowns short;
+the summary says how many were lost.
+
+For code with no spans: --node (the node's name, on this host) with
+--function (repeatable; Erlang's M:F/A or Elixir's Mod.fun/arity) runs
+priv/bin/dtrace-attach NODE --function ... first (attaching the library if the
+node has none: its --cookie, --cookie-file), traces the OS pid it names,
+and at the end turns the function spans off again (dtrace-attach NODE
+--function none; a library it attached stays: dtrace-attach --detach).
+
+Environment: BPFTRACE, the bpftrace to run (default: bpftrace on PATH);
+DTRACE, the dtrace priv/bin/dtrace-d runs (on Debian 12: scripts/dtrace-sid.sh);
+STAP and STAPRUN, SystemTap's programs (default: on PATH);
+BPFTRACE_PERF_RB_PAGES, bpftrace's output buffer per CPU (default here 1024
+pages, 4 MiB: a span prints several lines).
+Exit status: 0 done, 2 bad arguments, 3 the tracer failed to start, 5 a
+--trace or --folded file could not be written (the breakdowns were printed).
+"""
+
+import argparse
+import datetime
+import heapq
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+from typing import Any, Callable, Optional, TextIO
+
+from dtrace_tools import priv
+from dtrace_tools import timeline as timelines
+from dtrace_tools import why as why_rules
+
+# bpftrace reads each CPU's buffer in turn: lines come out of time order by
+# up to a read interval. Events are put back in order in a window this wide.
+REORDER_NS = 500_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.base_ns: Optional[int] = None
+        self.base_wall: Optional[datetime.datetime] = None
+
+    def set(self, ns: int, wall: str) -> None:
+        """bpftrace gives the wall clock as text, DTrace as nanoseconds since
+        the epoch."""
+        self.base_ns = ns
+        try:
+            if wall.isdigit():
+                self.base_wall = datetime.datetime.fromtimestamp(int(wall) / 1e9)
+            else:
+                self.base_wall = datetime.datetime.strptime(wall, "%Y-%m-%d %H:%M:%S.%f")
+        except (ValueError, OverflowError):
+            self.base_wall = None
+
+    def __call__(self, ns: int) -> str:
+        if self.base_ns is None or self.base_wall is None:
+            return "%.6f" % (ns / 1e9)
+        t = self.base_wall + datetime.timedelta(microseconds=(ns - self.base_ns) // 1000)
+        return t.strftime("%H:%M:%S.%f")
+
+
+# An event: (ts, kind, fields), the fields as why.Why.feed takes them.
+Event = tuple[int, str, tuple[Any, ...]]
+
+
+def parse(line: str) -> Optional[Event]:
+    """A line of slow-spans.bt as (ts, kind, fields), or None."""
+    parts = line.rstrip("\n").split("\t")
+    if len(parts) < 3 or len(parts[0]) != 1:
+        return None
+    k = parts[0]
+    try:
+        ts = int(parts[1])
+        if k == "B":
+            return ts, "span_begin", (parts[2], int(parts[3]), int(parts[4]), parts[5], "\t".join(parts[6:]) or None)
+        if k == "E":
+            # ts pid span_id duration outcome kind tag (events saved by a
+            # slow-spans script before span outcomes have no outcome).
+            if len(parts) >= 8:
+                outcome, rest = parts[5] or "ok", parts[6:]
+            else:
+                outcome, rest = "ok", parts[5:]
+            info: Optional[tuple[int, str, Optional[str]]] = (0, rest[0], "\t".join(rest[1:]) or None) if rest else None
+            return ts, "span_end", (parts[2], int(parts[3]), int(parts[4]), info, outcome)
+        if k == "S":
+            if parts[3].startswith("in"):
+                return ts, "in", (parts[2], parts[4])
+            return ts, "out", (parts[2], parts[4])
+        if k == "G":
+            return ts, ("gc_start" if parts[3].endswith("_start") else "gc_end"), (parts[2],)
+        if k == "Q":
+            return ts, "queued", (parts[2],)
+        if k == "M":
+            return ts, "send", (parts[2], parts[3])
+        if k == "C":
+            return ts, "call", (parts[2], parts[3])
+        if k == "R":
+            return ts, "return", (parts[2], parts[3])
+        if k == "F":
+            return ts, "file_start", ((int(parts[2]), int(parts[3])), int(parts[4]), "\t".join(parts[5:]))
+        if k == "f":
+            return ts, "file_end", ((int(parts[2]), int(parts[3])),)
+        if k == "T":
+            return ts, "clock", (parts[2],)
+        if k == "N":
+            return ts, "name", (parts[2], "\t".join(parts[3:]))
+    except (ValueError, IndexError):
+        return None
+    return None
+
+
+LIB = "dtrace_nif.so"
+
+
+def mapped_library(os_pid: int) -> Optional[str]:
+    """The path of the dtrace_nif.so that os_pid maps (as the host sees it:
+    through /proc/PID/root when the node is in a container), or None."""
+    try:
+        with open("/proc/%d/maps" % os_pid, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5].rstrip("\n")) == LIB:
+                    path = fields[5].rstrip("\n")
+                    inside = "/proc/%d/root%s" % (os_pid, path)
+                    return path if os.path.exists(path) and os.path.samefile(path, inside) else inside
+    except OSError:
+        return None
+    return None
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self.args, self.out = args, out
+        self.why = why_rules.Why()
+        self.clock = Clock()
+        self.heap: list[tuple[int, int, str, tuple[Any, ...]]] = []
+        self.seq, self.newest = 0, 0
+        self.slow: list[why_rules.Breakdown] = []
+        self.spans, self.lost = 0, 0
+        self.slow_count = 0
+        self.skew: Optional[int] = None
+        self.timeline = timelines.Timeline() if (args.trace or args.folded) else None
+
+    def line(self, line: str) -> None:
+        if line.startswith("Lost ") and "events" in line:
+            try:
+                self.lost += int(line.split()[1])
+            except (ValueError, IndexError):
+                pass
+            return
+        ev = parse(line)
+        if ev is None:
+            return
+        ts, kind, f = ev
+        if kind == "name":
+            self.why.names[f[0]] = f[1]
+            return
+        if kind == "clock":
+            self.clock.set(ts, f[0])
+            # The tracer's clock against ours, for draining while idle.
+            self.skew = ts - time.monotonic_ns()
+            return
+        heapq.heappush(self.heap, (ts, self.seq, kind, f))
+        self.seq += 1
+        self.newest = max(self.newest, ts)
+        self.drain(self.newest - REORDER_NS)
+
+    def drain(self, upto: Optional[int] = None) -> None:
+        while self.heap and (upto is None or self.heap[0][0] <= upto):
+            ts, _s, kind, f = heapq.heappop(self.heap)
+            b = self.why.feed("node", ts, kind, *f)
+            if b is not None:
+                self.spans += 1
+                self.span(b)
+
+    def wanted(self, b: why_rules.Breakdown) -> bool:
+        a = self.args
+        return bool(b.duration >= a.threshold * 1_000_000
+                    and (not a.pid or b.pid in a.pid)
+                    and (not a.tag or b.tag in a.tag))
+
+    def span(self, b: why_rules.Breakdown) -> None:
+        if not self.wanted(b):
+            return
+        self.slow.append(b)
+        self.slow_count += 1
+        if len(self.slow) > 2 * self.args.top + 1000:
+            # The summary needs the slowest --top only.
+            self.slow = sorted(self.slow, key=lambda b: -b.duration)[:self.args.top]
+        if self.timeline is not None:
+            self.timeline.add(b)
+        if self.args.json:
+            self.out.write(json.dumps(b.as_json()) + "\n")
+        else:
+            self.out.write("\n".join(b.lines(self.clock)) + "\n\n")
+        self.out.flush()
+
+    def files(self) -> int:
+        """Writes --trace and --folded; returns 0, or 5 when one failed."""
+        rc = 0
+        if self.timeline is None:
+            return 0
+        writes: list[tuple[str, Callable[[str], str]]] = [(path, self.timeline.write) for path in self.args.trace]
+        if self.args.folded:
+            writes.append((self.args.folded, self.timeline.write_folded))
+        for path, write in writes:
+            try:
+                sys.stderr.write(write(path) + "\n")
+            except (OSError, timelines.TraceError) as e:
+                sys.stderr.write("dtrace-slow-spans: %s not written: %s\n" % (path, e))
+                rc = 5
+        return rc
+
+    def summary(self) -> None:
+        if self.args.json:
+            return
+        w = self.out.write
+        w("%d spans ended, %d over %g ms%s.\n" % (
+            self.spans, self.slow_count, self.args.threshold,
+            "; bpftrace lost %d events: some breakdowns are short" % self.lost if self.lost else ""))
+        if self.slow:
+            w("The %d slowest, with their causes:\n" % min(self.args.top, len(self.slow)))
+            for b in sorted(self.slow, key=lambda b: -b.duration)[:self.args.top]:
+                ns, cause = b.cause()
+                w("  %10.2f ms  %-16s tag %-24s %-14s %s%s\n" % (
+                    b.duration / 1e6, b.kind, json.dumps(b.tag) if b.tag is not None else "(none)",
+                    b.named(b.pid), cause, " (%.2f ms)" % (ns / 1e6) if b.complete else ""))
+        self.out.flush()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="dtrace-slow-spans",
+                                description="Why was a span slow: a breakdown of every slow span, live")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("-p", dest="os_pid", type=int, help="OS pid of the BEAM node (beam.smp)")
+    src.add_argument("--events", help="read slow-spans.bt's output from this file (- for stdin)")
+    src.add_argument("--node", help="the node's name (with --function): reached through dtrace-attach")
+    p.add_argument("--function", action="append", default=[],
+                   help="with --node: spans of each outermost call of this function (repeatable)")
+    p.add_argument("--cookie", help="with --node: the node's cookie (prefer --cookie-file)")
+    p.add_argument("--cookie-file", help="with --node: a file whose first line is the node's cookie")
+    p.add_argument("--threshold", type=float, default=10.0, help="slow means at least this many ms (default 10)")
+    p.add_argument("--top", type=int, default=10, help="slowest spans in the summary (default 10)")
+    p.add_argument("--pid", action="append", default=[], help="only spans of this Erlang pid (repeatable)")
+    p.add_argument("--tag", action="append", default=[], help="only spans with this user tag (repeatable)")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--json", action="store_true", help="one JSON object per slow span, no summary")
+    p.add_argument("--trace", metavar="FILE", action="append", default=[],
+                   help="at the end, write the slow spans as a trace: FILE.json Chrome's JSON, "
+                   "else Perfetto's protobuf (repeatable)")
+    p.add_argument("--folded", metavar="FILE", help="at the end, write a flame graph's folded stacks")
+    p.add_argument("--tracer", choices=["bpftrace", "dtrace", "stap"], default="bpftrace",
+                   help="bpftrace (slow-spans.bt, default), DTrace (slow-spans.d through dtrace-d) "
+                   "or SystemTap (slow-spans.stp)")
+    p.add_argument("--stap-module", metavar="KO",
+                   help="run this module, compiled from slow-spans.stp, with staprun (implies --tracer stap)")
+    args = p.parse_args(argv)
+    if args.stap_module:
+        args.tracer = "stap"
+    if args.node:
+        if not args.function:
+            p.error("--node needs --function")
+        attach = [priv("bin", "dtrace-attach"), args.node]
+        if args.cookie_file:
+            attach += ["--cookie-file", args.cookie_file]
+        elif args.cookie:
+            attach += ["--cookie", args.cookie]
+        out = subprocess.run(attach + [a for f in args.function for a in ("--function", f)],
+                             stdout=subprocess.PIPE, universal_newlines=True)
+        sys.stderr.write(out.stdout)
+        pids = [line.split("OS pid ")[1].split(")")[0].split(",")[0]
+                for line in out.stdout.splitlines() if "OS pid " in line]
+        if out.returncode != 0:
+            return 3
+        if not pids:
+            # The node had the library already: dtrace-attach printed the
+            # functions only; ask it for the pid.
+            st = subprocess.run(attach + ["--status"], stdout=subprocess.PIPE, universal_newlines=True)
+            pids = [line.split("OS pid ")[1].split(")")[0] for line in st.stdout.splitlines() if "OS pid " in line]
+        if not pids:
+            sys.stderr.write("dtrace-slow-spans: dtrace-attach did not name %s's OS pid\n" % args.node)
+            return 3
+        args.os_pid = int(pids[0])
+        try:
+            return trace(args)
+        finally:
+            subprocess.run(attach + ["--function", "none"], stdout=subprocess.DEVNULL)
+    elif args.function:
+        p.error("--function needs --node")
+    return trace(args)
+
+
+def trace(args: argparse.Namespace) -> int:
+    run = Run(args, sys.stdout)
+    if args.events:
+        if args.events == "-":
+            for line in sys.stdin:
+                run.line(line)
+        else:
+            with open(args.events, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    run.line(line)
+        run.drain()
+        run.summary()
+        return run.files()
+    if args.tracer == "bpftrace":
+        # Through priv/bin/dtrace-bpftrace, which runs $BPFTRACE (or bpftrace)
+        # and, before bpftrace 0.24, reads span__end's outcome (arg6).
+        tool = os.environ.get("BPFTRACE", "bpftrace")
+        cmd = [priv("bin", "dtrace-bpftrace"), "-p", str(args.os_pid), priv("bpftrace", "slow-spans.bt")]
+    elif args.tracer == "dtrace":
+        tool = os.environ.get("DTRACE", "dtrace")
+        cmd = [priv("bin", "dtrace-d"), "-p", str(args.os_pid), "-q", "-s", priv("dtrace", "slow-spans.d")]
+    elif args.stap_module:
+        tool = os.environ.get("STAPRUN", "staprun")
+        cmd = [tool, "-x", str(args.os_pid), args.stap_module]
+    else:
+        lib = mapped_library(args.os_pid)
+        if lib is None:
+            sys.stderr.write("dtrace-slow-spans: OS pid %d has no %s mapped (priv/bin/dtrace-doctor %d says why)\n"
+                             % (args.os_pid, LIB, args.os_pid))
+            return 3
+        tool = os.environ.get("STAP", "stap")
+        cmd = [tool, "-x", str(args.os_pid), priv("systemtap", "slow-spans.stp"), lib]
+    # A span prints several lines: a larger output buffer than bpftrace's
+    # default (64 pages per CPU) loses fewer of them on a busy node.
+    env = dict(os.environ)
+    env.setdefault("BPFTRACE_PERF_RB_PAGES", "1024")
+    try:
+        # SIGINT at its default in the tracer: ignored on entry here (a
+        # job started in the background by a non-interactive shell), it
+        # would stay ignored in DTrace, which then never stops on the
+        # SIGINT this script sends it.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, env=env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    except OSError as e:
+        sys.stderr.write("dtrace-slow-spans: cannot run %s: %s\n" % (tool, e))
+        return 3
+    stop = {"now": False}
+
+    def on_signal(_sig: int, _frm: Optional[FrameType]) -> None:
+        stop["now"] = True
+        try:
+            proc.send_signal(signal.SIGINT)
+        except OSError:
+            pass
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if args.duration:
+        signal.signal(signal.SIGALRM, on_signal)
+        signal.setitimer(signal.ITIMER_REAL, args.duration)
+    started = False
+    # An event older than the reorder window is final even when no later
+    # line comes (an idle node), so it is drained on a timer too, on the
+    # tracer's clock (its first line, T, gives it against ours).
+    assert proc.stdout is not None
+    fd, buf = proc.stdout.fileno(), b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                line = raw.decode("utf-8", "replace")
+                if line.startswith("Attaching "):
+                    continue
+                if line.startswith("T\t") and not started:
+                    started = True
+                    sys.stderr.write("Tracing spans of OS pid %d with %s, slow >= %g ms... Ctrl-C to end.\n"
+                                     % (args.os_pid, args.tracer, args.threshold))
+                run.line(line)
+        if run.skew is not None:
+            run.drain(time.monotonic_ns() + run.skew - REORDER_NS)
+    if buf:
+        run.line(buf.decode("utf-8", "replace"))
+    rc = proc.wait()
+    run.drain()
+    run.summary()
+    if not started and rc != 0:
+        sys.stderr.write("dtrace-slow-spans: %s exited with status %d before tracing\n" % (args.tracer, rc))
+        return 3
+    return run.files()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

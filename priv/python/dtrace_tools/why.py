@@ -1,0 +1,437 @@
+"""why: why was a span slow. The rules, written once, shared by
+dtrace-slow-spans (slow_spans: events from bpftrace, live) and
+dtrace-recorder-report (events from a flight-recorder snapshot, in its
+model, report_model).
+
+Feed it the events of one node or several in time order (`feed`); each
+span end returns a Breakdown of that span. The events (`kind`, then the
+fields), nanoseconds on one clock:
+
+    span_begin  pid span_id parent_id kind tag
+    span_end    pid span_id duration_ns [info [outcome]]
+    out         pid mfa             the process is scheduled out in mfa
+    hibernate   pid mfa             ... to hibernate
+    in          pid mfa             ... and in again, to run mfa
+    gc_start    pid                 a collection (minor or major) starts
+    gc_end      pid
+    queued      pid                 a message was queued to pid
+    send        sender receiver
+    call        pid mfa             function probes (dtrace:function_probes/1)
+    return      pid mfa
+    file_start  key command user_tag  dtrace_file's operation `key' starts
+    file_end    key
+
+The rules (this docstring is where they are written; docs/operators.md,
+"Why was it slow", shows them at work), over the span's own
+process from its begin to its end:
+
+  - GC: the time between a collection's start and end, and the
+    scheduled-out time that is the collection's: an interval a collection
+    falls in, and the two around a collection the process came into
+    straight from being out and left straight into being out again, in
+    the same function (the one that asked for the collection). A
+    large heap's collection runs on a dirty CPU scheduler: the process is
+    scheduled out to move there (waiting for a free one) and again to come
+    back, and those waits are part of what the collection cost the
+    request.
+  - scheduled out: the time between `out' (or `hibernate') and the next
+    `in', other than the above. Each such interval is put under the function the
+    process was scheduled in to run again, which is where it waited:
+    `timer:sleep/1', `gen:do_call/4' (a gen_server call), and so on. The
+    process that sent the last message to it while it was out is named
+    as the one that woke it ("woken by"), and the one it last sent a
+    message to before it went out as the one it waited on ("waiting on"):
+    for a gen_server call, the server (its reply goes to an alias, which
+    names no process: the waker is then not known).
+  - file I/O: dtrace_file operations under the span's user tag, inside
+    the span. Where they overlap the process's scheduled-out time, that
+    time is file I/O, not scheduled out (file operations run on dirty
+    I/O schedulers; a process does not run while it waits for one).
+  - on CPU: the rest (the duration less GC, scheduled out and file I/O).
+  - messages received: `queued' events to the process.
+  - slowest calls: call-to-return times of the functions the operator
+    gave to dtrace:function_probes/1, when any.
+  - the cause: the largest of on CPU, GC, file I/O and each function
+    scheduled out in.
+
+Limits: the process is taken to be on CPU at the span's begin (it is:
+it is running span_begin). Events the tracer lost or the recorder's
+ring buffer overwrote make a breakdown short: `complete' says whether
+the span's begin was seen. Per process, at most MAX_EVENTS events are
+kept for an open span; past that the span is marked truncated.
+"""
+
+import json
+from typing import Any, Callable, Optional
+
+# A process's pid text, "<0.90.0>" (None: a snapshot's event without one).
+Pid = Optional[str]
+# An interval (start, end) in ns.
+Interval = tuple[int, int]
+
+MAX_EVENTS = 200_000
+# Intervals of each kind a breakdown keeps for a trace file (the totals
+# above count them all).
+MAX_DETAIL = 10_000
+# file operations kept for spans that end later, in ns
+FILE_KEEP_NS = 600 * 1_000_000_000
+
+# OTP's efile_drv command numbers (dtrace_file's module documentation).
+COMMANDS = {1: "OPEN", 2: "READ", 3: "LSEEK", 4: "WRITE", 5: "FSTAT", 6: "PWD", 7: "READDIR",
+            8: "CHDIR", 9: "FSYNC", 10: "MKDIR", 11: "DELETE", 12: "RENAME", 13: "RMDIR",
+            14: "TRUNCATE", 15: "READ_FILE", 16: "WRITE_INFO", 19: "LSTAT", 20: "READLINK",
+            21: "LINK", 22: "SYMLINK", 23: "CLOSE", 24: "PWRITEV", 25: "PREADV", 29: "READ_LINE",
+            30: "FDATASYNC", 31: "FADVISE"}
+
+
+class Breakdown:
+    """Where one span's time went (all times in ns)."""
+
+    def __init__(self, node: str, pid: Pid, span_id: Optional[int], parent_id: Optional[int],
+                 kind: Optional[str], tag: Optional[str], begin: int, end: int, complete: bool,
+                 truncated: bool, outcome: str = "ok") -> None:
+        self.node, self.pid, self.span_id, self.parent_id = node, pid, span_id, parent_id
+        self.outcome = outcome  # "ok", or "error", "exit", "throw": the span raised
+        self.kind, self.tag, self.begin, self.end = kind, tag, begin, end
+        self.complete, self.truncated = complete, truncated
+        self.duration = end - begin
+        # The events counted run to the span's end event (the duration,
+        # measured in Erlang between the two, is a little shorter).
+        self.window_end = end
+        self.gc = 0
+        self.gcs = 0
+        self.scheduled_out = 0
+        self.out_in: dict[str, int] = {}        # mfa -> ns
+        self.woken_by: dict[str, Pid] = {}      # mfa -> pid of the last waker
+        self.waiting_on: dict[str, Pid] = {}    # mfa -> what it last sent a message to before
+        self.file_io = 0
+        self.file_ops: dict[str, list[int]] = {}  # command -> [count, ns]
+        self.messages = 0
+        self.calls: list[tuple[int, str]] = []   # [(ns, mfa)], slowest first
+        self.on_cpu = 0
+        # [(start, end, "out" | "gc", mfa)], for a timeline
+        self.intervals: list[tuple[int, int, str, Optional[str]]] = []
+        # For a trace file (timeline), each at most MAX_DETAIL:
+        # [(start, end, mfa, woken_by, waiting_on)], scheduled out
+        self.outs: list[tuple[int, int, str, Pid, Pid]] = []
+        self.file_intervals: list[tuple[int, int, str]] = []  # [(start, end, command)], inside the span
+        self.sends: list[tuple[int, Pid, Pid]] = []  # [(ts, sender, receiver)], to or from the process
+        self.call_intervals: list[tuple[int, int, str]] = []  # [(start, end, mfa)], function probes' calls
+        self.names: dict[Pid, str] = {}  # pid -> its name (dtrace_process__name), where known
+
+    def named(self, pid: Pid) -> Pid:
+        """A pid with its name, where the node named it: `<0.1.0> (name)`."""
+        name = self.names.get(pid)
+        return "%s (%s)" % (pid, name) if name else pid
+
+    def _who(self, mfa: str) -> str:
+        text = ""
+        if mfa in self.waiting_on:
+            text += ", waiting on %s" % self.named(self.waiting_on[mfa])
+        if mfa in self.woken_by:
+            text += ", woken by %s" % self.named(self.woken_by[mfa])
+        return text
+
+    def causes(self) -> list[tuple[int, str]]:
+        """Every component, largest first: (ns, text)."""
+        parts = [(self.on_cpu, "on CPU"), (self.gc, "GC")]
+        if self.file_io:
+            ops = ", ".join("%s x%d" % (c, n) for c, (n, _) in sorted(self.file_ops.items(), key=lambda kv: -kv[1][1]))
+            parts.append((self.file_io, "file I/O (%s)" % ops))
+        for mfa, ns in self.out_in.items():
+            text = "scheduled out in %s" % mfa + self._who(mfa)
+            parts.append((ns, text))
+        return sorted(parts, key=lambda p: -p[0])
+
+    def cause(self) -> tuple[int, str]:
+        if not self.complete:
+            return 0, "unknown: the span began before the events do"
+        ns, text = self.causes()[0]
+        return ns, text
+
+    def as_json(self) -> dict[str, Any]:
+        return {"node": self.node, "pid": self.pid, "name": self.names.get(self.pid), "span_id": self.span_id,
+                "parent_id": self.parent_id,
+                "kind": self.kind, "tag": self.tag, "begin_ns": self.begin, "duration_ns": self.duration,
+                "on_cpu_ns": self.on_cpu, "gc_ns": self.gc, "gcs": self.gcs,
+                "scheduled_out_ns": self.scheduled_out,
+                "scheduled_out_in": [{"mfa": m, "ns": ns, "woken_by": self.woken_by.get(m),
+                                      "waiting_on": self.waiting_on.get(m)}
+                                     for m, ns in sorted(self.out_in.items(), key=lambda kv: -kv[1])],
+                "file_io_ns": self.file_io,
+                "file_ops": {c: {"count": n, "ns": ns} for c, (n, ns) in self.file_ops.items()},
+                "messages_received": self.messages,
+                "slowest_calls": [{"mfa": m, "ns": ns} for ns, m in self.calls],
+                "cause": self.cause()[1], "cause_ns": self.cause()[0],
+                "complete": self.complete, "truncated": self.truncated, "outcome": self.outcome}
+
+    def lines(self, clock: Callable[[int], str], top: int = 5) -> list[str]:
+        """The breakdown as text lines; clock(ns) gives the time of day."""
+        def ms(ns: int) -> str:
+            return "%.2f ms" % (ns / 1e6)
+        cause_ns, cause = self.cause()
+        share = 100.0 * cause_ns / self.duration if self.duration else 0.0
+        out = ["%s slow span: %s %s, tag %s, pid %s (span %s)" % (
+            clock(self.begin), self.kind, ms(self.duration),
+            json.dumps(self.tag) if self.tag is not None else "(none)", self.named(self.pid), self.span_id)
+            + (" FAILED: %s" % self.outcome if self.outcome != "ok" else "")]
+        if not self.complete:
+            # The tracer started (or the ring buffer begins) inside it.
+            out.append("    cause: %s" % cause)
+            return out
+        out.append("    cause: %s, %s (%.0f%%)" % (cause, ms(cause_ns), share))
+        out.append("    on CPU             %12s" % ms(self.on_cpu))
+        out.append("    GC                 %12s  (%d collections)" % (ms(self.gc), self.gcs))
+        out.append("    scheduled out      %12s" % ms(self.scheduled_out))
+        for mfa, ns in sorted(self.out_in.items(), key=lambda kv: -kv[1])[:top]:
+            out.append("        %-40s %12s%s" % (mfa, ms(ns), self._who(mfa)))
+        if len(self.out_in) > top:
+            out.append("        ... %d more functions" % (len(self.out_in) - top))
+        if self.file_ops:
+            ops = ", ".join("%s x%d %s" % (c, n, ms(ns)) for c, (n, ns)
+                            in sorted(self.file_ops.items(), key=lambda kv: -kv[1][1]))
+            out.append("    file I/O (tag)     %12s  (%s)" % (ms(self.file_io), ops))
+        else:
+            out.append("    file I/O (tag)     %12s" % "none")
+        out.append("    messages received  %12d" % self.messages)
+        if self.calls:
+            out.append("    slowest calls      %s" % ", ".join("%s %s" % (m, ms(ns)) for ns, m in self.calls[:top]))
+        if self.truncated:
+            out.append("    (more than %d events in the span: the breakdown covers the first ones)" % MAX_EVENTS)
+        return out
+
+
+# An open span: (begin ts, parent, kind, tag).
+OpenSpan = tuple[int, Optional[int], Optional[str], Optional[str]]
+# A logged event: (ts, kind, argument): the mfa, (sender, receiver) or None.
+LogEntry = tuple[int, str, Any]
+# A finished file operation: (node, start, end, command, tag).
+FileOp = tuple[str, int, int, str, str]
+
+
+class _Proc:
+    __slots__ = ("open", "log", "truncated")
+
+    def __init__(self) -> None:
+        self.open: dict[Optional[int], OpenSpan] = {}  # span_id -> (begin ts, parent, kind, tag)
+        self.log: list[LogEntry] = []  # [(ts, kind, arg)] since the outermost open span began
+        self.truncated = False
+
+
+class Why:
+    """The rules over a stream of events in time order."""
+
+    def __init__(self) -> None:
+        self.procs: dict[tuple[str, Pid], _Proc] = {}
+        # (node, key) -> [start, end, command, tag]
+        self.files: dict[tuple[str, Any], tuple[int, str, Optional[str]]] = {}
+        self.done_files: list[FileOp] = []
+        self.names: dict[Pid, str] = {}  # pid -> name, from dtrace_process__name (one node)
+
+    def feed(self, node: str, ts: int, kind: str, *f: Any) -> Optional[Breakdown]:
+        """One event; returns a Breakdown at a span end, else None."""
+        if kind == "span_begin":
+            pid, span_id, parent, skind, tag = f
+            p = self.procs.get((node, pid))
+            if p is None:
+                p = self.procs[(node, pid)] = _Proc()
+            p.open[span_id] = (ts, parent, skind, tag)
+            return None
+        if kind == "span_end":
+            pid, span_id, duration = f[:3]
+            info = f[3] if len(f) > 3 else None
+            outcome = f[4] if len(f) > 4 and f[4] else "ok"
+            return self._end(node, ts, pid, span_id, duration, info, outcome)
+        if kind in ("file_start", "file_end"):
+            self._file(node, ts, kind, f)
+            return None
+        if kind == "send":
+            sender, receiver = f
+            for who in {sender, receiver}:
+                p = self.procs.get((node, who))
+                if p is not None and p.open:
+                    self._log(p, ts, "send", (sender, receiver))
+            return None
+        p = self.procs.get((node, f[0]))
+        if p is not None and p.open:
+            self._log(p, ts, kind, f[1] if len(f) > 1 else None)
+        return None
+
+    @staticmethod
+    def _log(p: _Proc, ts: int, kind: str, arg: Any) -> None:
+        if len(p.log) < MAX_EVENTS:
+            p.log.append((ts, kind, arg))
+        else:
+            p.truncated = True
+
+    def _file(self, node: str, ts: int, kind: str, f: tuple[Any, ...]) -> None:
+        if kind == "file_start":
+            key, command, tag = f
+            self.files[(node, key)] = (ts, COMMANDS.get(command, "CMD%s" % command), tag)
+        else:
+            op = self.files.pop((node, f[0]), None)
+            if op is not None and op[2] is not None:
+                self.done_files.append((node, op[0], ts, op[1], op[2]))
+                if len(self.done_files) > 4096:
+                    horizon = ts - FILE_KEEP_NS
+                    self.done_files = [d for d in self.done_files if d[2] >= horizon]
+
+    def _end(self, node: str, ts: int, pid: Pid, span_id: Optional[int], duration: int,
+             info: Optional[tuple[Optional[int], Optional[str], Optional[str]]],
+             outcome: str = "ok") -> Breakdown:
+        p = self.procs.get((node, pid))
+        opened = p.open.pop(span_id, None) if p is not None else None
+        if opened is not None:
+            begin, parent, skind, tag = opened
+            complete = True
+        else:
+            # The begin was not seen (the tracer started later, or the ring
+            # buffer overwrote it): the end says when it began.
+            begin = ts - duration
+            parent, skind, tag = info if info is not None else (0, "?", None)
+            complete = False
+        b = Breakdown(node, pid, span_id, parent, skind, tag, begin, begin + duration, complete,
+                      p.truncated if p is not None else False, outcome)
+        b.names = self.names
+        b.window_end = max(ts, begin + duration)
+        log = p.log if p is not None else []
+        self._compute(b, log, node)
+        if p is not None and not p.open:
+            del self.procs[(node, pid)]
+        elif p is not None:
+            # Keep what open spans still need: events since the oldest.
+            oldest = min(o[0] for o in p.open.values())
+            p.log = [e for e in p.log if e[0] >= oldest]
+        return b
+
+    def _compute(self, b: Breakdown, log: list[LogEntry], node: str) -> None:
+        lo, hi = b.begin, b.window_end
+        gcs: list[Interval] = []
+        outs: list[tuple[int, int, str, Pid, Pid]] = []
+        gc_outs: list[Interval] = []  # scheduled-out intervals that are a collection's
+        gc_start: Optional[int] = None
+        prev: Optional[str] = None  # the previous scheduling or GC event
+        out_after_gc = False
+        closed_out = False      # the last `in' closed an interval of outs
+        # that interval, when a collection followed it
+        before: Optional[tuple[int, int, str, Pid, Pid]] = None
+        out_start: Optional[int] = None
+        waker: Pid = None
+        sent_to: Pid = None
+        waiting_on: Pid = None
+        calls: dict[str, list[int]] = {}
+        for ts, kind, arg in log:
+            if ts < lo or ts > hi:
+                continue
+            if kind == "gc_start":
+                gc_start = ts
+                # Back from being out straight into a collection: that
+                # interval is the collection's if the process also goes
+                # out straight from its end (a dirty scheduler's GC).
+                before = outs[-1] if prev == "in" and closed_out else None
+            elif kind == "gc_end":
+                if gc_start is not None:
+                    gcs.append((gc_start, ts))
+                    gc_start = None
+            elif kind in ("out", "hibernate"):
+                if out_start is None:
+                    out_start, waker, waiting_on = ts, None, sent_to
+                    out_after_gc = (prev == "gc_end" and before is not None and bool(outs)
+                                    and outs[-1] is before and arg == before[2])
+                    if out_after_gc:
+                        gc_outs.append(outs.pop()[:2])
+            elif kind == "in":
+                closed_out = False
+                if out_start is not None:
+                    if out_after_gc:
+                        gc_outs.append((out_start, ts))
+                    else:
+                        outs.append((out_start, ts, arg, waker, waiting_on))
+                        closed_out = True
+                out_start, waker, sent_to, out_after_gc = None, None, None, False
+            elif kind == "send":
+                sender, receiver = arg
+                if len(b.sends) < MAX_DETAIL:
+                    b.sends.append((ts, sender, receiver))
+                if receiver == b.pid and out_start is not None:
+                    waker = sender
+                elif sender == b.pid:
+                    sent_to = receiver
+            elif kind == "queued":
+                b.messages += 1
+            elif kind == "call":
+                calls.setdefault(arg, []).append(ts)
+            elif kind == "return":
+                starts = calls.get(arg)
+                if starts:
+                    start = starts.pop()
+                    b.calls.append((ts - start, arg))
+                    if len(b.call_intervals) < MAX_DETAIL:
+                        b.call_intervals.append((start, ts, arg))
+            if kind in ("gc_start", "gc_end", "out", "hibernate", "in"):
+                prev = kind
+        if gc_start is not None:
+            gcs.append((gc_start, hi))
+        if out_start is not None:
+            outs.append((out_start, hi, "(still out at the end)", waker, waiting_on))
+        # A collection inside a scheduled-out interval ran on a dirty
+        # scheduler: the whole interval is GC (the rules above).
+        gc_outs += [(s, e) for s, e, _m, _w, _o in outs if _overlap(s, e, gcs) > 0]
+        outs = [o for o in outs if _overlap(o[0], o[1], gcs) == 0]
+        collections = len(gcs)
+        gcs = gcs + gc_outs
+        b.intervals = sorted([(s, e, "gc", None) for s, e in gcs]
+                             + [(s, e, "out", m) for s, e, m, _w, _o in outs])
+        b.outs = outs[:MAX_DETAIL]
+        files = [(max(s, lo), min(e, hi), c) for (n, s, e, c, t) in self.done_files
+                 if n == node and t == b.tag and b.tag is not None and s < hi and e > lo]
+        b.file_intervals = files[:MAX_DETAIL]
+        b.gc = _union(gcs)
+        b.gcs = collections
+        for s, e, c in files:
+            ent = b.file_ops.setdefault(c, [0, 0])
+            ent[0] += 1
+            ent[1] += e - s
+        file_spans = [(s, e) for s, e, _c in files]
+        for s, e, mfa, w, on in outs:
+            ns = (e - s) - _overlap(s, e, gcs)
+            ns -= _overlap(s, e, file_spans) - _overlap3(s, e, file_spans, gcs)
+            if ns <= 0:
+                continue
+            b.scheduled_out += ns
+            b.out_in[mfa] = b.out_in.get(mfa, 0) + ns
+            if w is not None:
+                b.woken_by[mfa] = w
+            if on is not None:
+                b.waiting_on[mfa] = on
+        b.file_io = _union(file_spans) - _overlap_sets(file_spans, gcs)
+        b.on_cpu = max(0, b.duration - b.gc - b.scheduled_out - b.file_io)
+        b.calls.sort(key=lambda c: -c[0])
+
+
+def _merge(iv: list[Interval]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def _union(iv: list[Interval]) -> int:
+    return sum(e - s for s, e in _merge(iv))
+
+
+def _overlap(s: int, e: int, iv: list[Interval]) -> int:
+    """Length of [s, e] covered by the intervals iv."""
+    return sum(max(0, min(e, b) - max(s, a)) for a, b in _merge(iv))
+
+
+def _overlap3(s: int, e: int, iv1: list[Interval], iv2: list[Interval]) -> int:
+    """Length of [s, e] covered by both iv1 and iv2."""
+    return sum(_overlap(max(s, a), min(e, b), iv2) for a, b in _merge(iv1) if min(e, b) > max(s, a))
+
+
+def _overlap_sets(iv1: list[Interval], iv2: list[Interval]) -> int:
+    return sum(_overlap(a, b, iv2) for a, b in _merge(iv1))
