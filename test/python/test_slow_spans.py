@@ -158,3 +158,26 @@ def test_clock() -> None:
 
 def test_a_process_without_the_library() -> None:
     assert slow_spans.mapped_library(os.getpid()) is None
+
+
+def test_a_live_tracer_its_stderr_read(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bpftrace 0.24 and later say "Attached N probes" and "Lost N events"
+    on stderr: the attach line is dropped, the loss counted, and any other
+    line of the tracer's own passed on to ours."""
+    fake = tmp_path / "bpftrace"
+    fake.write_text("#!/bin/sh\n"
+                    "[ \"$1\" = --version ] && { echo 'bpftrace v0.27.1'; exit 0; }\n"
+                    "echo 'Attached 12 probes' >&2\n"
+                    "echo 'WARNING: a warning of its own' >&2\n"
+                    "cat '%s'\n"
+                    "echo 'Lost 7 events' >&2\n" % FIXTURE)
+    fake.chmod(0o755)
+    monkeypatch.setenv("BPFTRACE", str(fake))
+    rc = slow_spans.main(["-p", str(os.getpid()), "--threshold", "5", *PLANTED])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert "req-2" in out
+    assert "bpftrace lost 7 events" in out
+    assert "WARNING: a warning of its own" in err
+    assert "Attached" not in out + err

@@ -411,7 +411,7 @@ def check_application(pid: int, maps: Optional[list[Mapping]]) -> None:
     elif m:
         say("warn", "application", "the VM probes are in manual mode: they fire only for processes traced "
             "with {tracer, dtrace, []}", "dtrace:vm_probes(auto) in the node")
-    elif "Attaching" in text:
+    elif "Attach" in text:  # "Attaching N probes..." before bpftrace 0.24, "Attached N probes" after
         say("warn", "application", "the library is mapped but the dtrace application does not run (stopped, "
             "or unloaded by hand): nothing answered dtrace_vm__mode in %d s, so VM probes, function spans "
             "and process names do not fire, and user probes only while the dtrace module is loaded"

@@ -46,8 +46,9 @@ and at the end turns the function spans off again (dtrace-attach NODE
 Environment: BPFTRACE, the bpftrace to run (default: bpftrace on PATH);
 DTRACE, the dtrace priv/bin/dtrace-d runs (on Debian 12: scripts/dtrace-sid.sh);
 STAP and STAPRUN, SystemTap's programs (default: on PATH);
-BPFTRACE_PERF_RB_PAGES, bpftrace's output buffer per CPU (default here 1024
-pages, 4 MiB: a span prints several lines).
+BPFTRACE_PERF_RB_PAGES, bpftrace's output buffer before 0.25, per CPU
+(default here 1024 pages, 4 MiB: a span prints several lines; 0.25 and
+later size one larger buffer themselves).
 Exit status: 0 done, 2 bad arguments, 3 the tracer failed to start, 5 a
 --trace or --folded file could not be written (the breakdowns were printed).
 """
@@ -57,6 +58,7 @@ import datetime
 import heapq
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -149,6 +151,24 @@ def parse(line: str) -> Optional[Event]:
 
 
 LIB = "dtrace_nif.so"
+
+
+def bpftrace_version(tool: str) -> tuple[int, int]:
+    """(major, minor) that `tool --version` prints, or (0, 0)."""
+    try:
+        out = subprocess.run([tool, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             timeout=30).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return (0, 0)
+    m = re.search(r"v?(\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def tracer_says(line: str) -> bool:
+    """Is `line` the tracer's own, not an event? bpftrace's attach line
+    ("Attaching N probes..." on stdout before 0.24, "Attached N probes" on
+    stderr after), which is dropped; anything else goes to our stderr."""
+    return line.startswith("Attaching ") or line.startswith("Attached ")
 
 
 def mapped_library(os_pid: int) -> Optional[str]:
@@ -362,15 +382,20 @@ def trace(args: argparse.Namespace) -> int:
         tool = os.environ.get("STAP", "stap")
         cmd = [tool, "-x", str(args.os_pid), priv("systemtap", "slow-spans.stp"), lib]
     # A span prints several lines: a larger output buffer than bpftrace's
-    # default (64 pages per CPU) loses fewer of them on a busy node.
+    # default before 0.25 (64 pages per CPU) loses fewer of them on a busy
+    # node; from 0.25 the variable sizes one buffer, smaller than its default.
     env = dict(os.environ)
-    env.setdefault("BPFTRACE_PERF_RB_PAGES", "1024")
+    if args.tracer == "bpftrace" and bpftrace_version(tool) < (0, 25):
+        env.setdefault("BPFTRACE_PERF_RB_PAGES", "1024")
     try:
         # SIGINT at its default in the tracer: ignored on entry here (a
         # job started in the background by a non-interactive shell), it
         # would stay ignored in DTrace, which then never stops on the
         # SIGINT this script sends it.
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, env=env,
+        # The tracer's stderr too: bpftrace 0.24 and later say "Lost N
+        # events" there, which the summary counts.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     except OSError as e:
         sys.stderr.write("dtrace-slow-spans: cannot run %s: %s\n" % (tool, e))
@@ -404,7 +429,10 @@ def trace(args: argparse.Namespace) -> int:
             *lines, buf = buf.split(b"\n")
             for raw in lines:
                 line = raw.decode("utf-8", "replace")
-                if line.startswith("Attaching "):
+                if tracer_says(line):
+                    continue
+                if parse(line) is None and not (line.startswith("Lost ") and "events" in line):
+                    sys.stderr.write(line + "\n")
                     continue
                 if line.startswith("T\t") and not started:
                     started = True
