@@ -43,7 +43,9 @@ mkdir -p "$apt_dir/lists/partial"
 archive=$("$(dirname "$0")/debian-archive.sh")
 # Sid's Release file in a snapshot archive is past its Valid-Until.
 echo "deb-src [check-valid-until=no] $archive $suite main" > "$apt_dir/sources.list"
-apt_opts="-o Dir::Etc::sourcelist=$apt_dir/sources.list -o Dir::Etc::sourceparts=- -o Dir::State::Lists=$apt_dir/lists"
+# No default release: the roots of scripts/guest.sh set one, which apt
+# refuses when only source indexes are configured.
+apt_opts="-o Dir::Etc::sourcelist=$apt_dir/sources.list -o Dir::Etc::sourceparts=- -o Dir::State::Lists=$apt_dir/lists -o APT::Default-Release="
 uris() {
     # shellcheck disable=SC2086 # the options are meant to split
     apt-get $apt_opts source --print-uris "$pkg" 2>/dev/null | grep "\.orig\.tar" | head -1
