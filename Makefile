@@ -5,27 +5,10 @@ REBAR3 ?= rebar3
 CARGO  ?= cargo
 MIX    ?= mix
 
-# OTP=27: the same targets with OTP 27.3.4.1, Elixir 1.18.3 and PropEr
-# 1.5.0, built from Debian 13's sources into /var/cache/dtrace-toolchains by
-# scripts/otp27.sh on first use (about 13 minutes), in build directories
-# of their own (_build/otp27, _build/otp27_mix). OTP= (default): the
-# system's OTP.
-OTP ?=
 N ?= 5
 SUITES ?=
-ifeq ($(OTP),27)
-OTP_BIN := $(shell scripts/otp27.sh)
-ifeq ($(OTP_BIN),)
-$(error scripts/otp27.sh could not build OTP 27)
-endif
-export PATH := $(OTP_BIN):$(PATH)
-export REBAR_BASE_DIR := $(CURDIR)/_build/otp27
-export MIX_BUILD_ROOT := $(CURDIR)/_build/otp27_mix
-else ifneq ($(OTP),)
-$(error OTP=$(OTP): only OTP=27 (or the system OTP, OTP unset) is known)
-endif
 
-.PHONY: all deps build nif dist check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist check python-check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -40,40 +23,36 @@ build: deps
 
 # The fast check, while working: formatting, lints, the Rust unit tests
 # (the module-circle test, src/layering.rs, among them), dialyzer and the
-# Erlang modules' circle check, the Elixir tests and the quick Common Test
-# suites (the API's contract, any-term properties, providers, files,
-# robustness): no guest, nothing downloaded. Needs no root (their tracer
-# cases skip without it, and attach bpftrace or gdb as root). Installs no
-# package: run `make test` or scripts/ensure-deps.sh once first.
-CHECK_SUITES := dtrace_contract_SUITE,dtrace_compat_SUITE,dtrace_file_SUITE,dtrace_provider_SUITE,dtrace_spread_SUITE,dtrace_robust_SUITE
+# Erlang modules' circle check, the tools' Python checks, the Elixir tests
+# and the suites that need no root, test/no_root (the API's contract,
+# any-term properties, providers, files, robustness; their tracer cases
+# attach bpftrace or gdb as root and skip without it): no guest, nothing
+# downloaded. Installs no package: run `make test` or
+# scripts/ensure-deps.sh once first.
 check: python-check
-	$(CARGO) fmt --check
-	escript scripts/figures.escript check
-	$(CARGO) clippy --release --all-targets -- -D warnings
-	$(CARGO) test --release
-	MIX_ENV=test $(MIX) test
-	$(REBAR3) dialyzer
-	escript scripts/module-circles.escript $${REBAR_BASE_DIR:-_build}/default/lib/dtrace/ebin
-	REBAR3=$(REBAR3) sh scripts/ct.sh --suite $(CHECK_SUITES)
-
-test: deps python-check
 	@scripts/tracefs.sh
 	$(CARGO) fmt --check
 	escript scripts/figures.escript check
-	$(CARGO) test --release
 	$(CARGO) clippy --release --all-targets -- -D warnings
-	$(CARGO) clippy --release --all-targets --features test-hooks -- -D warnings
-	sh scripts/check-platforms.sh
+	$(CARGO) test --release
 	MIX_ENV=test $(MIX) test
-	$(REBAR3) edoc
 	$(REBAR3) dialyzer
 	escript scripts/module-circles.escript $${REBAR_BASE_DIR:-_build}/default/lib/dtrace/ebin
-	REBAR3=$(REBAR3) sh scripts/ct.sh
+	REBAR3=$(REBAR3) sh scripts/ct.sh --dir test/no_root
+
+# Everything on this host but the guests: make check, then what it leaves
+# out (clippy of the test-hooks build, the other platforms, edoc, and the
+# suites that need root and real tracers, test/root).
+test: deps
+	@$(MAKE) --no-print-directory check
+	$(CARGO) clippy --release --all-targets --features test-hooks -- -D warnings
+	sh scripts/check-platforms.sh
+	$(REBAR3) edoc
+	REBAR3=$(REBAR3) sh scripts/ct.sh --dir test/root
 
 # The tools' Python (priv/python/dtrace_tools), with Debian's packages
 # (setup.cfg configures all three): the lint, the types, the unit tests
 # (test/python). Part of check and test.
-.PHONY: python-check
 python-check:
 	flake8 priv/python test/python test/support test/loads
 	mypy
@@ -90,18 +69,17 @@ test-repeat: deps
 # Debian 13's kernels with their own userland, tracers and OTP
 # (dtrace_kernels_SUITE), and DTrace's DOF in Debian 13's guest with
 # dtprobed (dtrace_dtrace_SUITE:dof_in_guest) (scripts/guest.sh; roots
-# cached in /var/cache/dtrace-guests). Needs root. The beams are built with the OTP
-# this runs with and load in both guests only when that is the oldest,
-# the system's OTP 25: run it without OTP=.
+# cached in /var/cache/dtrace-guests). Needs root. The beams are built with
+# the system's OTP (Debian 12's 25, the oldest: they load in both guests).
 test-kernels: deps
 	$(REBAR3) compile
 	DTRACE_TEST_KERNELS=1 REBAR3=$(REBAR3) sh scripts/ct.sh --suite dtrace_kernels_SUITE,dtrace_dtrace_SUITE
 
-# The library built and tested with a Debian release's own packages in a
+# make test's checks and suites with a Debian release's own packages, in a
 # chroot on this kernel (scripts/userland.sh says what runs; roots cached
 # in /var/cache/dtrace-guests). Needs root. test-trixie: Debian 13 (OTP 27,
 # Rust 1.85, bpftrace 0.23); test-sid: Debian sid (OTP 29, Elixir 1.20,
-# bpftrace 0.27, RabbitMQ 4.3).
+# bpftrace 0.27, LTTng 2.16, RabbitMQ 4.3).
 test-trixie test-sid: test-%: deps
 	@scripts/tracefs.sh
 	sh scripts/userland.sh $*
@@ -131,24 +109,14 @@ bench: deps
 	$(REBAR3) compile
 	sh bench/run.sh
 
-# The realistic-message rows of `make bench` alone (bench/message_bench.erl):
-# prints them and their budgets, writes nothing.
-bench-messages: deps
+# One part of `make bench` alone, printed with its budgets, nothing written:
+# bench-messages (the realistic-message rows, bench/message_bench.erl),
+# bench-attach (function spans, bench/attach_bench.erl), bench-always-on
+# (the flight recorder always on, bench/always_on_bench.erl).
+bench-messages bench-attach bench-always-on: bench-%: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
-	sh bench/run.sh messages
-
-# The function-span rows alone (bench/attach_bench.erl): prints them and
-# their budget, writes nothing.
-bench-attach: deps
-	@scripts/tracefs.sh
-	$(REBAR3) compile
-	sh bench/run.sh attach
-
-# The flight recorder always on, alone (bench/always_on_bench.erl).
-bench-always-on: deps
-	$(REBAR3) compile
-	sh bench/run.sh always_on
+	sh bench/run.sh $(subst -,_,$*)
 
 # The figures README.md, CONTRIBUTING.md and docs/ quote, rewritten from
 # BENCHMARKS.md's table after a `make bench` (make test checks they match).
@@ -158,7 +126,7 @@ figures:
 soak: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
-	sh test/soak.sh
+	sh test/no_root/soak.sh
 
 # After a change to native/dtrace_nif/probes.d: rewrite what is generated
 # from the catalogue (docs/reference.md's tables, src/api/dtrace_efile.hrl, the

@@ -1,8 +1,37 @@
 #!/bin/sh
 # Runs the Common Test suites (rebar3 ct, arguments passed on) and ends with
 # one plain summary line, "ct: N passed, N failed, N skipped", from CT's own
-# closing line. Exits with rebar3's status.
+# closing line. Exits with rebar3's status. The suites are grouped by what
+# they need: test/no_root (make check), test/root (root and real tracers),
+# test/guests (QEMU guests, make test-kernels). In `--suite A,B', a bare
+# suite name (dtrace_vm_SUITE) is found in its group.
+#   sh scripts/ct.sh [--suite NAME,...] [--dir test/GROUP,...] [--case ...]
 set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+# --suite's bare names made paths (rebar3 ct needs them).
+n=$#
+i=0
+while [ "$i" -lt "$n" ]; do
+    a=$1
+    shift
+    i=$((i + 1))
+    if [ "$a" = --suite ] && [ "$i" -lt "$n" ]; then
+        paths=
+        for s in $(echo "$1" | tr ',' ' '); do
+            case $s in
+                */*) p=$s ;;
+                *) p=$(cd "$top" && find test -name "${s%.erl}.erl" | sed 's/\.erl$//' | head -1)
+                   [ -n "$p" ] || { echo "ct: no suite $s under test/" >&2; exit 2; } ;;
+            esac
+            paths="$paths${paths:+,}$p"
+        done
+        shift
+        i=$((i + 1))
+        set -- "$@" --suite "$paths"
+    else
+        set -- "$@" "$a"
+    fi
+done
 # The test artefacts the suites use, built here rather than inside a case:
 # the test-hooks library, then what is cached (guest roots, sid's DTrace,
 # OTP's source), so that no case's deadline includes a build.

@@ -80,8 +80,8 @@ trixie-dtrace|trixie|linux-image-amd64 kmod fuse3 procps erlang-base erlang-runt
 trixie-build|trixie|gcc libc6-dev dtrace/sid libdtrace2/sid
 bookworm-kernel|bookworm|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
 trixie-kernel|trixie|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
-trixie-userland|trixie|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates curl xz-utils procps python3 binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev
-sid-userland|sid|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates curl xz-utils procps python3 binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika dtrace libdtrace2
+trixie-userland|trixie|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates curl xz-utils procps python3 python3-pytest flake8 mypy binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika dtrace/sid libdtrace2/sid
+sid-userland|sid|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates curl xz-utils procps python3 python3-pytest flake8 mypy binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika dtrace libdtrace2
 '
 # Bump when the way roots are built changes (options below, hooks).
 recipe=1

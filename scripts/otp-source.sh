@@ -1,14 +1,13 @@
 #!/bin/sh
 # Downloads, once, the upstream ("orig") source tarball of a Debian source
 # package into the toolchain cache, checks it against the SHA256 sum in the
-# suite's Sources index, and prints its path. What scripts/otp27.sh builds
-# OTP 27, Elixir and PropEr from, and where the suites read OTP's own
+# suite's Sources index, and prints its path. Where the suites read OTP's own
 # example scripts (lib/runtime_tools/examples) and test suites
 # (lib/runtime_tools/test/dyntrace_SUITE.erl) without copying them into the
 # repository.
 #   scripts/otp-source.sh               erlang of trixie (OTP 27.3.4.1)
-#   scripts/otp-source.sh PKG [SUITE]   e.g. elixir-lang, erlang-proper;
-#                                       erlang sid (OTP 29)
+#   scripts/otp-source.sh erlang sid    OTP 29
+#   scripts/otp-source.sh PKG [SUITE]   another source package
 # Cache: $DTRACE_TOOLCHAINS/src (default /var/cache/dtrace-toolchains as
 # root, else ~/.cache/dtrace-toolchains). The suite's deb-src index is kept
 # in a private apt state directory ($cache/apt-SUITE; the machine's own

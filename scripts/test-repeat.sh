@@ -14,7 +14,7 @@ i=1
 while [ "$i" -le "$n" ]; do
     args=
     if [ -n "$suites" ]; then
-        args="--suite $(echo "$suites" | sed 's/ /,/g; s|\([a-z_]*_SUITE\)|test/\1|g')"
+        args="--suite $(echo "$suites" | sed 's/ /,/g')"
     fi
     # shellcheck disable=SC2086 # args is meant to split
     CI=${CI:-true} sh scripts/ct.sh $args > "$out/run$i.log" 2>&1

@@ -16,7 +16,7 @@
 %% - priv/bin/dtrace-doctor on the node, then under kernel lockdown.
 %%
 %% Debian's SystemTap needs a runtime fix for Debian's own current kernels
-%% (4.8 on 6.1.0-50, 5.1 on 6.12's uprobe API): test/guest/stap-build.sh
+%% (4.8 on 6.1.0-50, 5.1 on 6.12's uprobe API): test/guests/stap-build.sh
 %% makes it in the chroot's throw-away layer, as a user would have to.
 %%
 %% Roots (scripts/guest.sh): bookworm-kernel (Debian 12: kernel 6.1, OTP
@@ -25,7 +25,7 @@
 %% host: it compiles the SystemTap modules in a chroot of the root (about
 %% 15 s each natively; under the guest's TCG about 6 minutes), boots the
 %% guest and runs this suite's `guest' group there with the guest's OTP
-%% (test/guest/ct.sh); inside, DTRACE_TEST_GUEST=1. A run-time provider's
+%% (test/guests/ct.sh); inside, DTRACE_TEST_GUEST=1. A run-time provider's
 %% file exists only once the node defined it: the guest asks for its module
 %% through the shared directory (stap/requests/NAME.stp), and the host case,
 %% watching that directory while the guest runs, compiles it and answers
@@ -101,7 +101,7 @@ unavailable(Why) ->
     end.
 
 root() ->
-    filename:dirname(filename:dirname(?FILE)).
+    dtrace_test_catalogue:repo_root().
 
 %%--------------------------------------------------------------------
 %% On the host: one guest per kernel
@@ -154,7 +154,7 @@ guest(Config, Root, Kernel) ->
                               "DTRACE_TEST_TMP=" ++ filename:join(Shared, "tmp"),
                               dtrace_test_tracer:slowdown_env(),
                               "DTRACE_TEST_VERSIONS=" ++ filename:join(Logs, "versions.txt"),
-                              "sh", filename:join([root(), "test", "guest", "ct.sh"]),
+                              "sh", filename:join([root(), "test", "guests", "ct.sh"]),
                               LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
     {Status, Lines} = serve(Port, Root, Shared, Stap, [], erlang:monotonic_time(millisecond) + ?C(2280000) + 60000),
@@ -203,7 +203,7 @@ serve(Port, Root, Shared, Stap, Acc, Deadline) ->
             end
     end.
 
-%% "NAME=SCRIPT:ARG..." for test/guest/stap-build.sh, Script copied to
+%% "NAME=SCRIPT:ARG..." for test/guests/stap-build.sh, Script copied to
 %% Dir/NAME.stp when it is elsewhere.
 stap_module(Dir, Name, Script, Args) ->
     Copy = filename:join(Dir, Name ++ ".stp"),
@@ -215,7 +215,7 @@ stap_module(Dir, Name, Script, Args) ->
 %% task_work_cancel_func, 5.1 on 6.12's uprobe API); ok, or {error, Status}.
 stap_build(Root, Shared, Dir, Modules) ->
     {Status, _Out} = dtrace_test_tracer:build("sh", [guest_sh(), "chroot", Root, "-s", Shared, "--",
-                                                  "sh", filename:join([root(), "test", "guest", "stap-build.sh"]),
+                                                  "sh", filename:join([root(), "test", "guests", "stap-build.sh"]),
                                                   Dir | Modules]),
     case Status of
         0 -> ok;

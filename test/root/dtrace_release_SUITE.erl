@@ -75,7 +75,7 @@ end_per_group(_, _Config) ->
     ok.
 
 checkout() ->
-    filename:dirname(filename:dirname(?FILE)).
+    dtrace_test_catalogue:repo_root().
 
 %%--------------------------------------------------------------------
 
@@ -372,8 +372,8 @@ write(Dir, Name, Text) ->
     ok = filelib:ensure_dir(Path),
     ok = file:write_file(Path, Text).
 
-%% The build directories of this checkout's own run (make test OTP=27 sets
-%% them) must not leak into the consumer projects' builds.
+%% The build directories of this checkout's own run (REBAR_BASE_DIR,
+%% MIX_BUILD_ROOT when set) must not leak into the consumer projects' builds.
 own_build_env() ->
     [{"REBAR_BASE_DIR", false}, {"MIX_BUILD_ROOT", false}, {"MIX_BUILD_PATH", false}].
 

@@ -4,11 +4,11 @@
 # into _build/guest-usdt) registers its probes with dtprobed through
 # /dev/dtrace/helper when it starts; a `dtrace -Z -n 'myprov*:::myprobe'`
 # started before it, naming no pid, must see them fire.
-#   test/guest/usdt.sh             on the host, as root
+#   test/guests/usdt.sh             on the host, as root
 # Exits 0 when DTrace printed the program's probes with their arguments.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
-src=test/guest/usdt
+src=test/guests/usdt
 out=_build/guest-usdt
 
 if [ "${1:-}" != --in-guest ]; then
@@ -22,7 +22,7 @@ if [ "${1:-}" != --in-guest ]; then
         gcc -O2 -I. -I/usr/lib/x86_64-linux-gnu/dtrace/include -c ../../$src/prog.c -o prog.o
         dtrace -xnolibs -G -s ../../$src/prov.d prog.o -o prov.o
         gcc -o prog prog.o prov.o"
-    exec scripts/guest.sh run trixie-dtrace -- sh test/guest/usdt.sh --in-guest
+    exec scripts/guest.sh run trixie-dtrace -- sh test/guests/usdt.sh --in-guest
 fi
 
 now() { date +%s%N; }

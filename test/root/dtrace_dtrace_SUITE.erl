@@ -24,7 +24,7 @@
 %%   library registers its catalogue as DOF at load, and the scripts run as
 %%   shipped (erlang*, no pid), with DTrace's own `dtrace`. Case
 %%   dof_in_guest (make test-kernels, with the other guests) boots the guest (scripts/guest.sh) and runs this suite's
-%%   dof group there with the guest's OTP (test/guest/ct.sh); inside the
+%%   dof group there with the guest's OTP (test/guests/ct.sh); inside the
 %%   guest, where DTRACE_TEST_GUEST=1, all/0 is that group. It adds the
 %%   cases only DOF can pass: a DTrace started before two nodes sees both,
 %%   and a run-time provider is seen as prov*:::.
@@ -126,9 +126,9 @@ end_per_testcase(TC, _Config) when TC =:= dof_in_guest; TC =:= dof_two_nodes_sta
 end_per_testcase(_TC, Config) ->
     dtrace_test_peer:stop_peer(?config(peer, Config), ?config(os_pid, Config)).
 
-%% The project's root (this file is in its test/).
+%% The project's root.
 root() ->
-    filename:dirname(filename:dirname(?FILE)).
+    dtrace_test_catalogue:repo_root().
 
 %% {ok, Wrapper}: the executable scripts/dtrace-sid.sh prints, once it ran
 %% a trivial script; {no, Why} otherwise.
@@ -417,7 +417,7 @@ stop_dtrace(Port, Acc) ->
 %% DOF only
 
 %% On the host: boots the trixie-dtrace guest and runs this suite's dof
-%% group there (test/guest/ct.sh), with OTP's examples extracted here. The
+%% group there (test/guests/ct.sh), with OTP's examples extracted here. The
 %% guest's Common Test logs land in this case's log directory.
 dof_in_guest(Config) ->
     %% First what is cached: the guest's root (scripts/ct.sh built it before
@@ -435,7 +435,7 @@ dof_in_guest(Config) ->
     ok = filelib:ensure_path(Logs),
     LibDir = filename:dirname(code:lib_dir(dtrace)),
     TestDir = filename:dirname(code:which(?MODULE)),
-    Runner = filename:join([root(), "test", "guest", "ct.sh"]),
+    Runner = filename:join([root(), "test", "guests", "ct.sh"]),
     Port = open_port({spawn_executable, "/bin/sh"},
                      [{args, [Guest, "run", "trixie-dtrace", "-t", integer_to_list(?GUEST_TIMEOUT div 1000), "--",
                               "env", "DTRACE_TEST_OTP_EXAMPLES=" ++ Examples,

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Inside a guest (scripts/guest.sh), as the suites that boot one run it:
 # Common Test suites with the guest's own OTP and tracers.
-#   sh test/guest/ct.sh LIBDIR TESTDIR LOGDIR SUITE...
+#   sh test/guests/ct.sh LIBDIR TESTDIR LOGDIR SUITE...
 # LIBDIR: the rebar3 lib directory holding dtrace (its ebin and priv, as
 # built on the host); TESTDIR: the test directory rebar3 compiled on the
 # host (Debian's common_test package has no include files to compile a

@@ -9,9 +9,8 @@
 %% broker as it was: code path, applications, trace flags and send and
 %% receive match specs equal to before the attach, no module of the library.
 %%
-%% Built with a newer OTP than the broker's (make test OTP=27 against
-%% Debian 12's OTP 25), the library is refused, and the case checks that
-%% refusal instead.
+%% Built with a newer OTP than the broker's, the library is refused, and
+%% the case checks that refusal instead.
 -module(dtrace_rabbitmq_SUITE).
 
 -include_lib("common_test/include/ct.hrl").

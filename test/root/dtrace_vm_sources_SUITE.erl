@@ -205,7 +205,7 @@ connect_of_ports_of_unknown_name(Config) ->
 %% the case's priv_dir; the directory, for erl_ddll:load_driver/2.
 call_driver(Config) ->
     Dir = ?config(priv_dir, Config),
-    C = filename:join([filename:dirname(filename:dirname(?FILE)), "test", "drivers", "dtrace_call_drv.c"]),
+    C = filename:join([dtrace_test_catalogue:repo_root(), "test", "drivers", "dtrace_call_drv.c"]),
     Include = filename:join([code:root_dir(), "usr", "include"]),
     {0, Out} = dtrace_test_tracer:run("cc", ["-shared", "-fPIC", "-I", Include, "-o",
                                              filename:join(Dir, "dtrace_call_drv.so"), C]),

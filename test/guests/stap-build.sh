@@ -3,7 +3,7 @@
 # compiles SystemTap scripts into kernel modules for that root's kernel,
 # which the guest then loads with staprun: natively about 10 s a module,
 # under the guest's TCG about 6 minutes.
-#   sh test/guest/stap-build.sh OUTDIR NAME=SCRIPT[:ARG[:ARG...]]...
+#   sh test/guests/stap-build.sh OUTDIR NAME=SCRIPT[:ARG[:ARG...]]...
 # Each NAME=SCRIPT (with its command-line arguments @1, @2... separated by
 # ':') becomes OUTDIR/NAME.ko; the compiler's output goes to OUTDIR/NAME.log.
 # Prints "stap-build: ok NAME (S s)" or "stap-build: FAIL NAME", and exits

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Inside the trixie-dtrace guest: what the DTrace tests rely on, each step
 # timed. Exits non-zero at the first step that fails.
-#   scripts/guest.sh run trixie-dtrace -- sh test/guest/smoke.sh
+#   scripts/guest.sh run trixie-dtrace -- sh test/guests/smoke.sh
 set -u
 now() { date +%s%N; }
 # step NAME COMMAND...: runs COMMAND, prints its output, its status and time.
