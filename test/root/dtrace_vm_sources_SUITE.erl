@@ -639,7 +639,7 @@ ustack_names_erlang_code(Config) ->
             dtrace_test_tracer:bpftrace_window(
               bpftrace, Peer, Program, fun() -> dtrace_test_workload:fire_user_probe(-1) end, [<<"SEEN">>],
               fun() -> [dtrace_test_workload:fire_user_probe(I) || I <- lists:seq(1, 50)], ok end),
-        ct:log("~p", [Lines]),
+        ct:log("~ts", [lists:join("\n", Lines)]),
         ?assert(lists:any(fun(L) -> binary:match(L, <<"dtrace_test_workload:fire_user_probe/1">>) =/= nomatch end,
                           Lines)),
         ?assert(lists:any(fun(L) -> binary:match(L, <<"dtrace:p/1">>) =/= nomatch end, Lines))
