@@ -133,7 +133,7 @@ function_spans(Functions) ->
 
 span_functions(L) when is_list(L), length(L) > ?MAX_SPAN_FUNCTIONS ->
     {error, {too_many, length(L)}};
-span_functions(L) when is_list(L) ->
+span_functions(L) when is_list(L), length(L) >= 0 -> % a proper list
     case [F || F <- L, not is_mfa(F)] of
         [] -> {ok, lists:usort(L)};
         [Bad | _] -> {error, {bad_function, Bad}}
