@@ -286,7 +286,7 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %% process.
 -spec vm_probes() -> vm_status() | {error, not_started}.
 vm_probes() ->
-    dtrace_vm_probes:status().
+    dtrace_vm:status().
 
 %% @doc Switches automatic mode on (`auto') or off (`manual'). In manual
 %% mode dtrace sets no trace flag (the ones it set are removed); trace
@@ -302,7 +302,7 @@ vm_probes() ->
 %% for any other `Mode'.
 -spec vm_probes(Mode) -> ok | {error, not_started} when Mode :: auto | manual.
 vm_probes(Mode) when Mode =:= auto; Mode =:= manual ->
-    dtrace_vm_probes:set_mode(Mode);
+    dtrace_vm:set_mode(Mode);
 vm_probes(Other) ->
     erlang:error(badarg, [Other]).
 
@@ -332,7 +332,7 @@ vm_probes(Other) ->
 %% `{error, {not_a_list, Patterns}}' or `{error, not_started}'.
 -spec function_probes(Patterns :: [function_pattern()]) -> ok | {error, function_probes_error()}.
 function_probes(Patterns) ->
-    dtrace_vm_probes:function_probes(Patterns).
+    dtrace_vm:function_probes(Patterns).
 
 %% @doc Makes each outermost call of these functions a span, for code
 %% that never calls {@link span/2}: "why was it slow" on a node as it
@@ -374,7 +374,7 @@ function_probes(Patterns) ->
 %% `{error, {not_a_list, Functions}}' or `{error, not_started}'.
 -spec function_spans(Functions :: [mfa()]) -> ok | {error, function_spans_error()}.
 function_spans(Functions) ->
-    dtrace_vm_probes:function_spans(Functions).
+    dtrace_vm:function_spans(Functions).
 
 %% @doc "Why is my probe silent?", from inside the node: prints one line per
 %% check (`ok', `info', `warn', `FAIL', with the fix of each failure) and

@@ -150,7 +150,7 @@ os_pid() ->
     end.
 
 vm() ->
-    case dtrace_vm_probes:status() of
+    case dtrace_vm:status() of
         {error, not_started} ->
             [f(warn, vm_probes, "the dtrace application is not running: the VM's probes (messages, "
                                 "scheduling, GC, ...) are never fed", [],

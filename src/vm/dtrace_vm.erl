@@ -106,28 +106,38 @@
 start_link() ->
     gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
 
-%% @private The status map of {@link dtrace:vm_probes/0}.
+%% @private Behind dtrace's vm_probes/0,1, function_probes/1, function_spans/1
+%% (documented there): `{error, not_started}' while this process is not running.
+-spec status() -> dtrace:vm_status() | {error, not_started}.
 status() ->
-    gen_server:call(?MODULE, status).
+    call(status).
 
 %% @private
+-spec set_mode(Mode :: auto | manual) -> ok | {error, not_started}.
 set_mode(Mode) ->
-    gen_server:call(?MODULE, {mode, Mode}).
+    call({mode, Mode}).
 
 %% @private
+-spec function_probes(Patterns :: term()) -> ok | {error, term()}.
 function_probes(Patterns) ->
     case normalize(Patterns, []) of
-        {ok, Normal} -> gen_server:call(?MODULE, {patterns, Normal});
+        {ok, Normal} -> call({patterns, Normal});
         {error, _} = Error -> Error
+    end.
+
+call(Request) ->
+    try gen_server:call(?MODULE, Request)
+    catch exit:{noproc, _} -> {error, not_started}
     end.
 
 %% The most functions function_spans/1 takes (the NIF keeps as many).
 -define(MAX_SPAN_FUNCTIONS, 64).
 
 %% @private
+-spec function_spans(Functions :: term()) -> ok | {error, term()}.
 function_spans(Functions) ->
     case span_functions(Functions) of
-        {ok, Normal} -> gen_server:call(?MODULE, {spans, Normal});
+        {ok, Normal} -> call({spans, Normal});
         {error, _} = Error -> Error
     end.
 
