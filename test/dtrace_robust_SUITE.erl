@@ -113,7 +113,7 @@ property_probes() ->
 %% answer trace for every kind of event)?
 vm_probes_listened() ->
     Port = hd(erlang:ports()),
-    lists:all(fun({Tag, Tracee}) -> dtrace:enabled(Tag, [], Tracee) =:= trace end,
+    lists:all(fun({Tag, Tracee}) -> dtrace_tracer:enabled(Tag, [], Tracee) =:= trace end,
               [{T, self()} || T <- [spawn, exit, in, out, send, 'receive', call, gc_minor_start,
                                     gc_major_end, link, unlink, register]]
               ++ [{T, Port} || T <- [open, closed, link, 'receive']]).

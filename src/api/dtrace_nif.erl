@@ -21,14 +21,14 @@
 %%%   <td>every function of `-nifs' below: registered in Rust with
 %%%   `raw_nif!' or `#[rustler::nif]', collected as `rustler::Nif'
 %%%   (entry.rs, `nif_init')</td></tr>
-%%% <tr><td>`dtrace'</td><td>`tracer/dtrace.so' (`native/tracer_nif')</td>
+%%% <tr><td>`dtrace_tracer'</td><td>`tracer/dtrace_tracer.so' (`native/tracer_nif')</td>
 %%%   <td>`enabled/3', `trace/5': erl_tracer's callbacks, so that
-%%%   `{tracer, dtrace, State}' fires the VM probes; `dtrace_nif.so''s own
+%%%   `{tracer, dtrace_tracer, State}' fires the VM probes; `dtrace_nif.so''s own
 %%%   functions, registered with `raw_nif!(tracer ...)' as
 %%%   `TracerCallback' and handed over by `dtrace_erl_tracer_nifs'
 %%%   (entry.rs), so both modules share one set of semaphores</td></tr>
 %%% <tr><td>`dyntrace' (`compat/')</td><td>`compat/dyntrace.so' (the same
-%%%   object as `tracer/dtrace.so', another copy)</td><td>the same two
+%%%   object as `tracer/dtrace_tracer.so', another copy)</td><td>the same two
 %%%   callbacks, for `{tracer, dyntrace, State}'</td></tr>
 %%% </table>
 %%% A NIF library belongs to one module, and erl_tracer calls a tracer
