@@ -283,9 +283,9 @@ changed_install_is_replaced(Config) ->
     [?assertNotEqual(nomatch, string:find(Sums, Part), Part)
      || Part <- ["checksum-dtrace_nif.exs now gives " ++ Nif ++ " sha256:" ++ Sum,
                  "installed: sha256:" ++ lists:duplicate(64, $0)]],
-    Tracer = filename:join([Copy, "priv", "tracer", "dtrace.so"]),
+    Tracer = filename:join([Copy, "priv", "tracer", "dtrace_tracer.so"]),
     ok = file:write_file(Tracer, <<"not the installed one">>),
-    ?assertNotEqual(nomatch, string:find(Build(), "priv/tracer/dtrace.so changed since it was installed")),
+    ?assertNotEqual(nomatch, string:find(Build(), "priv/tracer/dtrace_tracer.so changed since it was installed")),
     ?assertEqual(sha256_of(Tracer), sha256_of(member_of(?config(dist, Config), "libtracer_nif-", ".so"))),
     ?assertNotEqual(nomatch, string:find(Build(), "left alone")).
 
@@ -397,7 +397,7 @@ sh_status(Dir, Cmd, Env) ->
 %% the other.
 assert_built(Config, Priv) ->
     [?assert(filelib:is_file(filename:join(Priv, F)), F)
-     || F <- ["dtrace_nif.so", "tracer/dtrace.so", "compat/dyntrace.so", "libdtrace_lttng_tp.so",
+     || F <- ["dtrace_nif.so", "tracer/dtrace_tracer.so", "compat/dyntrace.so", "libdtrace_lttng_tp.so",
               "dtrace_probes.eterm"]],
     Precompiled = filelib:is_file(filename:join(Priv, "precompiled.txt")),
     ?assertEqual(?config(dist, Config) =/= undefined, Precompiled).

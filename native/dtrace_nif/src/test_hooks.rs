@@ -6,8 +6,9 @@
 //! probe asks its DOF is-enabled site from then on, as once the DOF is
 //! registered: for `make bench` on machines without DTrace's helper
 //! device). Never in the library rebar3, mix or
-//! make build, where the stubs of `dtrace_nif` answer
-//! `{error, no_test_hooks}`.
+//! make build; `dtrace_nif` has the functions only when compiled with
+//! `TEST` (`scripts/test-hooks-build.sh`, rebar3's test profile), where
+//! without this library its stubs answer `{error, no_test_hooks}`.
 
 use std::sync::atomic::Ordering::Relaxed;
 
