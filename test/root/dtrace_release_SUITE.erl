@@ -110,7 +110,7 @@ loop(N) ->
 "),
     ok = filelib:ensure_dir(filename:join([Dir, "_checkouts", "x"])),
     ok = file:make_symlink(?config(dtrace_checkout, Config), filename:join([Dir, "_checkouts", "dtrace"])),
-    sh(Dir, "rebar3 release", ?config(build_env, Config)),
+    no_warning(sh(Dir, "rebar3 release", ?config(build_env, Config))),
     %% Later commands, as a user runs them: no DTRACE_NIF_URL.
     sh(Dir, "rebar3 compile", later_env(Config)),
     sh(Dir, "rebar3 release", later_env(Config)),
@@ -192,7 +192,7 @@ defmodule MixPathTest do
   test \"the probes are there\", do: assert DTrace.available?()
 end
 "),
-    sh(Dir, "mix compile", no_rebar3_env(Config, ?config(build_env, Config))),
+    no_warning(sh(Dir, "mix compile", no_rebar3_env(Config, ?config(build_env, Config)))),
     %% Later commands, as a user runs them: no DTRACE_NIF_URL.
     Later = no_rebar3_env(Config, later_env(Config)),
     %% The last element: whether dtrace:doctor/1 names the precompiled archive.
@@ -382,6 +382,11 @@ sh(Dir, Cmd, Env) ->
     {Status, Out} = sh_status(Dir, Cmd, Env),
     Status =:= 0 orelse ct:fail("~s failed (~p): ~ts", [Cmd, Status, Out]),
     Out.
+
+%% A consumer's build of the library warns of nothing on this OTP and
+%% Elixir (erlc's "Warning:", Elixir's "warning:").
+no_warning(Out) ->
+    ?assertEqual(nomatch, re:run(Out, "[Ww]arning:", [{capture, first, list}])).
 
 %% {ExitStatus, Output} of a shell command in Dir.
 sh_status(Dir, Cmd, Env) ->
