@@ -55,7 +55,7 @@
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
--export([test_panic/0, test_allocations/0, test_dof_force_active/0]).
+-export([test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
 -export_type([user_tag/0]).
 
 -on_load(on_load/0).
@@ -68,7 +68,7 @@
        process_names/0, process_name/2, provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
        provider_probe/2, provider_path/1, provider_delete/1,
-       test_panic/0, test_allocations/0, test_dof_force_active/0]).
+       test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
 
 -type user_tag() :: binary() | undefined | adopt.
 %% The tag argument of a probe NIF (see the module doc): a binary, this
@@ -364,6 +364,12 @@ test_allocations() ->
 %% the DOF is registered (make bench measures that check).
 -spec test_dof_force_active() -> ok | {error, no_test_hooks}.
 test_dof_force_active() ->
+    stub({error, no_test_hooks}).
+
+%% Sleeps Ms milliseconds in a system call, holding the normal scheduler
+%% that runs it (a NIF that blocks, for "why was it slow").
+-spec test_block(Ms :: 0..10000) -> ok | error | {error, no_test_hooks}.
+test_block(_Ms) ->
     stub({error, no_test_hooks}).
 
 %%%===================================================================
