@@ -46,7 +46,7 @@ import sys
 from typing import Any, Iterable, Optional, Sequence
 
 from dtrace_tools import python_hint
-from dtrace_tools.why import Breakdown, Pid
+from dtrace_tools.why import CATEGORY_TEXT, Breakdown, Pid, component_text
 
 MAX_SPANS = 5_000
 MAX_EVENTS = 200_000
@@ -62,8 +62,8 @@ RECENT = 64
 RECENT_PROCS = 10_000
 
 # Which cause a moment belongs to when several intervals cover it: the
-# breakdown's rules (why).
-ORDER = ("gc", "file", "out")
+# breakdown's rules (why, why_os).
+ORDER = ("gc", "file", "os", "out")
 
 # A track: (node, pid).
 Key = tuple[str, Pid]
@@ -338,11 +338,13 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
     files: list[Covered] = [(max(s, lo), min(e, hi), c, None) for s, e, c in b.file_intervals]
     outs: list[Covered] = [(max(s, lo), min(e, hi), m, (w, on)) for s, e, m, w, on in b.outs]
     calls: list[Covered] = [(max(s, lo), min(e, hi), m, None) for s, e, m in b.call_intervals]
-    cover = {"gc": _Cover(gc), "file": _Cover(files), "out": _Cover(outs)}
+    # The OS's stretches (why_os), but for on CPU unsplit: that is the rest.
+    oss: list[Covered] = [(max(s, lo), min(e, hi), c, lab) for s, e, c, lab in b.os.slices if c != "cpu"]
+    cover = {"gc": _Cover(gc), "file": _Cover(files), "os": _Cover(oss), "out": _Cover(outs)}
     call_cover = _Cover(calls)
     kids = _Cover([(max(cb, lo), min(ce, hi), None, None) for cb, ce in children])
     cut_set = {lo, hi}
-    for iv in (gc, files, outs, calls, kids.iv):
+    for iv in (gc, files, oss, outs, calls, kids.iv):
         for s, e, _l, _x in iv:
             if lo <= s <= hi:
                 cut_set.add(s)
@@ -362,6 +364,12 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
             if hit is not None:
                 cat, label, extra = c, hit[2], hit[3]
                 break
+        if cat == "os":
+            # (category, label) of why_os; on CPU in user space keeps the call.
+            cat, label, extra = "os:%s" % label, extra, None
+            if cat == "os:user":
+                hit = call_cover.at(mid)
+                extra = hit[2] if hit is not None else None
         if cat == "cpu":
             hit = call_cover.at(mid)
             label = hit[2] if hit is not None else None
@@ -380,6 +388,9 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
             args = {"command": label, "tag": b.tag}
         elif cat == "cpu" and label:
             args = {"call": label}
+        elif cat.startswith("os:"):
+            args = {"call": extra} if extra else {}
+            cat, label = cat, label if cat != "os:user" else extra
         result.append((s, e, cat, label, args))
     return result
 
@@ -392,6 +403,10 @@ def span_end(b: Breakdown) -> int:
 
 
 def slice_name(cat: str, label: Optional[str]) -> str:
+    if cat == "os:user":
+        return "on CPU (user)" + (" in %s" % label if label else "")
+    if cat.startswith("os:"):
+        return component_text(cat[3:], label)
     if cat == "unknown":
         return "unknown (began before the events)"
     if cat == "gc":
@@ -404,6 +419,10 @@ def slice_name(cat: str, label: Optional[str]) -> str:
 
 
 def folded_frames(cat: str, label: Optional[str]) -> list[str]:
+    if cat == "os:user":
+        return ["on CPU (user)"] + ([label] if label else [])
+    if cat.startswith("os:"):
+        return [CATEGORY_TEXT[cat[3:]], str(label)]
     if cat == "unknown":
         return ["unknown"]
     if cat == "gc":
