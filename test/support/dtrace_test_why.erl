@@ -199,10 +199,9 @@ component(Line) ->
     %% The OS's categories (why_os): a line each, as the folded stacks
     %% group them.
     Os = [{<<"^    ", (re_quote(C))/binary, " +([0-9.]+) ms">>, C}
-          || C <- [<<"on CPU (user)">>, <<"in the kernel">>, <<"preempted">>, <<"throttled">>, <<"blocked">>,
-                   <<"dirty scheduler">>, <<"the tracer">>]],
-    Patterns = [{<<"^\\s+on CPU +([0-9.]+) ms">>, <<"on CPU">>},
-                {<<"^    on CPU \\(no sample\\) +([0-9.]+) ms">>, <<"on CPU">>} | Os]
+          || C <- [<<"on CPU (user)">>, <<"on CPU (no sample)">>, <<"in the kernel">>, <<"preempted">>,
+                   <<"throttled">>, <<"blocked">>, <<"dirty scheduler">>, <<"the tracer">>]],
+    Patterns = [{<<"^\\s+on CPU +([0-9.]+) ms">>, <<"on CPU">>} | Os]
         ++ [{<<"^\\s+GC +([0-9.]+) ms">>, <<"GC">>},
             {<<"^\\s+file I/O \\(tag\\) +([0-9.]+) ms">>, <<"file I/O">>},
             {<<"^\\s+(\\S+) +([0-9.]+) ms">>, scheduled_out}],

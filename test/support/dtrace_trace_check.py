@@ -27,12 +27,14 @@ import sys
 
 # The OS's categories: the folded stacks' frame after the span's kind, as
 # the breakdown's line names them (why.CATEGORY_TEXT).
-OS_FRAMES = ("on CPU (user)", "in the kernel", "preempted", "throttled", "blocked", "dirty scheduler", "the tracer")
+OS_FRAMES = ("on CPU (user)", "on CPU (no sample)", "in the kernel", "preempted", "throttled", "blocked",
+             "dirty scheduler", "the tracer")
 
 
 def group(name):
-    if name.startswith("on CPU (user)"):
-        return "on CPU (user)"
+    for os_cpu in ("on CPU (user)", "on CPU (no sample)"):
+        if name.startswith(os_cpu):
+            return os_cpu
     if name.startswith("on CPU"):
         return "on CPU"
     if name.startswith("file I/O"):

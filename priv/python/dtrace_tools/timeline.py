@@ -373,6 +373,9 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
         if cat == "cpu":
             hit = call_cover.at(mid)
             label = hit[2] if hit is not None else None
+            if b.os.kernel:
+                # Kernel events, but no sample here (why_os).
+                cat, label, extra = "os:cpu", None, label
         if out and out[-1][1] == s and out[-1][2] == cat and out[-1][3] == label and out[-1][5] == extra:
             out[-1][1] = e
         else:
@@ -390,7 +393,7 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
             args = {"call": label}
         elif cat.startswith("os:"):
             args = {"call": extra} if extra else {}
-            cat, label = cat, label if cat != "os:user" else extra
+            cat, label = cat, label if cat not in ("os:user", "os:cpu") else extra
         result.append((s, e, cat, label, args))
     return result
 
@@ -403,8 +406,8 @@ def span_end(b: Breakdown) -> int:
 
 
 def slice_name(cat: str, label: Optional[str]) -> str:
-    if cat == "os:user":
-        return "on CPU (user)" + (" in %s" % label if label else "")
+    if cat in ("os:user", "os:cpu"):
+        return component_text(cat[3:], None) + (" in %s" % label if label else "")
     if cat.startswith("os:"):
         return component_text(cat[3:], label)
     if cat == "unknown":
@@ -419,8 +422,8 @@ def slice_name(cat: str, label: Optional[str]) -> str:
 
 
 def folded_frames(cat: str, label: Optional[str]) -> list[str]:
-    if cat == "os:user":
-        return ["on CPU (user)"] + ([label] if label else [])
+    if cat in ("os:user", "os:cpu"):
+        return [component_text(cat[3:], None)] + ([label] if label else [])
     if cat.startswith("os:"):
         return [CATEGORY_TEXT[cat[3:]], str(label)]
     if cat == "unknown":

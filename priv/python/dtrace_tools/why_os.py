@@ -61,12 +61,16 @@ file I/O (why's, which come first):
     a collection there is such a stretch too, as it allocates; the
     kernel's events stop first at a detach, so what the thread did then
     is not seen);
-  - scheduled out, runnable: a process scheduled in on a thread just back
-    from waiting runnable (preempted, throttled) waited for that thread:
-    the wait's part after the process's last message (or, with none, a
-    wait that ended within WAKE_NS of its scheduling in) is taken from
-    scheduled out and counted as preempted (by the first task that took
-    the CPU) or throttled.
+  - scheduled out, runnable: a process scheduled in on a thread that was
+    waiting runnable (preempted, throttled) after the process's last
+    message came waited for that thread: that part of the wait is taken
+    from scheduled out and counted as preempted (by the task that ran
+    longest) or throttled. Without a message (a timer, a yield) when the
+    process became runnable is not known, and nothing is taken.
+  - a stretch on the CPU that no sample reached (none within
+    SAMPLE_REACH_NS) stays `on CPU (no sample)': on a virtual machine,
+    most often the hypervisor running another guest on that CPU (steal
+    time, which no guest event shows), or the tracer lost the events.
 
 Without kernel events (the OS part off, DTrace, SystemTap, a snapshot
 without LTTng's kernel tracer) the VM's view stays, `on CPU'.
@@ -80,9 +84,6 @@ import re
 from typing import Any, Callable, Optional
 
 MAX_EVENTS = 200_000
-# A wait that ended this close before a process was scheduled in on the
-# thread is taken as the process's, when no message says when it woke.
-WAKE_NS = 1_000_000
 # Events kept back, before the oldest open span's begin.
 LONGEST_WAIT_NS = 1_000_000_000
 
@@ -391,7 +392,9 @@ class Threads:
     def _waited(self, node: str, tid: int, o: int, i: int, woke: Optional[int]) -> list[Slice]:
         """The part of the out interval [o, i] the process waited for
         thread tid, off the CPU runnable, to come back (the rules)."""
-        lo = woke if woke is not None else o
+        if woke is None:
+            return []
+        lo = woke
         out: list[Slice] = []
         for ts, kind, f in self._events(node, tid, o, i):
             if kind == "k_waited":
@@ -403,9 +406,8 @@ class Threads:
             else:
                 continue
             a, b = ts - off, ts
-            if b < lo or a >= i or (woke is None and b < i - WAKE_NS):
-                continue
-            out.append((max(a, lo), min(b, i)) + label)
+            if b > lo and a < i:
+                out.append((max(a, lo), min(b, i)) + label)
         return out
 
 
