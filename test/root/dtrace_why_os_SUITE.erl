@@ -20,7 +20,9 @@
 %%%   - no fast request is blamed: none is printed with the planted cause;
 %%%   - the tracer's own attach and detach, under a loop of fast spans: a
 %%%     span they stall is named for it ("the tracer attaching its probes",
-%%%     or detaching), never "on CPU".
+%%%     or detaching), never "on CPU";
+%%%   - the node-wide question, priv/bin/dtrace-sched: with `yes' pinned on
+%%%     the busy node's CPU, "the host", preempted by yes first.
 %%%
 %%% Timing on a shared host: the requests' causes are planted large (60 ms
 %%% and more) and the checks compare causes, not exact times.
@@ -31,13 +33,14 @@
 
 -export([all/0, suite/0, init_per_testcase/2, end_per_testcase/2]).
 -export([preempted/1, throttled/1, page_faults/1, blocked_nif/1, dirty_scheduler/1, cpu_loop_stays_user/1,
-         tracer_attach_detach/1]).
+         tracer_attach_detach/1, host_or_beam/1]).
 
 suite() ->
     [{timetrap, {minutes, 5}}].
 
 all() ->
-    [preempted, throttled, page_faults, blocked_nif, dirty_scheduler, cpu_loop_stays_user, tracer_attach_detach].
+    [preempted, throttled, page_faults, blocked_nif, dirty_scheduler, cpu_loop_stays_user, tracer_attach_detach,
+     host_or_beam].
 
 init_per_testcase(_TC, Config) ->
     case dtrace_test_tracer:require_tracer(bpftrace) of
@@ -161,6 +164,25 @@ tracer_attach_detach(Config) ->
                             lists:any(fun({A, B}) -> At < B andalso At + Dur > A end, Windows)],
     ct:log("~b loop spans printed, ~b inside the tracer's windows ~p", [length(Loop), length(In), Windows]),
     ?assertEqual([], [B || {Cause, B} <- In, not tracer_or_host(Cause)]).
+
+%% priv/bin/dtrace-sched on the node pinned to CPU 0, busy there, with
+%% `yes' taking that CPU: the host it is, yes first among who took it.
+host_or_beam(Config) ->
+    Peer = ?config(peer, Config),
+    OsPid = dtrace_test_peer:os_pid(Peer),
+    "" = os:cmd("taskset -a -p -c 0 " ++ OsPid ++ " > /dev/null"),
+    ok = peer:call(Peer, dtrace_test_os, start_loop, []),
+    Yes = yes(),
+    Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-sched"]),
+    Out = try os:cmd(Script ++ " -p " ++ OsPid ++ " --duration 3 2>&1")
+          after _ = os:cmd("kill " ++ integer_to_list(Yes)), peer:call(Peer, dtrace_test_os, stop_loop, [])
+          end,
+    ct:log("dtrace-sched printed:~n~ts", [Out]),
+    Lines = string:split(Out, "\n", all),
+    [By] = [L || "  normal schedulers preempted by: " ++ L <- Lines],
+    ?assertMatch("yes " ++ _, By),
+    [Verdict] = [L || "  verdict: " ++ L <- Lines],
+    ?assertMatch("the host: " ++ _, Verdict).
 
 %%--------------------------------------------------------------------
 

@@ -65,8 +65,8 @@ def demangle(name: str) -> str:
         return name
     if re.fullmatch(r"h[0-9a-f]{16}", parts[-1]):
         parts.pop()
-    return "::".join(p.replace("$LT$", "<").replace("$GT$", ">").replace("$u20$", " ").replace("..", "::")
-                     for p in parts)
+    return "::".join((p[1:] if p.startswith("_$") else p).replace("$LT$", "<").replace("$GT$", ">")
+                     .replace("$u20$", " ").replace("$RF$", "&").replace("..", "::") for p in parts)
 
 
 class Symbols:
