@@ -22,7 +22,7 @@ fields), nanoseconds on one clock:
     file_end    key
 
 and the OS threads' events of why_os (thread, k_off, k_block, k_short,
-k_sample, k_waited, tracer).
+k_sample, k_waited, k_sys, tracer).
 
 The rules (this docstring is where they are written; docs/operators.md,
 "Why was it slow", shows them at work), over the span's own
@@ -87,7 +87,7 @@ MAX_DETAIL = 10_000
 FILE_KEEP_NS = 600 * 1_000_000_000
 
 # The events why_os reads.
-OS_KINDS = ("thread", "k_off", "k_block", "k_short", "k_sample", "k_waited", "tracer")
+OS_KINDS = ("thread", "k_off", "k_block", "k_short", "k_sample", "k_waited", "k_sys", "tracer")
 
 # OTP's efile_drv command numbers (dtrace_file's module documentation).
 COMMANDS = {1: "OPEN", 2: "READ", 3: "LSEEK", 4: "WRITE", 5: "FSTAT", 6: "PWD", 7: "READDIR",

@@ -26,6 +26,9 @@ clock of why's events, each at the moment it ends:
                                          k_block or k_short, at the process's scheduling out
                                          or its span's end; task took the last short one
     k_sample   tid where faults stack    a profile sample of it: where "u" (user) or "k" (kernel)
+    k_sys      tid start name            a system call from start to now (a trace with the
+                                         kernel's syscall events: the recorder's report); time
+                                         on the CPU outside them is then user time
     k_waited   tid off throttled cpu task cgroup
                                          a thread that ran no span's process is back after
                                          waiting `off' ns runnable
@@ -206,6 +209,7 @@ class Threads:
         self.comms: dict[tuple[str, int], str] = {}
         self.tracer: list[tuple[str, str, int, int]] = []  # (node, what, start, end)
         self.kernel: set[str] = set()  # nodes with kernel events
+        self.exact: set[str] = set()  # nodes whose system calls are events (k_sys), not samples
         # How a task reads: the live tool names its process (slow_spans).
         self.task_name: Callable[[Task], str] = task_text
         # Whether a task is the tracer's own (bpftrace, the tool): its
@@ -220,6 +224,8 @@ class Threads:
             self.tracer.append((node, f[0], f[1], f[2]))
             return
         self.kernel.add(node)
+        if kind == "k_sys":
+            self.exact.add(node)
         log = self.log.setdefault((node, f[0]), [])
         if len(log) < MAX_EVENTS:
             log.append((ts, kind, f[1:]))
@@ -333,6 +339,7 @@ class Threads:
         go to samples, its fault counts to faults; short: its k_short
         events of this interval."""
         offs: list[Slice] = []
+        calls: list[Slice] = []
         # A switch that ends a wait inside [s, e] may be read a little after
         # e (the span's end event comes after its measured end).
         for ts, kind, f in self._events(node, tid, s, e + SHORT_SLACK_NS):
@@ -354,6 +361,9 @@ class Threads:
                 faults.append(count)
                 offs.append((max(s, ts - off), min(e, ts), "blocked",
                              blocked_on(stack) + (" in %s" % code if code else "")))
+            elif kind == "k_sys":
+                start, name = f
+                calls.append((max(s, start), min(e, ts), "kernel", name))
         offs = [x for x in offs if x[1] > x[0]]
         # The short waits, at the end of the last stretch on the CPU.
         tail: list[Slice] = []
@@ -369,11 +379,11 @@ class Threads:
         at = s
         for a, b, cat, label in sorted(offs):
             if a > at:
-                parts.append((at, a, "on", None))
+                parts += _in_calls(at, a, calls, node in self.exact)
             parts.append((max(a, at), b, cat, label))
             at = max(at, b)
         if at < end:
-            parts.append((at, end, "on", None))
+            parts += _in_calls(at, end, calls, node in self.exact)
         # The tail taken from the last stretch on the CPU, not from waits.
         lo = max(at, end)
         return parts + [(max(a, lo), b, c, lab) for a, b, c, lab in sorted(tail) if b > max(a, lo)]
@@ -409,6 +419,25 @@ class Threads:
             if b > lo and a < i:
                 out.append((max(a, lo), min(b, i)) + label)
         return out
+
+
+def _in_calls(s: int, e: int, calls: list[Slice], exact: bool) -> list[Slice]:
+    """[s, e] on the CPU: inside the system calls it made, in the kernel;
+    the rest user time where calls are events (exact), else `on' (for
+    the samples to say)."""
+    out: list[Slice] = []
+    at = s
+    for a, b, cat, label in sorted(calls):
+        a, b = max(a, s), min(b, e)
+        if b <= max(a, at):
+            continue
+        if a > at:
+            out.append((at, a, "user" if exact else "on", None))
+        out.append((max(a, at), b, cat, label))
+        at = b
+    if at < e:
+        out.append((at, e, "user" if exact else "on", None))
+    return out
 
 
 def _kernel_sample(stack: list[str]) -> Optional[tuple[str, str]]:
