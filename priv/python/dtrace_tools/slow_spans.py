@@ -2,7 +2,7 @@
 
     dtrace-slow-spans -p PID [--threshold MS] [--top N] [--pid ERLPID]
                       [--tag TAG] [--duration S] [--json]
-                      [--trace FILE] [--folded FILE]
+                      [--trace FILE] [--folded FILE] [--no-os]
                       [--tracer bpftrace|dtrace|stap] [--stap-module KO]
     dtrace-slow-spans --node NODE [--cookie-file F | --cookie C]
                       --function M:F/A [--function ...] [...]
@@ -20,7 +20,16 @@ ends, its kind, tag and process, and where its time went:
 on CPU, GC, scheduled out (by the function it waited in, and who woke it),
 file I/O under its tag, messages received, and the slowest calls when
 function probes are on. The rules are why's, the same as the flight
-recorder's report.
+recorder's report. With bpftrace, the kernel's events of the node's
+threads split on CPU (why_os's rules): in user space, in the kernel,
+preempted by a named task, throttled by a named cgroup, blocked in a
+system call (the native code it blocked in is read from the thread's
+stack while it sleeps: native), on a dirty scheduler, the tracer's own
+cost; --no-os leaves them out (the script's `os' part: program). The
+tool knows when its tracer attaches (from its start to the first event)
+and detaches (from its SIGINT to the tracer's exit), which stalls the
+node: the summary names both windows, and spans slowed inside them say
+so.
 At the end (Ctrl-C, or --duration) it prints the N slowest spans (--top,
 default 10) with their causes, and writes the files asked for: --trace FILE,
 the slow spans as a timeline (FILE.json: Chrome's Trace Event JSON, for

@@ -11,9 +11,12 @@ What a trace file holds (one model, two formats):
     in ` [error]` (or exit, throw). Spans nest as they nest in time on the
     process; a child span that was not slow is not in the file;
   - inside each span, slices for where its time went, by the breakdown's
-    rules (GC before file I/O before scheduled out; the rest on CPU):
-    `on CPU`, `GC`, `file I/O READ` (the command, under the span's tag),
-    `scheduled out in gen:do_call/4` with args `waiting on` and `woken by`;
+    rules (GC before file I/O before the OS's before scheduled out; the
+    rest on CPU): `on CPU`, `GC`, `file I/O READ` (the command, under the
+    span's tag), `scheduled out in gen:do_call/4` with args `waiting on`
+    and `woken by`; with the kernel's events, on CPU's parts as why_os
+    names them (`on CPU (user)`, `in the kernel: page faults`, `preempted
+    by yes (pid 4242)`, ...);
   - messages sent between two processes that both have a track, as flows
     from the sender's track to the receiver's at the time of the send.
 
@@ -30,7 +33,10 @@ stack, `span kind;cause;function weight`, weight in microseconds, summed
 over every slow span, each counting its time outside the slow spans
 nested in it (those count under their own kind); the causes are `on CPU`
 (then the innermost call function_probes saw, when any), `GC`, `file I/O`
-(then the command) and `scheduled out` (then the function it waited in).
+(then the command) and `scheduled out` (then the function it waited in);
+with the kernel's events, on CPU's parts: `on CPU (user)` (then the
+call), and `in the kernel`, `preempted`, `throttled`, `blocked`, `dirty
+scheduler`, `the tracer`, each then its label.
 
 Bounds: the slowest spans are kept, up to MAX_SPANS spans (memory: at
 most MAX_SPANS + TRIM_SLACK breakdowns of MAX_DETAIL intervals of each
