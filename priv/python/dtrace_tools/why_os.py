@@ -351,11 +351,11 @@ class Threads:
                 else:
                     cl = _kernel_sample(stack)
                     if cl is not None:
-                        samples.append((ts,) + cl)
+                        samples.append((ts, cl[0], cl[1]))
             elif kind == "k_off":
                 how, off, _cpu, task, where = f
-                offs.append((max(s, ts - off), min(e, ts)) + (("throttled", where) if how == "throttled"
-                                                              else self._taker(task)))
+                cat, lab = ("throttled", where) if how == "throttled" else self._taker(task)
+                offs.append((max(s, ts - int(off)), min(e, ts), cat, lab))
             elif kind == "k_block":
                 off, _state, count, stack, code = f
                 faults.append(count)
@@ -415,9 +415,9 @@ class Threads:
                 label = ("throttled", where) if how == "throttled" else self._taker(task)
             else:
                 continue
-            a, b = ts - off, ts
+            a, b = ts - int(off), ts
             if b > lo and a < i:
-                out.append((max(a, lo), min(b, i)) + label)
+                out.append((max(a, lo), min(b, i), label[0], label[1]))
         return out
 
 
