@@ -70,6 +70,9 @@ def test_json_and_a_quiet_host(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_groups() -> None:
+    # OTP 29 names them erts_sched_N, erts_dcpus_N, erts_dios_N.
+    assert [sched.group_of(c) for c in ("erts_sched_1", "erts_dcpus_2", "erts_dios_3", "erts_aux_1")] == [
+        "normal schedulers", "dirty CPU schedulers", "dirty I/O schedulers", "other threads"]
     assert [sched.group_of(c) for c in ("1_scheduler", "12_scheduler", "2_dirty_cpu_sch", "10_dirty_io_sch",
                                         "1_aux", "beam.smp")] == [
         "normal schedulers", "normal schedulers", "dirty CPU schedulers", "dirty I/O schedulers",

@@ -57,7 +57,9 @@ GROUPS = ("normal schedulers", "dirty CPU schedulers", "dirty I/O schedulers", "
 
 
 def group_of(comm: str) -> str:
-    if re.match(r"^\d+_scheduler$", comm):
+    """A thread's group by its name: N_scheduler (OTP 29: erts_sched_N),
+    dirty_kind's, or the rest."""
+    if re.match(r"^(?:\d+_scheduler|erts_sched_\d+)$", comm):
         return GROUPS[0]
     kind = why_os.dirty_kind(comm)
     if kind == "dirty CPU scheduler":

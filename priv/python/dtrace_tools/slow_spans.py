@@ -111,6 +111,8 @@ class Clock:
         return t.strftime("%H:%M:%S.%f")
 
 
+# The first bpftrace whose -p filters every probe to the process (by_path).
+PID_FILTERS_ALL = (0, 23)
 # A sleeping thread's stack is read at most this often (native).
 READS_PER_S = 100
 # The end of a window that has not ended yet.
@@ -238,6 +240,20 @@ def program(os_part: bool, faults: bool) -> str:
     if not os_part or not faults:
         text = strip_marked(text, "faults").replace("@pf[tid]", "0")
     return text
+
+
+def by_path(text: str, lib: str) -> str:
+    """The program with its USDT probes named by the library's path and
+    filtered to the node ($1), for a bpftrace that runs without -p: from
+    0.23, -p filters every probe to the one process (tracepoints, then,
+    see only its switches out; the profile samples its main thread only),
+    which the kernel part cannot have."""
+    text = text.replace("usdt::erlang:", "usdt:%s:erlang:" % lib)
+
+    def filtered(m: "re.Match[str]") -> str:
+        pred = m.group(2)
+        return "%s/pid == $1%s/\n{" % (m.group(1), " && (%s)" % pred if pred else "")
+    return re.sub(r"((?:^usdt:[^\n]*\n)+)(?:/(.*)/\n)?\{", filtered, text, flags=re.M)
 
 
 def strip_marked(text: str, mark: str) -> str:
@@ -516,8 +532,12 @@ def trace(args: argparse.Namespace) -> int:
         if not args.no_os and not os_part:
             sys.stderr.write("dtrace-slow-spans: no sched:sched_switch tracepoint (is tracefs mounted? "
                              "mount -t tracefs nodev /sys/kernel/tracing): the VM's view only\n")
-        cmd = [priv("bin", "dtrace-bpftrace"), "-p", str(args.os_pid),
-               "-e", program(os_part, live.has_event("exceptions", "page_fault_user")), str(args.os_pid)]
+        text = program(os_part, live.has_event("exceptions", "page_fault_user"))
+        lib = mapped_library(args.os_pid) if os_part and bpftrace_version(tool) >= PID_FILTERS_ALL else None
+        if lib is not None:
+            cmd = [priv("bin", "dtrace-bpftrace"), "-e", by_path(text, lib), str(args.os_pid)]
+        else:
+            cmd = [priv("bin", "dtrace-bpftrace"), "-p", str(args.os_pid), "-e", text, str(args.os_pid)]
     elif args.tracer == "dtrace":
         tool = os.environ.get("DTRACE", "dtrace")
         cmd = [priv("bin", "dtrace-d"), "-p", str(args.os_pid), "-q", "-s", priv("dtrace", "slow-spans.d")]

@@ -160,13 +160,14 @@ def blocked_on(stack: list[str]) -> str:
 
 
 def dirty_kind(comm: Optional[str]) -> Optional[str]:
-    """`dirty CPU scheduler' for a thread named N_dirty_cpu_sch, `dirty
-    I/O scheduler' for N_dirty_io_sche(duler), else None."""
+    """`dirty CPU scheduler' for a thread named N_dirty_cpu_sch (OTP 29:
+    erts_dcpus_N), `dirty I/O scheduler' for N_dirty_io_sche(duler)
+    (erts_dios_N), else None."""
     if comm is None:
         return None
-    if "_dirty_cpu" in comm:
+    if "_dirty_cpu" in comm or comm.startswith("erts_dcpus_"):
         return "dirty CPU scheduler"
-    if "_dirty_io" in comm:
+    if "_dirty_io" in comm or comm.startswith("erts_dios_"):
         return "dirty I/O scheduler"
     return None
 
