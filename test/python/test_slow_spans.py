@@ -190,3 +190,19 @@ def test_a_live_tracer_its_stderr_read(capsys: pytest.CaptureFixture[str], tmp_p
     assert "bpftrace lost 7 events" in out
     assert "WARNING: a warning of its own" in err
     assert "Attached" not in out + err
+
+
+def test_the_program_its_kernel_part_and_by_path() -> None:
+    """slow-spans.bt as dtrace-slow-spans runs it: with or without its kernel
+    part; for bpftrace 0.23 and later, USDT probes named by the library's
+    path and filtered to the node ($1), as -p would filter every probe."""
+    full = slow_spans.program(True, True)
+    assert "tracepoint:sched:sched_switch" in full and "@pf[tid]" in full
+    assert "profile:hz:997" not in slow_spans.program(False, True)
+    assert "page_fault_user" not in slow_spans.program(True, False)
+    assert "@pf[" not in slow_spans.program(True, False)
+    text = slow_spans.by_path(full, "/proc/9/root/lib/dtrace_nif.so")
+    assert "usdt::" not in text
+    assert "usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__begin\n/pid == $1/\n{" in text
+    assert ("usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__vm_gc\n/pid == $1 && (@depth[str(arg0)])/\n{"
+            in text)
