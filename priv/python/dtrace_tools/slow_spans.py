@@ -238,7 +238,7 @@ def program(os_part: bool, faults: bool) -> str:
     if not os_part:
         text = strip_marked(text, "os")
     if not os_part or not faults:
-        text = strip_marked(text, "faults").replace("@pf[tid]", "0")
+        text = re.sub(r"@pf\[[^\]]*\]", "0", strip_marked(text, "faults"))
     return text
 
 
