@@ -111,6 +111,8 @@ class Clock:
         return t.strftime("%H:%M:%S.%f")
 
 
+# A profile sample's kernel frames, by path (by_path).
+SAMPLE_FRAMES = 9
 # The first bpftrace whose -p filters every probe to the process (by_path).
 PID_FILTERS_ALL = (0, 23)
 # A sleeping thread's stack is read at most this often (native).
@@ -249,6 +251,10 @@ def by_path(text: str, lib: str) -> str:
     see only its switches out; the profile samples its main thread only),
     which the kernel part cannot have."""
     text = text.replace("usdt::erlang:", "usdt:%s:erlang:" % lib)
+    # bpftrace 0.27 aborts (std::bad_alloc) printing a kernel stack of more
+    # than about 10 frames taken by the profile inside a uprobe's BPF
+    # program: the samples' stacks are cut to 9 (why_os reads them so).
+    text = text.replace("@pf[tid], kstack);", "@pf[tid], kstack(%d));" % SAMPLE_FRAMES)
 
     def filtered(m: "re.Match[str]") -> str:
         pred = m.group(2)

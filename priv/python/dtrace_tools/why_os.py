@@ -102,6 +102,10 @@ KEvent = tuple[int, str, tuple[Any, ...]]
 CATEGORIES = ("user", "kernel", "preempted", "throttled", "blocked", "dirty", "tracer", "cpu")
 
 SYSCALL = re.compile(r"^(?:__(?:x64|ia32|x32|arm64|riscv|s390x)_sys|__do_sys|__se_sys|ksys)_(\w+?)(?:\.\S*)?$")
+# Frames of an interrupt, and the inner frames of common system calls.
+IRQ = re.compile(r"^(?:asm_sysvec_\w+|asm_common_interrupt|__irq_exit_rcu|irq_exit_rcu|handle_softirqs|"
+                 r"__do_softirq|sysvec_\w+|common_interrupt)$")
+INNER_CALL = re.compile(r"^(?:ksys|do_sys|__sys)_(\w+?)(?:\.\S*)?$")
 FAULT = ("exc_page_fault", "asm_exc_page_fault", "do_user_addr_fault", "handle_mm_fault", "do_page_fault",
          "do_mem_abort", "el0_da", "el1_da")
 # The kernel's uprobe handling: a tracer's probe firing.
@@ -130,7 +134,9 @@ def frame_name(frame: str) -> str:
 def kernel_where(stack: list[str]) -> str:
     """What a kernel stack (innermost frame first) was doing: a system
     call's name, `page fault' (one inside a system call counts as the
-    call), else `interrupts'."""
+    call), `interrupts'; from a stack cut short (by_path's samples), the
+    call named by an inner frame (`ksys_write' -> `write'), else
+    `kernel'."""
     names = [frame_name(f) for f in stack]
     for n in names:
         m = SYSCALL.match(n)
@@ -138,7 +144,13 @@ def kernel_where(stack: list[str]) -> str:
             return m.group(1)
     if any(n in FAULT for n in names):
         return "page fault"
-    return "interrupts"
+    if any(IRQ.match(n) for n in names):
+        return "interrupts"
+    for n in names:
+        m = INNER_CALL.match(n)
+        if m:
+            return m.group(1)
+    return "kernel"
 
 
 def blocked_on(stack: list[str]) -> str:
@@ -151,7 +163,7 @@ def blocked_on(stack: list[str]) -> str:
                for n in names) and any("mmap" in n or "lock_mm" in n or "find_vma" in n for n in names)
     if where == "page fault":
         return "page fault (mmap lock)" if lock else "page fault"
-    if where == "interrupts":
+    if where in ("interrupts", "kernel"):
         first = next((n for n in names if not GENERIC.match(n)), names[0] if names else "?")
         return "in the kernel (%s)" % first
     if lock:
