@@ -171,3 +171,19 @@ def test_kernel_stacks_read() -> None:
     assert why_os.blocked_on(["__schedule+1", "schedule+2", "pipe_read+3"]) == "in the kernel (pipe_read)"
     assert why_os.dirty_kind("10_dirty_io_sch") == "dirty I/O scheduler"
     assert why_os.dirty_kind("2_scheduler") is None
+
+
+def test_a_yield_held_by_the_thread_is_the_threads() -> None:
+    # Out without a message, the thread throttled from just after to just
+    # before it came back: throttled. A sleep with a wait at its end only
+    # keeps its time.
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (10, "out", PID, "m:loop/1", TID),
+        (89.9, "k_off", TID, "throttled", 79_800_000, 0, (0, "swapper/0"), "/q (v1 cpu: 10.0 ms every 100.0 ms)"),
+        (90, "in", PID, "m:loop/1", TID)])
+    assert b.cause() == (79_800_000, "throttled by the CPU quota of cgroup /q (v1 cpu: 10.0 ms every 100.0 ms)")
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (10, "out", PID, "timer:sleep/1", TID),
+        (89.9, "k_off", TID, "preempted", 5 * MS, 0, (4242, "yes"), None),
+        (90, "in", PID, "timer:sleep/1", TID)])
+    assert b.cause() == (80 * MS, "scheduled out in timer:sleep/1")

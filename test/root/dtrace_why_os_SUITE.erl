@@ -5,8 +5,8 @@
 %%% request's cause, as a user reads it, and in the trace file's slices
 %%% and the folded stacks (dtrace_test_why:check_files/3):
 %%%
-%%%   - preempted: the node pinned to CPU 0, `yes' pinned there too at a
-%%%     higher priority during the request: "preempted by yes (pid N)";
+%%%   - preempted: the node pinned to CPU 0, `yes' pinned there too in the
+%%%     real-time class during the request: "preempted by yes (pid N)";
 %%%   - throttled: the node moved into a cgroup with a 10% CPU quota
 %%%     during the request (cgroup v1's cpu controller, else v2's
 %%%     cpu.max): "throttled by the CPU quota of cgroup /NAME (...)";
@@ -57,7 +57,7 @@ end_per_testcase(_TC, Config) ->
 
 %%--------------------------------------------------------------------
 
-%% `yes' on the node's CPU, at nice -19, during a request that runs 60 ms
+%% `yes' on the node's CPU, real-time, during a request that runs 60 ms
 %% on the CPU: the request waits for the CPU most of that time.
 preempted(Config) ->
     Peer = ?config(peer, Config),
@@ -186,15 +186,26 @@ host_or_beam(Config) ->
 
 %%--------------------------------------------------------------------
 
-%% Starts `yes' on CPU 0 at nice -19, in a session of its own whose
-%% autogroup is at nice -19 too (with autogroups, the group's nice is what
-%% weighs against the node's), and waits until it runs; returns its pid.
+%% Starts `yes' on CPU 0 in the real-time class (SCHED_FIFO 1: it takes
+%% the CPU from every ordinary task there, but for the kernel's 5% kept
+%% for them; autogroups make a nice value weigh nothing against the
+%% node's), for 30 s at most (timeout(1) runs it: a test that dies leaves
+%% no yes behind), and waits until it runs; returns its pid.
 yes() ->
-    Port = open_port({spawn, "sh -c 'setsid nice -n -19 taskset -c 0 yes > /dev/null & echo $!'"},
+    Port = open_port({spawn, "sh -c 'chrt -f 1 taskset -c 0 timeout 30 yes > /dev/null & echo $!'"},
                      [{line, 100}, exit_status]),
-    Pid = receive {Port, {data, {eol, Line}}} -> list_to_integer(Line) after 10000 -> ct:fail(no_yes) end,
+    Timeout = receive {Port, {data, {eol, Line}}} -> Line after 10000 -> ct:fail(no_yes) end,
+    Children = "/proc/" ++ Timeout ++ "/task/" ++ Timeout ++ "/children",
+    Child = fun() ->
+                    case file:read_file(Children) of
+                        {ok, <<>>} -> false;
+                        {ok, Pids} -> {true, binary_to_integer(hd(string:lexemes(Pids, " \n")))};
+                        {error, _} -> false
+                    end
+            end,
+    ok = dtrace_test_workload:wait_until(fun() -> Child() =/= false end, dtrace_test_tracer:ceiling(10000)),
+    {true, Pid} = Child(),
     try
-        _ = file:write_file("/proc/" ++ integer_to_list(Pid) ++ "/autogroup", "-19"),
         ok = running(Pid, "yes"),
         Pid
     catch

@@ -428,7 +428,8 @@ class Why:
         in_since: Optional[int] = lo
         in_tid: Optional[int] = None
         queued: Optional[int] = None
-        out_ctx: dict[tuple[int, int], tuple[Optional[int], Optional[int]]] = {}
+        out_tid: Optional[int] = None
+        out_ctx: dict[tuple[int, int], tuple[Optional[int], Optional[int], Optional[int]]] = {}
         for ts, kind, arg in log:
             if ts < lo or ts > hi:
                 continue
@@ -437,11 +438,11 @@ class Why:
                 arg, tid = arg
             if kind in ("out", "hibernate") and in_since is not None:
                 ins.append((in_since, ts, in_tid if in_tid is not None else tid))
-                in_since, in_tid = None, None
+                in_since, in_tid, out_tid = None, None, tid
             elif kind == "in":
                 if in_since is None:
                     if out_start is not None:
-                        out_ctx[(out_start, ts)] = (tid, queued)
+                        out_ctx[(out_start, ts)] = (tid, queued, out_tid)
                     in_since = ts
                 in_tid = tid if tid is not None else in_tid
                 queued = None
@@ -526,7 +527,7 @@ class Why:
             ent[1] += e - s
         file_spans = [(s, e) for s, e, _c in files]
         b.os = self.threads.split(node, ins, gcs + file_spans,
-                                  [(s, e) + out_ctx.get((s, e), (None, None)) for s, e, _m, _w, _o in outs])
+                                  [(s, e) + out_ctx.get((s, e), (None, None, None)) for s, e, _m, _w, _o in outs])
         # The waits for the thread (why_os): not scheduled out, but theirs.
         taken = [(max(x, lo), min(y, hi), c, lab) for x, y, c, lab in b.os.out_taken]
         taken = [(x2, y2, c, lab) for x, y, c, lab in taken for x2, y2 in why_os.outside(x, y, gcs + file_spans)]

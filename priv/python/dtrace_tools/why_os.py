@@ -69,7 +69,10 @@ file I/O (why's, which come first):
     message came waited for that thread: that part of the wait is taken
     from scheduled out and counted as preempted (by the task that ran
     longest) or throttled. Without a message (a timer, a yield) when the
-    process became runnable is not known, and nothing is taken.
+    process became runnable is not known: only a wait of the thread it
+    went out and came back in on that spans the whole interval (within
+    SPAN_NS at each end: the process yielded, and the thread, not the VM,
+    kept it from running) is taken.
   - a stretch on the CPU that no sample reached (none within
     SAMPLE_REACH_NS) stays `on CPU (no sample)': on a virtual machine,
     most often the hypervisor running another guest on that CPU (steal
@@ -87,6 +90,9 @@ import re
 from typing import Any, Callable, Optional
 
 MAX_EVENTS = 200_000
+# A wait spans a scheduled-out interval if it begins and ends this close
+# to it (_waited).
+SPAN_NS = 500_000
 # Events kept back, before the oldest open span's begin.
 LONGEST_WAIT_NS = 1_000_000_000
 
@@ -268,10 +274,11 @@ class Threads:
     # -- A span's time ----------------------------------------------------
 
     def split(self, node: str, ins: list[tuple[int, int, Optional[int]]], excl: list[tuple[int, int]],
-              outs: list[tuple[int, int, Optional[int], Optional[int]]]) -> Split:
+              outs: list[tuple[int, int, Optional[int], Optional[int], Optional[int]]]) -> Split:
         """ins: the process's in intervals (start, end, tid); excl: its GC
         and file I/O, counted already; outs: its scheduled-out intervals
-        (start, end, tid it came in on, its last message's ts or None)."""
+        (start, end, tid it came in on, its last message's ts or None, tid
+        it went out on)."""
         sp = Split()
         sp.kernel = node in self.kernel
         cut = _Cutter(excl)
@@ -300,9 +307,9 @@ class Threads:
                     for piece in self._tracer(node, x, y, cat1, label1):
                         sp.add(*piece)
         if sp.kernel:
-            for o, i, tid, woke in outs:
+            for o, i, tid, woke, out_tid in outs:
                 if tid is not None:
-                    for a, b, cat, label in self._waited(node, tid, o, i, woke):
+                    for a, b, cat, label in self._waited(node, tid, o, i, woke, out_tid == tid):
                         sp.out_taken.append((a, b, cat, label))
         sp.faults = max(faults) - min(faults) if faults else 0
         return sp
@@ -412,12 +419,13 @@ class Threads:
             return "tracer", "the tracer's own work: %s" % self.task_name(task)
         return "preempted", self.task_name(task)
 
-    def _waited(self, node: str, tid: int, o: int, i: int, woke: Optional[int]) -> list[Slice]:
+    def _waited(self, node: str, tid: int, o: int, i: int, woke: Optional[int], same: bool) -> list[Slice]:
         """The part of the out interval [o, i] the process waited for
-        thread tid, off the CPU runnable, to come back (the rules)."""
-        if woke is None:
+        thread tid, off the CPU runnable, to come back (the rules); same:
+        it went out on that thread too."""
+        if woke is None and not same:
             return []
-        lo = woke
+        lo = woke if woke is not None else o
         out: list[Slice] = []
         for ts, kind, f in self._events(node, tid, o, i):
             if kind == "k_waited":
@@ -429,6 +437,10 @@ class Threads:
             else:
                 continue
             a, b = ts - int(off), ts
+            if woke is None and (a - o > SPAN_NS or i - b > SPAN_NS):
+                # No message: only a wait that spans the whole interval
+                # (the process yielded; the thread, not the VM, held it).
+                continue
             if b > lo and a < i:
                 out.append((max(a, lo), min(b, i), label[0], label[1]))
         return out
