@@ -4,7 +4,7 @@
 # build.rs generated as priv/dtrace_probes.json and the LTTng-UST provider
 # package priv/libdtrace_lttng_tp.so (when built); installs the tracer
 # modules' library (native/tracer_nif) once per module, named after it:
-# priv/tracer/dtrace.so and priv/compat/dyntrace.so; and compiles the
+# priv/tracer/dtrace_tracer.so and priv/compat/dyntrace.so; and compiles the
 # dyntrace compatibility module to priv/compat/dyntrace.beam (kept out of
 # ebin: see src/api/dtrace_compat.erl).
 # Used by rebar3 (pre_hooks), mix (the compiler in mix.exs) and make, so a
@@ -29,7 +29,9 @@ if [ "${DTRACE_NIF_BUILD:-}" = 1 ] && [ "${DTRACE_NIF_PRECOMPILED:-}" = 1 ]; the
 fi
 # The dyntrace module, whichever way the objects come.
 mkdir -p "$here/priv/compat"
-rm -f "$here/priv/compat/dyntrace_nif.so"
+# What earlier builds installed under other names (compat's library; the
+# library of dtrace, the tracer module before dtrace_tracer).
+rm -f "$here/priv/compat/dyntrace_nif.so" "$here/priv/tracer/dtrace.so"
 erlc -o "$here/priv/compat" "$here/compat/dyntrace.erl"
 if [ "${DTRACE_NIF_BUILD:-}" != 1 ] &&
     { [ "${DTRACE_NIF_PRECOMPILED:-}" = 1 ] || ! command -v cargo >/dev/null 2>&1; }; then
@@ -78,7 +80,7 @@ for lib in libdtrace_nif.so libdtrace_nif.dylib; do
         }
         install_as "$target/$profile/$lib" "$here/priv/dtrace_nif.so"
         tracer=$target/$profile/$(echo "$lib" | sed 's/dtrace_nif/tracer_nif/')
-        install_as "$tracer" "$here/priv/tracer/dtrace.so"
+        install_as "$tracer" "$here/priv/tracer/dtrace_tracer.so"
         install_as "$tracer" "$here/priv/compat/dyntrace.so"
         exit 0
     fi

@@ -43,7 +43,7 @@
 %%
 %% Installed where (the layout native/build-nif.sh installs from a local
 %% build): priv/dtrace_nif.so, priv/dtrace_probes.json, .eterm,
-%% priv/tracer/dtrace.so, priv/compat/dyntrace.so,
+%% priv/tracer/dtrace_tracer.so, priv/compat/dyntrace.so,
 %% priv/libdtrace_lttng_tp.so; each written under a temporary name and
 %% renamed, so a VM that has the old library mapped keeps a consistent file.
 %% priv/precompiled.txt, written last, says which archives were installed
@@ -57,7 +57,7 @@
 -define(TIMEOUT, 120000).
 -define(RECORD, "precompiled.txt").
 %% What an install writes under priv/ (objects/1).
--define(OBJECTS, ["dtrace_probes.json", "dtrace_probes.eterm", "libdtrace_lttng_tp.so", "tracer/dtrace.so",
+-define(OBJECTS, ["dtrace_probes.json", "dtrace_probes.eterm", "libdtrace_lttng_tp.so", "tracer/dtrace_tracer.so",
                   "compat/dyntrace.so", "dtrace_nif.so"]).
 %% Where a published version's archives are, under v<VSN>/, when
 %% DTRACE_NIF_URL is unset: nowhere yet (CONTRIBUTING.md, "Publishing").
@@ -123,7 +123,7 @@ objects(Members) ->
     length(Catalogue) =:= 2 orelse throw({error, "the dtrace_nif archive holds no catalogue", []}),
     %% The NIF last: a build interrupted before it leaves no record, so the
     %% next build installs again.
-    Catalogue ++ [{"libdtrace_lttng_tp.so", Lttng, 8#755}, {"tracer/dtrace.so", Tracer, 8#755},
+    Catalogue ++ [{"libdtrace_lttng_tp.so", Lttng, 8#755}, {"tracer/dtrace_tracer.so", Tracer, 8#755},
                   {"compat/dyntrace.so", Tracer, 8#755}, {"dtrace_nif.so", Lib, 8#755}].
 
 %% Whether priv/ holds what Wanted's archives install, by priv/precompiled.txt

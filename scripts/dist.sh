@@ -14,7 +14,7 @@
 # library under that name without .tar.gz):
 #   libdtrace_nif      the NIF, with the catalogue build.rs wrote
 #                      (dtrace_probes.json, dtrace_probes.eterm) beside it
-#   libtracer_nif      the tracer modules' library (priv/tracer/dtrace.so,
+#   libtracer_nif      the tracer modules' library (priv/tracer/dtrace_tracer.so,
 #                      priv/compat/dyntrace.so)
 #   libdtrace_lttng_tp the LTTng-UST provider package
 # VSN is src/dtrace.app.src's, NIF the rustler feature of

@@ -21,7 +21,8 @@
 #   - the Common Test suites, all but the QEMU guests' (make test-kernels),
 #     with CI=true: a tracer missing there fails; OTP's own dyntrace_SUITE
 #     and example scripts come from the source of the release's OTP. The
-#     viewer checks are the host's (DTRACE_TEST_VIEWER=none).
+#     viewer checks and the container suite are the host's
+#     (DTRACE_TEST_VIEWER=none, DTRACE_TEST_CHROOT=1).
 # Work and logs stay in $DTRACE_USERLAND_WORK (default
 # /var/tmp/dtrace-DIST; the copy, its _build with Common Test's logs),
 # cargo's downloads in /var/cache/dtrace-toolchains/DIST-cargo. Needs root
@@ -72,7 +73,7 @@ fi
 # test opens the files the tools write.
 exec "$here/scripts/guest.sh" chroot "$dist-userland" -s "$work" -s "$cargo_home" -s "$sources" -- \
     env CARGO_HOME="$cargo_home" ${cainfo:+CARGO_HTTP_CAINFO="$cainfo"} CI=true SUITES="$suites" \
-    DIST="$dist" RUST="$rust" DTRACE_DEBIAN_ARCHIVE="$archive" DTRACE_TEST_VIEWER=none /bin/sh -eu -c '
+    DIST="$dist" RUST="$rust" DTRACE_DEBIAN_ARCHIVE="$archive" DTRACE_TEST_VIEWER=none DTRACE_TEST_CHROOT=1 /bin/sh -eu -c '
 cd "$1"
 # Peer nodes (-sname) resolve this host name.
 grep -q "[[:space:]]$(hostname)\$" /etc/hosts || echo "127.0.1.1 $(hostname)" >> /etc/hosts

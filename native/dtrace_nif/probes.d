@@ -360,7 +360,7 @@ provider erlang {
 	/* Not OTP's. ports: port and other were linked or unlinked; kind as for dtrace_process__link. */
 	probe dtrace_port__link(char *port, char *other, char *kind);
 
-	/* Not OTP's. dtrace_vm's poll (every vm_probes_poll_ms, 100 by default) while a tracer listens: the VM probes' mode, "auto" or "manual" (in manual mode the VM probes fire only for processes traced with {tracer, dtrace, []}: a shipped script warns). */
+	/* Not OTP's. dtrace_vm's poll (every vm_probes_poll_ms, 100 by default) while a tracer listens: the VM probes' mode, "auto" or "manual" (in manual mode the VM probes fire only for processes traced with {tracer, dtrace_tracer, []}: a shipped script warns). */
 	probe dtrace_vm__mode(char *mode);
 
 	/* Not OTP's. dtrace_names, while it listens: p is named name, for each live process when a tracer starts listening (the semaphore rises) and for each new or renamed one after (dtrace_names says how often). name is the first of: its registered name, its proc_lib label (OTP 27), a process_name in its dictionary (RabbitMQ's), its $initial_call as m:f/arity, its initial call; cut at 255 bytes. */
@@ -451,7 +451,7 @@ provider org_erlang_dyntrace {
  *   sdt=     the SDT probes and lttng= the LTTng events the row fires;
  *   auto=no  automatic mode does not set the row's flags for it: the row
  *            fires where they are set anyway (by another row, or by a
- *            user's own {tracer, dtrace, []}, as OTP's LTTng build would).
+ *            user's own {tracer, dtrace_tracer, []}, as OTP's LTTng build would).
  *            The spawn row is so: process__spawn alone is fed by the
  *            spawn_meta row, and from procs when automatic mode traces
  *            processes for another probe anyway (src/vm/dtrace_vm.erl).

@@ -62,12 +62,6 @@
 %% The VM's own probes.
 -export([vm_probes/0, vm_probes/1, function_probes/1, function_spans/1]).
 -export([doctor/0, doctor/1]).
-%% The erl_tracer callbacks (OTP's erl_tracer behaviour, NIFs): {tracer, dtrace,
-%% State} fires the VM probes.
--export([enabled/3, trace/5]).
-
--on_load(on_load/0).
--nifs([enabled/3, trace/5]).
 
 -include("dtrace_tag.hrl").
 
@@ -131,20 +125,6 @@
 
 -export_type([probe_arg/0, n_probe_label/0, probe_result/0, pn_result/0, tag_state/0, span_kind/0,
               span/0, span_outcome/0, vm_status/0, function_pattern/0]).
-
--include("dtrace_libraries.hrl").
-
-%%%===================================================================
-%%% Loading: the tracer module of {tracer, dtrace, State}, its NIFs
-%%% (enabled/3, trace/5) in priv/tracer/dtrace.so (dtrace_nif's doc).
-%%%===================================================================
-
-on_load() ->
-    %% dtrace_nif.so first, when the code server can load it (not in an
-    %% embedded release; native/tracer_nif opens the library itself then).
-    _ = code:ensure_loaded(dtrace_nif),
-    Path = library_path(?DTRACE_TRACER_LIBRARY),
-    loaded(info, "{tracer, dtrace, []} fires nothing", Path, erlang:load_nif(Path, 0)).
 
 %%%===================================================================
 %%% Status and the raw probes
@@ -286,14 +266,15 @@ user_trace_i4s4(UserTag, I1, I2, I3, I4, S1, S2, S3, S4) ->
 %% process.
 -spec vm_probes() -> vm_status() | {error, not_started}.
 vm_probes() ->
-    dtrace_vm_probes:status().
+    dtrace_vm:status().
 
 %% @doc Switches automatic mode on (`auto') or off (`manual'). In manual
 %% mode dtrace sets no trace flag (the ones it set are removed); trace
-%% processes yourself with the tracer `{tracer, dtrace, []}', as OTP's
-%% LTTng build documents for `dyntrace':
+%% processes yourself with the library's tracer module, {@link
+%% dtrace_tracer}, as OTP's LTTng build documents for `dyntrace' (which
+%% works too):
 %% ```
-%% erlang:trace(Pid, true, [procs, {tracer, dtrace, []}])
+%% erlang:trace(Pid, true, [procs, {tracer, dtrace_tracer, []}])
 %% '''
 %% and the VM probes fire for those processes while a tracer listens.
 %% Function probes follow {@link function_probes/1} in both modes. The
@@ -302,7 +283,7 @@ vm_probes() ->
 %% for any other `Mode'.
 -spec vm_probes(Mode) -> ok | {error, not_started} when Mode :: auto | manual.
 vm_probes(Mode) when Mode =:= auto; Mode =:= manual ->
-    dtrace_vm_probes:set_mode(Mode);
+    dtrace_vm:set_mode(Mode);
 vm_probes(Other) ->
     erlang:error(badarg, [Other]).
 
@@ -332,7 +313,7 @@ vm_probes(Other) ->
 %% `{error, {not_a_list, Patterns}}' or `{error, not_started}'.
 -spec function_probes(Patterns :: [function_pattern()]) -> ok | {error, function_probes_error()}.
 function_probes(Patterns) ->
-    dtrace_vm_probes:function_probes(Patterns).
+    dtrace_vm:function_probes(Patterns).
 
 %% @doc Makes each outermost call of these functions a span, for code
 %% that never calls {@link span/2}: "why was it slow" on a node as it
@@ -374,7 +355,7 @@ function_probes(Patterns) ->
 %% `{error, {not_a_list, Functions}}' or `{error, not_started}'.
 -spec function_spans(Functions :: [mfa()]) -> ok | {error, function_spans_error()}.
 function_spans(Functions) ->
-    dtrace_vm_probes:function_spans(Functions).
+    dtrace_vm:function_spans(Functions).
 
 %% @doc "Why is my probe silent?", from inside the node: prints one line per
 %% check (`ok', `info', `warn', `FAIL', with the fix of each failure) and
@@ -394,24 +375,6 @@ doctor() ->
 -spec doctor(Opts :: #{}) -> [dtrace_doctor:finding()].
 doctor(Opts) when is_map(Opts) ->
     dtrace_doctor:findings().
-
-%% @doc erl_tracer's callback (a NIF): is anybody listening to a probe or
-%% event this event feeds? `trace' or `discard' (see the feed table in
-%% docs/reference.md); `remove' when the library is not loaded. Called by
-%% the VM for processes and ports traced with `{tracer, dtrace, State}'.
--spec enabled(TraceTag :: atom(), TracerState :: term(), Tracee :: pid() | port() | undefined) ->
-          trace | discard | remove.
-enabled(_TraceTag, _TracerState, _Tracee) ->
-    %% Without the library: remove this tracer from the tracee, as OTP's
-    %% dyntrace does on a VM without LTTng.
-    ?NOT_LOADED(remove).
-
-%% @doc erl_tracer's callback (a NIF): fires the probes and events this
-%% event feeds that have a listener. Returns `ok'.
--spec trace(TraceTag :: atom(), TracerState :: term(), Tracee :: pid() | port(),
-            TraceTerm :: term(), Opts :: map()) -> ok.
-trace(_TraceTag, _TracerState, _Tracee, _TraceTerm, _Opts) ->
-    ok.
 
 %%%===================================================================
 %%% p/0..8: fire user_trace__i4s4

@@ -422,7 +422,7 @@ set_cwd(Dir) ->
 %%%===================================================================
 
 traced(Command, S1, S2, I1, I2, I3, I4, Device, Call) ->
-    Tag = dtrace:get_tag_data(),
+    Tag = dtrace_tag:get_tag_data(),
     ThreadId = erlang:system_info(scheduler_id),
     Op = dtrace_nif:efile_entry(ThreadId, Command, S1, S2, I1, I2, I3, I4, Tag, Device),
     try Call() of

@@ -1,6 +1,6 @@
 %%% Which module owns which NIF library, and how each loads it: the one
 %%% place (dtrace_nif's module doc has the table). Included by the three
-%%% modules that own a library (dtrace_nif, dtrace, compat/dyntrace.erl), as
+%%% modules that own a library (dtrace_nif, dtrace_tracer, compat/dyntrace.erl), as
 %%% macros and local functions: a module's on_load cannot call another
 %%% module of the application, which a release in embedded mode may not have
 %%% loaded yet. (No specs on the local functions: dialyzer narrows a local
@@ -10,7 +10,7 @@
 %% file lies below the application's directory (ebin/x.beam: 2;
 %% priv/compat/x.beam: 3), for library_path/1.
 -define(DTRACE_NIF_LIBRARY, {["dtrace_nif"], 2}).        % every probe NIF (dtrace_nif's -nifs)
--define(DTRACE_TRACER_LIBRARY, {["tracer", "dtrace"], 2}). % dtrace: enabled/3, trace/5 (erl_tracer)
+-define(DTRACE_TRACER_LIBRARY, {["tracer", "dtrace_tracer"], 2}). % dtrace_tracer: enabled/3, trace/5 (erl_tracer)
 -define(DYNTRACE_TRACER_LIBRARY, {["compat", "dyntrace"], 3}). % dyntrace: the same two
 
 %% What a NIF stub returns when its library is not loaded: Default.

@@ -21,14 +21,14 @@
 %%%   <td>every function of `-nifs' below: registered in Rust with
 %%%   `raw_nif!' or `#[rustler::nif]', collected as `rustler::Nif'
 %%%   (entry.rs, `nif_init')</td></tr>
-%%% <tr><td>`dtrace'</td><td>`tracer/dtrace.so' (`native/tracer_nif')</td>
+%%% <tr><td>`dtrace_tracer'</td><td>`tracer/dtrace_tracer.so' (`native/tracer_nif')</td>
 %%%   <td>`enabled/3', `trace/5': erl_tracer's callbacks, so that
-%%%   `{tracer, dtrace, State}' fires the VM probes; `dtrace_nif.so''s own
+%%%   `{tracer, dtrace_tracer, State}' fires the VM probes; `dtrace_nif.so''s own
 %%%   functions, registered with `raw_nif!(tracer ...)' as
 %%%   `TracerCallback' and handed over by `dtrace_erl_tracer_nifs'
 %%%   (entry.rs), so both modules share one set of semaphores</td></tr>
 %%% <tr><td>`dyntrace' (`compat/')</td><td>`compat/dyntrace.so' (the same
-%%%   object as `tracer/dtrace.so', another copy)</td><td>the same two
+%%%   object as `tracer/dtrace_tracer.so', another copy)</td><td>the same two
 %%%   callbacks, for `{tracer, dyntrace, State}'</td></tr>
 %%% </table>
 %%% A NIF library belongs to one module, and erl_tracer calls a tracer
@@ -55,8 +55,11 @@
 -export([provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
          provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
          provider_probe/2, provider_path/1, provider_delete/1]).
--export([test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
 -export_type([user_tag/0]).
+-ifdef(TEST). % the test hooks (their section below)
+-export([test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
+-nifs([test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
+-endif.
 
 -on_load(on_load/0).
 -nifs([available/0, sinks/0, is_enabled/0, is_enabled/1, user_trace_s1/1,
@@ -67,8 +70,7 @@
        user_stack/3, vm_listening/0, vm_flags/0, vm_call_probes/3, vm_function_spans/1, vm_port_name/3, vm_monitor_event/4,
        process_names/0, process_name/2, provider_new/2, provider_fire/3, provider_fire/2, provider_is_enabled/2,
        provider_is_enabled/1, provider_is_enabled/3, provider_probe_is_enabled/2,
-       provider_probe/2, provider_path/1, provider_delete/1,
-       test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
+       provider_probe/2, provider_path/1, provider_delete/1]).
 
 -type user_tag() :: binary() | undefined | adopt.
 %% The tag argument of a probe NIF (see the module doc): a binary, this
@@ -346,9 +348,13 @@ provider_delete(_Handle) ->
 
 %%%===================================================================
 %%% Test hooks: NIFs only in a library built with the cargo feature
-%%% `test-hooks' (the robustness suite builds one); elsewhere these stubs
-%%% answer {error, no_test_hooks}.
+%%% `test-hooks' (scripts/test-hooks-build.sh builds one, and this module
+%%% with TEST defined: each NIF of a library needs its function here);
+%%% elsewhere these stubs answer {error, no_test_hooks}. Compiled only with
+%%% TEST (rebar3's test profile defines it), never in a production build.
 %%%===================================================================
+
+-ifdef(TEST).
 
 %% Panics inside a NIF body: raises error:nif_panicked.
 -spec test_panic() -> {error, no_test_hooks}.
@@ -371,6 +377,7 @@ test_dof_force_active() ->
 -spec test_block(Ms :: 0..10000) -> ok | error | {error, no_test_hooks}.
 test_block(_Ms) ->
     stub({error, no_test_hooks}).
+-endif.
 
 %%%===================================================================
 

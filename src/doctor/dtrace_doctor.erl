@@ -150,14 +150,14 @@ os_pid() ->
     end.
 
 vm() ->
-    case dtrace_vm_probes:status() of
+    case dtrace_vm:status() of
         {error, not_started} ->
             [f(warn, vm_probes, "the dtrace application is not running: the VM's probes (messages, "
                                 "scheduling, GC, ...) are never fed", [],
                "application:ensure_all_started(dtrace)")];
         #{mode := manual} ->
             [f(warn, vm_probes, "manual mode: the VM's probes fire only for processes traced with "
-                                "{tracer, dtrace, []}", [], "dtrace:vm_probes(auto)")];
+                                "{tracer, dtrace_tracer, []}", [], "dtrace:vm_probes(auto)")];
         #{mode := auto, flags := #{processes := P, ports := O}, tracing := T} = Status ->
             [f(ok, vm_probes, "automatic mode (~p), trace flags set now: processes ~p, ports ~p", [T, P, O])
              | taken(Status) ++ gc_held_back(Status)]

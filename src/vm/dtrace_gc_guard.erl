@@ -27,7 +27,7 @@
 %% back.
 -type auto() :: off | {on, New :: ours | held, Held :: [pid()]}.
 %% How automatic mode traces (dtrace_vm's tracing()): in its sessions, or
-%% as the legacy session's tracer {dtrace, []}.
+%% as the legacy session's tracer {dtrace_tracer, []}.
 -type tracing() :: {session, Auto :: term(), Meta :: term()} | legacy.
 
 %% The trace module exists from OTP 27 on; these are called only where the
@@ -137,15 +137,15 @@ recheck(Held, Own, Set) ->
 
 %% Sets (true) or removes (false) garbage_collection on new processes, or
 %% sets it on one process (gone: nothing to do). Without sessions only
-%% where the tracer is {dtrace, []} or none (dtrace_vm's set_new/4).
+%% where the tracer is {dtrace_tracer, []} or none (dtrace_vm's set_new/4).
 set({session, Auto, _}, Target, On) ->
     _ = try trace:process(Auto, Target, On, [garbage_collection]) catch error:badarg -> 0 end,
     ok;
 set(legacy, Target, On) ->
     Spec = case Target of new -> new_processes; Pid -> Pid end,
     _ = case erlang:trace_info(Spec, tracer) of
-            {tracer, T} when T =:= []; T =:= {dtrace, []} ->
-                try erlang:trace(Spec, On, [garbage_collection, {tracer, dtrace, []}]) catch error:badarg -> 0 end;
+            {tracer, T} when T =:= []; T =:= {dtrace_tracer, []} ->
+                try erlang:trace(Spec, On, [garbage_collection, {tracer, dtrace_tracer, []}]) catch error:badarg -> 0 end;
             _ ->
                 0
         end,

@@ -5,8 +5,8 @@
 %%% the flight recorder records by default), the outermost span of a
 %%% process gives that process the trace flags of the feed rows `on=spans'
 %%% (`running', `garbage_collection', `send', `receive', those whose
-%%% probes listen), with the tracer `{dtrace, span}', and removes them when
-%%% the span ends. No other process is traced for them, and automatic mode
+%%% probes listen), with the tracer `{dtrace_tracer, span}', and removes
+%%% them when the span ends. No other process is traced for them, and automatic mode
 %%% never sets them.
 %%%
 %%% The tracer: on OTP 27 and later, in a trace session of the `dtrace'
@@ -14,8 +14,8 @@
 %%% flags are touched; without sessions (OTP 25, 26, or the application not
 %%% running), `erlang:trace/3' on the calling process, when it has no
 %%% tracer (`erlang:trace_info/2' first); a process automatic mode traces
-%%% (tracer `{dtrace, []}', while a tracer listens to a VM probe) gets the
-%%% flags it lacks with that tracer, and they are removed at the end; a
+%%% (tracer `{dtrace_tracer, []}', while a tracer listens to a VM probe)
+%%% gets the flags it lacks with that tracer, and they are removed at the end; a
 %%% process another tracer holds (an operator's) is left alone, and its
 %%% span has no VM events.
 %%%
@@ -105,7 +105,10 @@ set(_Session, []) ->
 set(Session, Flags) ->
     try
         case Session of
-            legacy -> set_legacy(Flags);
+            %% The VM refuses a tracer module that is not loaded (the
+            %% application, which loads it, may not run).
+            legacy -> _ = erlang:module_loaded(dtrace_tracer) orelse code:ensure_loaded(dtrace_tracer),
+                      set_legacy(Flags);
             _ -> 1 = trace:process(Session, self(), true, Flags), {ok, Flags}
         end
     catch
@@ -114,22 +117,22 @@ set(Session, Flags) ->
 
 %% Asked first: the VM refuses a second tracer with badarg and also logs
 %% an error report ("can only have one tracer per process") for each
-%% refusal. Automatic mode's tracer {dtrace, []} (it traces every process
+%% refusal. Automatic mode's tracer {dtrace_tracer, []} (it traces every process
 %% while a tracer listens to a VM probe) takes the flags it lacks: its
 %% events feed the span__vm_* probes too (the rows on processes, auto=no).
 set_legacy(Flags) ->
     case erlang:trace_info(self(), tracer) of
         {tracer, []} ->
-            1 = erlang:trace(self(), true, [{tracer, dtrace, span} | Flags]),
+            1 = erlang:trace(self(), true, [{tracer, dtrace_tracer, span} | Flags]),
             {ok, Flags};
-        {tracer, {dtrace, span}} ->
-            1 = erlang:trace(self(), true, [{tracer, dtrace, span} | Flags]),
+        {tracer, {dtrace_tracer, span}} ->
+            1 = erlang:trace(self(), true, [{tracer, dtrace_tracer, span} | Flags]),
             {ok, Flags};
-        {tracer, {dtrace, []}} ->
+        {tracer, {dtrace_tracer, []}} ->
             {flags, Have} = erlang:trace_info(self(), flags),
             case Flags -- Have of
                 [] -> {ok, []};
-                Missing -> 1 = erlang:trace(self(), true, [{tracer, dtrace, []} | Missing]), {ok, Missing}
+                Missing -> 1 = erlang:trace(self(), true, [{tracer, dtrace_tracer, []} | Missing]), {ok, Missing}
             end;
         _ ->
             error

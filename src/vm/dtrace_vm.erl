@@ -3,7 +3,7 @@
 %%%
 %%% The VM's own probes (`process__spawn', `message__send', ...; the feed
 %%% table of docs/reference.md) are fired from erl_tracer events by the
-%%% NIF callbacks of module `dtrace'. This process, started by the `dtrace'
+%%% NIF callbacks of {@link dtrace_tracer}. This process, started by the `dtrace'
 %%% application, polls the probes' semaphores and LTTng events (every
 %%% `vm_probes_poll_ms' milliseconds, default 100) and sets on all
 %%% processes and ports exactly the trace flags whose probes have a
@@ -13,13 +13,13 @@
 %%%
 %%% == How it traces ==
 %%% OTP 27 and later: in trace sessions of its own, `dtrace_auto' (tracer
-%%% `{dtrace, auto}': flags and call-trace patterns) and
-%%% `dtrace_spawn_meta' (tracer `{dtrace, spawn_meta}': meta patterns on
+%%% `{dtrace_tracer, auto}': flags and call-trace patterns) and
+%%% `dtrace_spawn_meta' (tracer `{dtrace_tracer, spawn_meta}': meta patterns on
 %%% the spawn BIFs), which the VM destroys with this process, and with them
 %%% every flag and pattern they set. Nothing another session set is read
 %%% or changed. OTP 25 and 26: as the one tracer a process may have,
-%%% `{dtrace, []}', the tracer users set by hand (so a `{tracer, dtrace,
-%%% []}' of theirs adds to automatic mode's flags); processes another
+%%% `{dtrace_tracer, []}', the tracer users set by hand (so a `{tracer,
+%%% dtrace_tracer, []}' of theirs adds to automatic mode's flags); processes another
 %%% tracer traces are left alone and counted (`skipped' in {@link
 %%% dtrace:vm_probes/0}), and the default tracer of new processes is only
 %%% taken when free. What this means for an operator's own tracing, on
@@ -44,17 +44,17 @@
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2, format_status/1]).
 
 %% The tracer of automatic mode without sessions (see the module doc).
--define(LEGACY_TRACER, {dtrace, []}).
+-define(LEGACY_TRACER, {dtrace_tracer, []}).
 %% process__exit_signal: meta tracing of erlang:exit/2, in a session of its
 %% own (OTP 27+; dtrace_vm_sessions).
--define(EXIT_META, {dtrace, exit_meta}).
+-define(EXIT_META, {dtrace_tracer, exit_meta}).
 -define(EXIT_BIF, {erlang, exit, 2}).
 -define(MS, [{'_', [], [{exception_trace}]}]).
 %% process__spawn in automatic mode: meta tracing of the BIFs every local
 %% spawn goes through (spawn/1, spawn_monitor/1, proc_lib, ... call them),
 %% which sets no trace flag on any process.
 -define(SPAWN_BIFS, [{erlang, spawn, 3}, {erlang, spawn_link, 3}, {erlang, spawn_opt, 4}]).
--define(META, {dtrace, spawn_meta}).
+-define(META, {dtrace_tracer, spawn_meta}).
 %% The most ports whose names are read when ports start being traced (the
 %% library keeps at most 1024).
 -define(PORT_NAMES, 1024).
@@ -106,34 +106,44 @@
 start_link() ->
     gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
 
-%% @private The status map of {@link dtrace:vm_probes/0}.
+%% @private Behind dtrace's vm_probes/0,1, function_probes/1, function_spans/1
+%% (documented there): `{error, not_started}' while this process is not running.
+-spec status() -> dtrace:vm_status() | {error, not_started}.
 status() ->
-    gen_server:call(?MODULE, status).
+    call(status).
 
 %% @private
+-spec set_mode(Mode :: auto | manual) -> ok | {error, not_started}.
 set_mode(Mode) ->
-    gen_server:call(?MODULE, {mode, Mode}).
+    call({mode, Mode}).
 
 %% @private
+-spec function_probes(Patterns :: term()) -> ok | {error, term()}.
 function_probes(Patterns) ->
     case normalize(Patterns, []) of
-        {ok, Normal} -> gen_server:call(?MODULE, {patterns, Normal});
+        {ok, Normal} -> call({patterns, Normal});
         {error, _} = Error -> Error
+    end.
+
+call(Request) ->
+    try gen_server:call(?MODULE, Request)
+    catch exit:{noproc, _} -> {error, not_started}
     end.
 
 %% The most functions function_spans/1 takes (the NIF keeps as many).
 -define(MAX_SPAN_FUNCTIONS, 64).
 
 %% @private
+-spec function_spans(Functions :: term()) -> ok | {error, term()}.
 function_spans(Functions) ->
     case span_functions(Functions) of
-        {ok, Normal} -> gen_server:call(?MODULE, {spans, Normal});
+        {ok, Normal} -> call({spans, Normal});
         {error, _} = Error -> Error
     end.
 
 span_functions(L) when is_list(L), length(L) > ?MAX_SPAN_FUNCTIONS ->
     {error, {too_many, length(L)}};
-span_functions(L) when is_list(L) ->
+span_functions(L) when is_list(L), length(L) >= 0 -> % a proper list
     case [F || F <- L, not is_mfa(F)] of
         [] -> {ok, lists:usort(L)};
         [Bad | _] -> {error, {bad_function, Bad}}
@@ -186,8 +196,8 @@ init([]) ->
     %% What an earlier instance of this process left (it crashed or was
     %% killed): nothing of ours stays set unless a tracer listens.
     %% The tracer module must be loaded (with its NIFs) before a session
-    %% can name it.
-    _ = code:ensure_loaded(dtrace),
+    %% or a trace flag can name it.
+    _ = code:ensure_loaded(dtrace_tracer),
     %% The GC guard's table before the span session exists.
     Guard = dtrace_gc_guard:affected() andalso dtrace_gc_guard:start() =:= ok,
     Tracing = case sessions() andalso dtrace_vm_sessions:create() of
@@ -352,7 +362,7 @@ apply_gc(#s{flags = {P, _}, gc = Gc, tracing = T} = S) ->
     S#s{gc = dtrace_gc_guard:auto(lists:member(garbage_collection, P), Gc, T)}.
 
 %% process__exit_signal: a meta pattern on erlang:exit/2 (the tracer
-%% {dtrace, exit_meta}: no trace flag on any process), only while it
+%% {dtrace_tracer, exit_meta}: no trace flag on any process), only while it
 %% listens; in a session, on exit/3 (OTP 28) and exit_signal/2,3 (OTP 29)
 %% too, where the VM has them. Without sessions, another tracer's meta
 %% pattern on it is left alone ({taken, Tracer}).
@@ -367,7 +377,7 @@ apply_exit_meta(true, #s{tracing = {session, _, _}} = S) ->
 apply_exit_meta(true, #s{tracing = legacy} = S) ->
     case erlang:trace_info(?EXIT_BIF, meta) of
         {meta, T} when T =:= false; T =:= ?EXIT_META ->
-            _ = erlang:trace_pattern(?EXIT_BIF, [{'_', [], []}], [{meta, dtrace, exit_meta}]),
+            _ = erlang:trace_pattern(?EXIT_BIF, [{'_', [], []}], [{meta, dtrace_tracer, exit_meta}]),
             S#s{exit_meta = on};
         {meta, Other} ->
             S#s{exit_meta = {taken, Other}}
@@ -527,7 +537,7 @@ apply_meta(true, #s{spawn_meta = off, tracing = {session, _, Meta}} = S) ->
 apply_meta(true, #s{spawn_meta = off, tracing = legacy} = S) ->
     case [T || MFA <- ?SPAWN_BIFS, {meta, T} <- [erlang:trace_info(MFA, meta)], T =/= false, T =/= ?META] of
         [] ->
-            _ = [erlang:trace_pattern(MFA, ?META_MS, [{meta, dtrace, spawn_meta}]) || MFA <- ?SPAWN_BIFS],
+            _ = [erlang:trace_pattern(MFA, ?META_MS, [{meta, dtrace_tracer, spawn_meta}]) || MFA <- ?SPAWN_BIFS],
             S#s{spawn_meta = on};
         [Other | _] ->
             S#s{spawn_meta = {taken, Other}}
@@ -586,8 +596,8 @@ set({session, Auto, _}, Spec, Off, On) ->
     _ = On =/= [] andalso trace:Fun(Auto, Which, true, On),
     ok;
 set(legacy, Spec, Off, On) ->
-    _ = Off =/= [] andalso erlang:trace(Spec, false, Off ++ [{tracer, dtrace, []}]),
-    _ = On =/= [] andalso erlang:trace(Spec, true, On ++ [{tracer, dtrace, []}]),
+    _ = Off =/= [] andalso erlang:trace(Spec, false, Off ++ [{tracer, dtrace_tracer, []}]),
+    _ = On =/= [] andalso erlang:trace(Spec, true, On ++ [{tracer, dtrace_tracer, []}]),
     ok.
 
 session_target(existing_processes) -> {process, existing};
@@ -617,7 +627,7 @@ clear_flags(#s{flags = {P, O}, tracing = T} = S) ->
     _ = set_new(T, new_ports, O, []),
     S#s{flags = {[], []}, new = free}.
 
-%% Without sessions: every flag the tracer {dtrace, []} may hold (the feed
+%% Without sessions: every flag the tracer {dtrace_tracer, []} may hold (the feed
 %% table's, from the NIF), our meta patterns, and our send match spec.
 clear_all() ->
     quietly(fun() -> clear_meta(legacy) end),
@@ -765,7 +775,7 @@ session_flags(Auto, T) ->
 session_counts(Auto) ->
     {length([P || P <- processes(), session_flags(Auto, P) =/= []]), 0}.
 
-%% {traced by the tracer {dtrace, []}, traced by another tracer}.
+%% {traced by the tracer {dtrace_tracer, []}, traced by another tracer}.
 legacy_counts() ->
     lists:foldl(fun(Pid, {Ours, Others} = Acc) ->
                         case erlang:trace_info(Pid, tracer) of

@@ -1,10 +1,10 @@
 %%% @private
 %%% @doc Automatic mode's trace sessions (OTP 27+), created and destroyed
-%%% by `dtrace_vm' only: `dtrace_auto' (tracer `{dtrace, auto}': flags and
-%%% call-trace patterns), `dtrace_spawn_meta' (`{dtrace, spawn_meta}'), and
+%%% by `dtrace_vm' only: `dtrace_auto' (tracer `{dtrace_tracer, auto}': flags and
+%%% call-trace patterns), `dtrace_spawn_meta' (`{dtrace_tracer, spawn_meta}'), and
 %%% two whose handles are kept in persistent_term for the processes that
-%%% use them: `dtrace_span' (`{dtrace, span}', dtrace_span_trace) and
-%%% `dtrace_exit_meta' (`{dtrace, exit_meta}', process__exit_signal). The
+%%% use them: `dtrace_span' (`{dtrace_tracer, span}', dtrace_span_trace) and
+%%% `dtrace_exit_meta' (`{dtrace_tracer, exit_meta}', process__exit_signal). The
 %%% VM destroys a session with the last copy of its handle; these are
 %%% destroyed by name too when an earlier instance left them.
 %%% @end
@@ -24,19 +24,19 @@
 
 %% Our sessions, after removing an earlier instance's; false (and a
 %% warning: automatic mode then uses the legacy session) if the VM refuses
-%% them, as it does when the tracer module `dtrace' has no NIFs.
+%% them, as it does when the tracer module `dtrace_tracer' has no NIFs.
 -spec create() -> {session, Auto :: term(), Meta :: term()} | false.
 create() ->
     destroy_leftovers(),
     try
-        T = {session, trace:session_create(?SESSION, {dtrace, auto}, []),
-             trace:session_create(?META_SESSION, {dtrace, spawn_meta}, [])},
+        T = {session, trace:session_create(?SESSION, {dtrace_tracer, auto}, []),
+             trace:session_create(?META_SESSION, {dtrace_tracer, spawn_meta}, [])},
         %% The session of the processes inside a span (dtrace_span_trace):
         %% theirs to use, in persistent_term; destroyed with the others.
         persistent_term:put(dtrace_span_trace:session_key(),
-                            trace:session_create(?SPAN_SESSION, {dtrace, span}, [])),
+                            trace:session_create(?SPAN_SESSION, {dtrace_tracer, span}, [])),
         persistent_term:put(?EXIT_SESSION_KEY,
-                            trace:session_create(?EXIT_SESSION, {dtrace, exit_meta}, [])),
+                            trace:session_create(?EXIT_SESSION, {dtrace_tracer, exit_meta}, [])),
         T
     catch
         error:Why ->

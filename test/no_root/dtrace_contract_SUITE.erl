@@ -160,15 +160,17 @@ nif_missing_module_still_loads(Config) ->
         peer:stop(Peer)
     end.
 
-%% A new version of a module with NIFs (l(dtrace_nif), l(dtrace), a relup)
+%% A new version of a module with NIFs (l(dtrace_nif), l(dtrace_tracer), a relup)
 %% binds to the library the old version holds: the libraries' upgrade
 %% callbacks accept it. Then purging the old version, and deleting and
 %% loading again, keep the NIFs too; the tracer module's still feed the VM
-%% probes (a trace with {tracer, dtrace, []} is accepted).
+%% probes (a trace with {tracer, dtrace_tracer, []} is accepted).
 reloading_the_module_keeps_the_nif(_Config) ->
     Peer = dtrace_test_peer:start_peer(),
     try
         Call = fun(M, F, A) -> peer:call(Peer, M, F, A) end,
+        %% As the application does: the VM takes a loaded tracer module only.
+        {module, dtrace_tracer} = Call(code, ensure_loaded, [dtrace_tracer]),
         [begin
              ?assertEqual({module, M}, Call(code, load_file, [M])),
              ?assertEqual(true, Call(erlang, check_old_code, [M])),
@@ -183,9 +185,9 @@ reloading_the_module_keeps_the_nif(_Config) ->
              ?assertEqual({module, M}, Call(code, load_file, [M])),
              ?assertEqual(true, Call(dtrace, available, [])),
              ?assertEqual(1, Call(erlang, trace, [Call(erlang, whereis, [init]), true,
-                                                  [procs, {tracer, dtrace, []}]])),
+                                                  [procs, {tracer, dtrace_tracer, []}]])),
              ?assertEqual(1, Call(erlang, trace, [Call(erlang, whereis, [init]), false, [procs]]))
-         end || M <- [dtrace_nif, dtrace]]
+         end || M <- [dtrace_nif, dtrace_tracer]]
     after
         dtrace_test_peer:stop_peer(Peer)
     end.

@@ -34,11 +34,12 @@ run(Calls) ->
 calls_per_case() ->
     length(functions()).
 
-%% {Module, Function, Arity}: dtrace's API and dtrace_nif's NIFs (not the
+%% {Module, Function, Arity}: dtrace's API, dtrace_nif's NIFs and
+%% dtrace_tracer's erl_tracer callbacks (not the
 %% test hooks, which only a test build has, nor doctor/0, which takes no
 %% term and prints).
 functions() ->
-    [{M, F, A} || M <- [dtrace, dtrace_nif], {F, A} <- M:module_info(exports),
+    [{M, F, A} || M <- [dtrace, dtrace_nif, dtrace_tracer], {F, A} <- M:module_info(exports),
                   F =/= module_info, F =/= test_panic, F =/= test_allocations,
                   F =/= test_dof_force_active, F =/= test_block, {F, A} =/= {doctor, 0}].
 
@@ -70,7 +71,8 @@ take(N, L) ->
 
 %% What each function's documentation allows, and nothing more.
 documented({dtrace, F}, Args, Result) -> api(F, Args, Result);
-documented({dtrace_nif, F}, Args, Result) -> nif(F, Args, Result).
+documented({dtrace_nif, F}, Args, Result) -> nif(F, Args, Result);
+documented({dtrace_tracer, F}, Args, Result) -> api(F, Args, Result).
 
 %% dtrace's API.
 api(available, [], {ok, B}) -> is_boolean(B);

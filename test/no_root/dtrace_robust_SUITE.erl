@@ -113,7 +113,7 @@ property_probes() ->
 %% answer trace for every kind of event)?
 vm_probes_listened() ->
     Port = hd(erlang:ports()),
-    lists:all(fun({Tag, Tracee}) -> dtrace:enabled(Tag, [], Tracee) =:= trace end,
+    lists:all(fun({Tag, Tracee}) -> dtrace_tracer:enabled(Tag, [], Tracee) =:= trace end,
               [{T, self()} || T <- [spawn, exit, in, out, send, 'receive', call, gc_minor_start,
                                     gc_major_end, link, unlink, register]]
               ++ [{T, Port} || T <- [open, closed, link, 'receive']]).
@@ -193,10 +193,9 @@ tracer_churn_under_load(Config) ->
 
 %% While 100 processes keep firing and a tracer counts: load a new version
 %% of the module (twice, purging in between), stop and start the
-%% application, then delete and purge the module (the library is closed)
-%% and load it again. The probes keep firing and reaching the tracer
-%% throughout: after a reopen the kernel arms the tracer's uprobes and
-%% semaphores in the new mapping, so every true return is an event.
+%% application, then delete and purge the module and load it again. The
+%% probes keep firing and reaching the tracer throughout, so every true
+%% return is an event.
 %%
 %% The workload starts only once bpftrace has printed an event (the ready
 %% probe, i1 = -1): a true return alone does not mean the tracer listens,

@@ -2,7 +2,7 @@
 %%% OTP: with trace sessions (OTP 27+) both follow the same processes and
 %%% neither sees the other; without them (OTP 25, 26) automatic mode leaves
 %%% the operator's processes alone (the documented limit: one tracer per
-%%% process). Tracers by hand, {tracer, dtrace, []} and {tracer, dyntrace,
+%%% process). Tracers by hand, {tracer, dtrace_tracer, []} and {tracer, dyntrace,
 %%% []}, while automatic mode runs; and no flag of dtrace's left shortly
 %%% after the last listener leaves. Where two sessions tracing one process
 %%% for GC crash the VM (OTP 27.0 to 29.1.1), the library never makes that
@@ -239,7 +239,7 @@ flush_exits(Exits) ->
     end.
 
 %% While automatic mode traces new processes (a listener on process__exit
-%% sets procs), a tracer set by hand on one of them: {tracer, dtrace, []}
+%% sets procs), a tracer set by hand on one of them: {tracer, dtrace_tracer, []}
 %% is accepted everywhere (without sessions it is the same tracer as
 %% automatic mode's, and the flags add up); {tracer, dyntrace, []} is
 %% accepted with sessions and, without them, refused like any other
@@ -255,7 +255,7 @@ tracers_by_hand_while_automatic_mode_runs(Config) ->
                   Fresh = fun() -> spawn(fun() -> receive stop -> ok end end) end,
                   P = Fresh(),
                   Q = Fresh(),
-                  ByDtrace = erlang:trace(P, true, [{tracer, dtrace, []}, 'receive']),
+                  ByDtrace = erlang:trace(P, true, [{tracer, dtrace_tracer, []}, 'receive']),
                   ByDyntrace = try erlang:trace(Q, true, [{tracer, dyntrace, []}, 'receive'])
                                catch error:badarg -> badarg
                                end,
@@ -551,7 +551,7 @@ auto_gc(P) ->
                     end;
                 false ->
                     case erlang:trace_info(P, tracer) of
-                        {tracer, {dtrace, []}} -> erlang:trace_info(P, flags);
+                        {tracer, {dtrace_tracer, []}} -> erlang:trace_info(P, flags);
                         _ -> undefined
                     end
             end,

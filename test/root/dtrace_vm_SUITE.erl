@@ -581,7 +581,7 @@ attach_detach_cycles_leave_operators_alone(Config) ->
     ?assertMatch(#{flags := #{processes := []}}, Status),
     ct:log("dbg's trace of ~p: ~p", [Watched, DbgAfter]).
 
-%% Manual mode: dtrace sets no flag; a user's own {tracer, dtrace, []}
+%% Manual mode: dtrace sets no flag; a user's own {tracer, dtrace_tracer, []}
 %% feeds the probes for the processes they trace.
 manual_mode_and_user_tracer(Config) ->
     ok = in_peer(Config, fun() -> dtrace:vm_probes(manual) end),
@@ -600,7 +600,7 @@ manual_mode_and_user_tracer(Config) ->
                                          C = spawn(fun() -> ok end),
                                          Self ! {child, C}
                                  end),
-                  1 = erlang:trace(Traced, true, [procs, {tracer, dtrace, []}]),
+                  1 = erlang:trace(Traced, true, [procs, {tracer, dtrace_tracer, []}]),
                   Traced ! go,
                   C = receive {child, C0} -> C0 end,
                   U = spawn(fun() -> ok end),

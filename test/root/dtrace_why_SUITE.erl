@@ -161,7 +161,7 @@ long_run_is_bounded(Config) ->
 
 %% The same while another bpftrace listens to process__scheduled and
 %% message__queued: automatic mode then traces every process (on OTP 25
-%% and 26 with the tracer {dtrace, []}, which a span's process keeps and
+%% and 26 with the tracer {dtrace_tracer, []}, which a span's process keeps and
 %% adds its flags to; on OTP 27 in its own session), and every breakdown
 %% is still whole.
 slow_spans_under_automatic_mode(Config) ->

@@ -239,7 +239,7 @@ wait_until(Cond, Deadline, false) ->
     end.
 
 %% The processes traced by dtrace's automatic mode: in its session
-%% (`dtrace_auto', OTP 27+), or with its tracer {dtrace, []} and flags.
+%% (`dtrace_auto', OTP 27+), or with its tracer {dtrace_tracer, []} and flags.
 our_traced() ->
     our_traced(processes()).
 
@@ -249,13 +249,13 @@ our_traced(Tracees) ->
         true ->
             [T || T <- Tracees, lists:keymember(dtrace_auto, 1, sessions_of(T))];
         false ->
-            [T || T <- Tracees, erlang:trace_info(T, tracer) =:= {tracer, {dtrace, []}},
+            [T || T <- Tracees, erlang:trace_info(T, tracer) =:= {tracer, {dtrace_tracer, []}},
                   erlang:trace_info(T, flags) =/= {flags, []}]
     end.
 
 %% The trace flags a span gave the calling process (dtrace_span_trace):
 %% in the library's span session on OTP 27+, else with the tracer
-%% {dtrace, span}.
+%% {dtrace_tracer, span}.
 span_flags() ->
     case erlang:function_exported(erts_internal, trace_session_create, 3) of
         true ->
@@ -263,7 +263,7 @@ span_flags() ->
             F;
         false ->
             case erlang:trace_info(self(), tracer) of
-                {tracer, {dtrace, span}} -> element(2, erlang:trace_info(self(), flags));
+                {tracer, {dtrace_tracer, span}} -> element(2, erlang:trace_info(self(), flags));
                 _ -> []
             end
     end.
@@ -274,7 +274,7 @@ span_traced() ->
         true ->
             [T || T <- processes(), lists:keymember(dtrace_span, 1, sessions_of(T))];
         false ->
-            [T || T <- processes(), erlang:trace_info(T, tracer) =:= {tracer, {dtrace, span}},
+            [T || T <- processes(), erlang:trace_info(T, tracer) =:= {tracer, {dtrace_tracer, span}},
                   erlang:trace_info(T, flags) =/= {flags, []}]
     end.
 

@@ -453,7 +453,7 @@ pub struct Feed {
     pub formatter: String,
     /// Whether automatic mode sets the row's flags while its probes listen
     /// (`auto=no`: the row fires only where the flags are set anyway: by
-    /// another row, or by a user's own `{tracer, dtrace, []}`).
+    /// another row, or by a user's own `{tracer, dtrace_tracer, []}`).
     pub auto: bool,
 }
 

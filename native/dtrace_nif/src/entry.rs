@@ -203,9 +203,10 @@ mod library {
     }
 
     /// The erl_tracer callbacks (`enabled/3`, `trace/5`) as NIF functions, for
-    /// the library of the tracer modules `dtrace` and `dyntrace`
-    /// (`native/tracer_nif`): its entry lists these, so `{tracer, dtrace, []}`
-    /// and `{tracer, dyntrace, []}` fire the probes of this library. Writes the
+    /// the library of the tracer modules `dtrace_tracer` and `dyntrace`
+    /// (`native/tracer_nif`): its entry lists these, so `{tracer,
+    /// dtrace_tracer, []}` and `{tracer, dyntrace, []}` fire the probes of
+    /// this library. Writes the
     /// number of entries to `len` and returns a table that lives as long as
     /// this library.
     #[unsafe(no_mangle)]

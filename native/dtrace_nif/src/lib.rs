@@ -15,7 +15,7 @@
 //!
 //! The NIFs belong to the private Erlang module `dtrace_nif`; the erl_tracer
 //! callbacks are also exported as a table (`dtrace_erl_tracer_nifs`) for
-//! the tracer modules `dtrace` and `dyntrace` (`native/tracer_nif`).
+//! the tracer modules `dtrace_tracer` and `dyntrace` (`native/tracer_nif`).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod args;

@@ -8,8 +8,9 @@
 //! device) and `test_block/1` (sleeps in a system call on the normal
 //! scheduler that runs it, as a NIF that blocks does: for "why was it
 //! slow" down to the OS). Never in the library rebar3, mix or
-//! make build, where the stubs of `dtrace_nif` answer
-//! `{error, no_test_hooks}`.
+//! make build; `dtrace_nif` has the functions only when compiled with
+//! `TEST` (`scripts/test-hooks-build.sh`, rebar3's test profile), where
+//! without this library its stubs answer `{error, no_test_hooks}`.
 
 use std::sync::atomic::Ordering::Relaxed;
 

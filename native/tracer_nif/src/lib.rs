@@ -1,7 +1,7 @@
-//! `tracer_nif`: the NIF library of the tracer modules `dtrace` and
-//! `dyntrace` (compat/dyntrace.erl), so that `{tracer, dtrace, []}` and
-//! `{tracer, dyntrace, []}` work on a stock VM as OTP documents the latter
-//! for its LTTng build.
+//! `tracer_nif`: the NIF library of the tracer modules `dtrace_tracer`
+//! (src/vm/dtrace_tracer.erl) and `dyntrace` (compat/dyntrace.erl), so that
+//! `{tracer, dtrace_tracer, []}` and `{tracer, dyntrace, []}` work on a
+//! stock VM as OTP documents the latter for its LTTng build.
 //!
 //! erl_tracer calls a tracer module's `enabled/3` and `trace/5`, and both
 //! must be NIFs of that module; a NIF library belongs to one module, and
@@ -9,11 +9,12 @@
 //! This library has no callbacks of its own: its entry lists
 //! `dtrace_nif.so`'s (`dtrace_erl_tracer_nifs`), so every tracer module
 //! fires the same probes with the same semaphores. The build installs it
-//! once per tracer module, named after the module (`priv/tracer/dtrace.so`,
-//! `priv/compat/dyntrace.so`): each copy is a separate object, and its
-//! entry takes its module name from its own file name. It finds
-//! `dtrace_nif.so` one directory up (loaded by module `dtrace_nif`, or
-//! opened here first) and keeps it loaded (a reference from `dlopen`).
+//! once per tracer module, named after the module
+//! (`priv/tracer/dtrace_tracer.so`, `priv/compat/dyntrace.so`): each copy
+//! is a separate object, and its entry takes its module name from its own
+//! file name. It finds `dtrace_nif.so` one directory up (loaded by module
+//! `dtrace_nif`, or opened here first) and keeps it loaded (a reference
+//! from `dlopen`).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::ffi::{CStr, CString, c_int, c_void};
@@ -69,9 +70,9 @@ fn build() -> Option<Entry> {
 fn dtrace_tracer_nifs(dir: &Path) -> Option<&'static [ErlNifFunc]> {
     let path = CString::new(dir.parent()?.join("dtrace_nif.so").to_str()?).ok()?;
     // Opened here if module dtrace_nif has not loaded it yet (a release in
-    // embedded mode loads `dtrace' first): the dynamic loader keeps one
-    // copy per file, so dtrace_nif's load_nif gets this same one, with the
-    // same semaphores, and its load step sets it up. Until then the
+    // embedded mode may load `dtrace_tracer' first): the dynamic loader
+    // keeps one copy per file, so dtrace_nif's load_nif gets this same
+    // one, with the same semaphores, and its load step sets it up. Until then the
     // callbacks answer `discard' (no trace tag is known yet).
     // SAFETY: dlopen of the library next to this one; the reference it
     // adds is never released, so its code and data stay mapped for good.

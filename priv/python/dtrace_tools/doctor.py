@@ -410,7 +410,7 @@ def check_application(pid: int, maps: Optional[list[Mapping]]) -> None:
         say("ok", "application", "the dtrace application runs; automatic mode sets the VM probes' flags")
     elif m:
         say("warn", "application", "the VM probes are in manual mode: they fire only for processes traced "
-            "with {tracer, dtrace, []}", "dtrace:vm_probes(auto) in the node")
+            "with {tracer, dtrace_tracer, []}", "dtrace:vm_probes(auto) in the node")
     elif "Attach" in text:  # "Attaching N probes..." before bpftrace 0.24, "Attached N probes" after
         say("warn", "application", "the library is mapped but the dtrace application does not run (stopped, "
             "or unloaded by hand): nothing answered dtrace_vm__mode in %d s, so VM probes, function spans "

@@ -72,7 +72,7 @@ impl<'a> Event<'a> {
         self.tracer_state.as_c_arg() == atoms::auto().as_c_arg()
     }
 
-    /// Is the tracer the span tracer (`{dtrace, span}`)?
+    /// Is the tracer the span tracer (`{dtrace_tracer, span}`)?
     pub(super) fn span_state(&self) -> bool {
         self.tracer_state.as_c_arg() == atoms::span().as_c_arg()
     }

@@ -1,8 +1,8 @@
 //! The VM's own probes (`process__spawn`, `message__send`, `gc_minor__start`,
 //! ...) and OTP's LTTng events for them (`org_erlang_dyntrace:*`), fed from
 //! erl_tracer events: the NIF callbacks a stock VM calls for a process or
-//! port traced with `{tracer, dtrace, State}` (module `dtrace` forwards
-//! them here, see `native/tracer_nif`).
+//! port traced with `{tracer, dtrace_tracer, State}` (module
+//! `dtrace_tracer` forwards them here, see `native/tracer_nif`).
 //!
 //! The feed table of `probes.d` (`#pragma dtrace_nif feed`) says which
 //! trace flags and trace tags feed which probes and events, through which
@@ -227,7 +227,7 @@ fn vm_mode(manual: bool) -> bool {
 }
 
 /// `span_vm_flags() -> [atom()]`: the trace flags `dtrace:span/2` gives
-/// the process of an outermost span now (with the tracer `{dtrace, span}`):
+/// the process of an outermost span now (with the tracer `{dtrace_tracer, span}`):
 /// those of the `on=spans` rows that have a listener; `[]` when none has.
 #[rustler::nif]
 fn span_vm_flags(env: Env<'_>) -> Vec<Atom> {

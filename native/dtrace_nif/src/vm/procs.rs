@@ -79,7 +79,7 @@ pub(crate) fn register(e: &Event<'_>, _tag: TraceTag) {
 /// process: dtrace_vm meta-traces the three BIFs every local spawn goes
 /// through (`erlang:spawn/3`, `spawn_link/3`, `spawn_opt/4`; `spawn/1`,
 /// `spawn_monitor/1`, proc_lib and the rest call them) with the tracer
-/// `{dtrace, spawn_meta}` and a `return_trace` match spec. The call event
+/// `{dtrace_tracer, spawn_meta}` and a `return_trace` match spec. The call event
 /// carries the arguments (the mfa the new process starts in), the return
 /// event the new pid. Both come from the calling process on the same
 /// scheduler thread, one right after the other (the BIFs do not yield),
@@ -139,7 +139,7 @@ fn spawn_returned(e: &Event<'_>) {
 }
 
 /// `process__exit_signal` in automatic mode: `dtrace_vm` meta-traces
-/// `erlang:exit/2` (the tracer `{dtrace, exit_meta}`): the call event of
+/// `erlang:exit/2` (the tracer `{dtrace_tracer, exit_meta}`): the call event of
 /// `exit(Pid, Reason)` from the tracee, for a local process that is alive
 /// (OTP fires as the signal is queued to a process; none for a port, a
 /// remote or a dead pid). OTP shows `kill` as `killed`. Exits along links

@@ -4,7 +4,7 @@
 //! was it slow" (priv/python/dtrace_tools/why.py). Each fires only its own probe.
 //!
 //! The same rows on processes (`auto=no`) take the events of the legacy
-//! tracer `{dtrace, []}`: without sessions (OTP 25, 26) a process that
+//! tracer `{dtrace_tracer, []}`: without sessions (OTP 25, 26) a process that
 //! automatic mode already traces keeps that tracer, and its span adds its
 //! flags to it. They fire for every process that tracer has then; the
 //! consumers keep the events of processes inside a span. Automatic mode's
