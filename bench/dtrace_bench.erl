@@ -36,7 +36,7 @@
 -export([stats/1]).
 -include("dtrace_bench.hrl").
 
-main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
+main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile, OsFile]) ->
     {module, dtrace} = code:ensure_loaded(dtrace),
     true = dtrace:available(),
     S1K = lists:duplicate(1024, $x),
@@ -144,6 +144,8 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
     %% busy-waiting (its CPU figures would count it): bench/run.sh.
     Attach = attach_bench:load(AttachFile),
     io:format("~nFunction spans (attach_bench):~n~s", [attach_bench:markdown(Attach)]),
+    Os = os_bench:load(OsFile),
+    io:format("~nWhy was it slow, down to the OS (os_bench):~n~s", [os_bench:markdown(Os)]),
     Totals = dtrace_bench_report:totals(Floors, EnRows, VmRows, LttngRows),
     io:format("~nTotal = floors + own work:~n"),
     [io:format("  ~-62s total ~7.1f = floors ~7.1f (~s) + own ~6.1f ns~n",
@@ -151,19 +153,20 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
     Budgets = dtrace_bench_report:budgets(DisRows, Tput, Work)
         ++ dtrace_bench_report:lttng_budgets(LttngRows) ++ dtrace_bench_report:provider_budgets(DisRows)
         ++ dtrace_bench_report:total_budgets(Totals, VmRows) ++ message_bench:budgets(Messages)
-        ++ always_on_bench:budgets(AlwaysOn) ++ attach_bench:budgets(Attach),
+        ++ always_on_bench:budgets(AlwaysOn) ++ attach_bench:budgets(Attach) ++ os_bench:budgets(Os),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, dtrace_bench_report:verdict(OK)]) || {Text, OK} <- Budgets],
     Figures = dtrace_bench_report:figures(#{disabled => DisRows ++ Spread, floors => Floors, enabled => EnRows,
                                             vm => VmRows, families => FamilyRows, lttng => LttngRows,
                                             totals => Totals}) ++
-        message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn) ++ attach_bench:figures(Attach),
+        message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn) ++ attach_bench:figures(Attach)
+        ++ os_bench:figures(Os),
     dtrace_bench_report:write_md(OutFile, #{disabled => DisRows ++ Spread, tput => Tput, work => Work ++ ProvWork,
                                             floors => Floors, enabled => EnRows, why => Why, vm => VmRows,
                                             families => FamilyRows, lttng => {LttngRows, LttngWhy},
                                             recorder => Recorder, totals => Totals, budgets => Budgets,
                                             figures => Figures, messages => Messages, always_on => AlwaysOn,
-                                            attach => Attach, apart => {Apart, Floors}}),
+                                            attach => Attach, apart => {Apart, Floors}, os => Os}),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 

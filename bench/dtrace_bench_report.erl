@@ -309,7 +309,8 @@ verdict(info) -> "measured".
 write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, enabled := En,
                  why := Why, vm := Vm, families := Families, lttng := {Lttng, LttngWhy},
                  recorder := Recorder, totals := Totals, budgets := Budgets, figures := Figures,
-                 messages := Messages, always_on := AlwaysOn, attach := Attach, apart := ApartFloors}) ->
+                 messages := Messages, always_on := AlwaysOn, attach := Attach, apart := ApartFloors,
+                 os := Os}) ->
     Row = fun({Name, {Med, Min, Max}}) ->
                   io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [Name, Med, Min, Max])
           end,
@@ -361,6 +362,15 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "1.05x).\n\n"
          "| workload | ns | spread | |\n|---|---|---|---|\n",
          attach_bench:markdown(Attach),
+         "\n## Why was it slow, down to the OS\n\n"
+         "bench/os_bench.erl, median and spread of 5 rounds (the stall: 3): the kernel's scheduler and\n"
+         "fault events that `dtrace-slow-spans` and `dtrace-sched` read fire for every task on the host.\n"
+         "A busy host's context switch and page fault (bench/floors/host_load.c, not the node) untraced,\n"
+         "under the floor (bpftrace on the same tracepoints and profile, doing nothing) and under each\n"
+         "tool on the node (budgets on the own work); a request of the node (CPU ns, every thread of the\n"
+         "VM) with the tool's kernel part and without; the longest stall of a loop of empty spans while\n"
+         "the tool attaches and detaches, against the host's own in as long a window before.\n\n",
+         os_bench:markdown(Os),
          "\n## Floors\n\n| floor | ns | spread | |\n|---|---|---|---|\n",
          [case R of
               {skip, W} -> io_lib:format("| ~s | skipped: ~s | | |~n", [L, W]);

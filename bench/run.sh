@@ -11,7 +11,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_bench_vm.erl bench/dtrace_bench_report.erl \
     bench/dtrace_floors.erl bench/dtrace_floors_build.erl bench/dtrace_floors_programs.erl \
-    bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl bench/attach_bench.erl
+    bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl bench/attach_bench.erl \
+    bench/os_bench.erl
 case "${1:-}" in
     messages)
         # make bench-messages: the realistic-message rows alone.
@@ -22,6 +23,10 @@ case "${1:-}" in
         # make bench-attach: the function-span rows alone.
         exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
             +sbwt none +sbwtdcpu none +sbwtdio none -eval "attach_bench:main([])." ;;
+    os)
+        # make bench-os: why was it slow down to the OS, alone.
+        exec erl -noshell +S 2:2 -pa _build/default/lib/dtrace/ebin -pa "$work" \
+            +sbwt none +sbwtdcpu none +sbwtdio none -eval "os_bench:main([])." ;;
     always_on)
         # make bench-always-on: the recorder always on, alone.
         exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
@@ -44,6 +49,9 @@ mkdir -p "$work/floors"
 # busy-waiting (their CPU figures would count it), as make bench-attach.
 erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
     +sbwt none +sbwtdcpu none +sbwtdio none -eval "attach_bench:save(\"$work/attach.eterm\")."
+# The OS rows the same way (bench/os_bench.erl).
+erl -noshell +S 2:2 -pa _build/default/lib/dtrace/ebin -pa "$work" \
+    +sbwt none +sbwtdcpu none +sbwtdio none -eval "os_bench:save(\"$work/os.eterm\")."
 # Two schedulers, bound, so the throughput rows mean "one per core".
 exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
-    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$work/floors\", \"$nolttng/ebin\", \"$work/recorder.md\", \"$dof\", \"$work/attach.eterm\"])."
+    -eval "dtrace_bench:main([\"BENCHMARKS.md\", \"$work/floors\", \"$nolttng/ebin\", \"$work/recorder.md\", \"$dof\", \"$work/attach.eterm\", \"$work/os.eterm\"])."

@@ -57,8 +57,8 @@
          provider_probe/2, provider_path/1, provider_delete/1]).
 -export_type([user_tag/0]).
 -ifdef(TEST). % the test hooks (their section below)
--export([test_panic/0, test_allocations/0, test_dof_force_active/0]).
--nifs([test_panic/0, test_allocations/0, test_dof_force_active/0]).
+-export([test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
+-nifs([test_panic/0, test_allocations/0, test_dof_force_active/0, test_block/1]).
 -endif.
 
 -on_load(on_load/0).
@@ -372,6 +372,11 @@ test_allocations() ->
 test_dof_force_active() ->
     stub({error, no_test_hooks}).
 
+%% Sleeps Ms milliseconds in a system call, holding the normal scheduler
+%% that runs it (a NIF that blocks, for "why was it slow").
+-spec test_block(Ms :: 0..10000) -> ok | error | {error, no_test_hooks}.
+test_block(_Ms) ->
+    stub({error, no_test_hooks}).
 -endif.
 
 %%%===================================================================

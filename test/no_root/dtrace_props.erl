@@ -41,7 +41,7 @@ calls_per_case() ->
 functions() ->
     [{M, F, A} || M <- [dtrace, dtrace_nif, dtrace_tracer], {F, A} <- M:module_info(exports),
                   F =/= module_info, F =/= test_panic, F =/= test_allocations,
-                  F =/= test_dof_force_active, {F, A} =/= {doctor, 0}].
+                  F =/= test_dof_force_active, F =/= test_block, {F, A} =/= {doctor, 0}].
 
 prop_any_term_any_position() ->
     ?FORALL(Terms, vector(10, probe_term()),

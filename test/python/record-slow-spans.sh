@@ -48,7 +48,7 @@ erl -noshell -sname "dtrace_fixture_$$" -pa _build/default/lib/dtrace/ebin -pa "
 node=$!
 wait_for '[ -s "$work/pid" ]' 30
 BPFTRACE_PERF_RB_PAGES=1024 priv/bin/dtrace-bpftrace -p "$(cat "$work/pid")" priv/bpftrace/slow-spans.bt \
-    > "$work/raw" &
+    "$(cat "$work/pid")" > "$work/raw" &
 tracer=$!
 for kind in S G F f E N; do
     wait_for "grep -q '^$kind	' '$work/raw'" 60

@@ -170,7 +170,9 @@ def test_the_report_text(tmp_path: Path) -> None:
     assert any(re.search(r"probe p i1=1 +x2, the last at -9\.000 ms$", line) for line in out)
     why = text[text.index("Why the slow spans were slow"):text.index("Slowest operations")]
     assert "cause: scheduled out in timer:sleep/1, 30.00 ms" in why
-    assert "  a@h" in why.splitlines()[1]
+    # Without kernel events: the VM's view, and how to get more.
+    assert why.splitlines()[1].startswith("  (no kernel events in the snapshots: \"on CPU\" is the VM's view")
+    assert "  a@h" in why.splitlines()[2]
     assert "Failed spans (the span raised: error, exit or throw; slow or not)\n  1 x rpc (exit)\n" \
            "  1 x request (error)" in text
     _, shown, _, _ = recorder_report.report(snaps, items, counts, args(tags="all"))
@@ -201,3 +203,29 @@ def test_the_svg(tmp_path: Path) -> None:
     assert "<title>span request (id 1) | tag req-1 | a@h &lt;0.90.0&gt; (worker) | at -61.000 ms | 60.000 ms" \
            "</title>" in text
     assert text.rstrip().endswith("</svg>")
+
+
+def test_kernel_events_split_on_cpu(tmp_path: Path) -> None:
+    """A snapshot with LTTng's kernel events (report_kernel): a span's
+    thread preempted, then in a write system call; its user-space events
+    carry the thread (vtid)."""
+    span = {"proc": "<0.90.0>", "span_id": 1, "parent_id": 0, "kind": "request", "user_tag": "t", "_vtid": 77}
+    s = snapshot(tmp_path, "k", 0, [
+        (0, "span_begin", span),
+        (10, "sched_switch", {"prev_tid": 77, "prev_state": 0, "next_tid": 4242, "next_comm": "yes",
+                              "_tid": 77}),
+        (60, "sched_switch", {"prev_tid": 4242, "prev_state": 0, "next_tid": 77, "next_comm": "1_scheduler",
+                              "_tid": 4242}),
+        (70, "syscall_entry_write", {"fd": 1, "_tid": 77}),
+        (80, "syscall_exit_write", {"ret": 1, "_tid": 77}),
+        (100, "span_end", dict(span, duration_ns=100 * MS, outcome="ok"))], {"node": "k@h"})
+    # The kernel's events have no provider.
+    s.events = [(ts, seq, name[len(P):] if name[len(P):].startswith(("sched_", "syscall_")) else name, f)
+                for ts, seq, name, f in s.events]
+    items, counts = build([s])
+    [b] = [i.why for i in items if i.what == "span" and i.why is not None]
+    assert b.cause() == (50 * MS, "preempted by yes (tid 4242)")
+    assert {k: v // MS for k, v in b.os.components.items()} == {
+        ("user", None): 40, ("preempted", "yes (tid 4242)"): 50, ("kernel", "write"): 10}
+    out, _, _, _ = recorder_report.report([s], items, counts, args())
+    assert not any("no kernel events" in line for line in out)

@@ -136,8 +136,17 @@ def test_parse_reads_each_kind_of_line() -> None:
     # Saved before span outcomes: seven fields.
     assert parse("E\t20\t<0.1.0>\t5\t10\trequest\treq-1") == (
         20, "span_end", ("<0.1.0>", 5, 10, (0, "request", "req-1"), "ok"))
-    assert parse("S\t1\t<0.1.0>\tin_exiting\tm:f/1") == (1, "in", ("<0.1.0>", "m:f/1"))
-    assert parse("S\t1\t<0.1.0>\tout\tm:f/1") == (1, "out", ("<0.1.0>", "m:f/1"))
+    # Saved before the thread was printed: no tid.
+    assert parse("S\t1\t<0.1.0>\tin_exiting\tm:f/1") == (1, "in", ("<0.1.0>", "m:f/1", None))
+    assert parse("S\t1\t<0.1.0>\tout\tm:f/1\t77") == (1, "out", ("<0.1.0>", "m:f/1", 77))
+    assert parse("W\t1\t77\t1_scheduler") == (1, "thread", (77, "1_scheduler"))
+    assert parse("O\t9\t77\tpreempted\t500000\t0\t42\tyes") == (
+        9, "k_off", (77, "preempted", 500000, 0, (42, "yes"), None))
+    assert parse("O\t9\t77\tblocked\t500000\t1\t3\t") == (9, "k_block", (77, 500000, 1, 3, [], None))
+    assert parse("Z\t9\t77\t10\t20\t30\t42\tyes") == (9, "k_short", (77, 10, 20, 30, (42, "yes"), None))
+    assert parse("P\t9\t77\tu\t3") == (9, "k_sample", (77, "u", 3, []))
+    assert parse("R\t9\t77\t200000\t1\t0\t42\tyes") == (9, "k_waited", (77, 200000, True, 0, (42, "yes"), None))
+    assert parse("b\t9\t77") == (9, "blocking", (77,))
     assert parse("G\t1\t<0.1.0>\tgc_major_start") == (1, "gc_start", ("<0.1.0>",))
     assert parse("F\t1\t2\t3\t4\treq-1") == (1, "file_start", ((2, 3), 4, "req-1"))
     assert parse("N\t1\t<0.1.0>\tmy\tname") == (1, "name", ("<0.1.0>", "my\tname"))
@@ -181,3 +190,19 @@ def test_a_live_tracer_its_stderr_read(capsys: pytest.CaptureFixture[str], tmp_p
     assert "bpftrace lost 7 events" in out
     assert "WARNING: a warning of its own" in err
     assert "Attached" not in out + err
+
+
+def test_the_program_its_kernel_part_and_by_path() -> None:
+    """slow-spans.bt as dtrace-slow-spans runs it: with or without its kernel
+    part; for bpftrace 0.23 and later, USDT probes named by the library's
+    path and filtered to the node ($1), as -p would filter every probe."""
+    full = slow_spans.program(True, True)
+    assert "tracepoint:sched:sched_switch" in full and "@pf[tid]" in full
+    assert "profile:hz:997" not in slow_spans.program(False, True)
+    assert "page_fault_user" not in slow_spans.program(True, False)
+    assert "@pf[" not in slow_spans.program(True, False)
+    text = slow_spans.by_path(full, "/proc/9/root/lib/dtrace_nif.so")
+    assert "usdt::" not in text
+    assert "usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__begin\n/pid == $1/\n{" in text
+    assert ("usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__vm_gc\n/pid == $1 && (@depth[str(arg0)])/\n{"
+            in text)

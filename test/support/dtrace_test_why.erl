@@ -196,10 +196,15 @@ components(Blocks) ->
     lists:sort(maps:to_list(Sums)).
 
 component(Line) ->
-    Patterns = [{<<"^\\s+on CPU +([0-9.]+) ms">>, <<"on CPU">>},
-                {<<"^\\s+GC +([0-9.]+) ms">>, <<"GC">>},
-                {<<"^\\s+file I/O \\(tag\\) +([0-9.]+) ms">>, <<"file I/O">>},
-                {<<"^\\s+(\\S+) +([0-9.]+) ms">>, scheduled_out}],
+    %% The OS's categories (why_os): a line each, as the folded stacks
+    %% group them.
+    Os = [{<<"^    ", (re_quote(C))/binary, " +([0-9.]+) ms">>, C}
+          || C <- [<<"on CPU (user)">>, <<"on CPU (no sample)">>, <<"in the kernel">>, <<"preempted">>,
+                   <<"throttled">>, <<"blocked">>, <<"dirty scheduler">>, <<"the tracer">>]],
+    Patterns = [{<<"^\\s+on CPU +([0-9.]+) ms">>, <<"on CPU">>} | Os]
+        ++ [{<<"^\\s+GC +([0-9.]+) ms">>, <<"GC">>},
+            {<<"^\\s+file I/O \\(tag\\) +([0-9.]+) ms">>, <<"file I/O">>},
+            {<<"^\\s+(\\S+) +([0-9.]+) ms">>, scheduled_out}],
     lists:foldl(fun({Re, Cause}, none) ->
                         case re:run(Line, Re, [{capture, all_but_first, binary}]) of
                             {match, [Ms]} -> {Cause, binary_to_float(Ms)};
@@ -208,6 +213,9 @@ component(Line) ->
                         end;
                    (_, Found) -> Found
                 end, none, Patterns).
+
+re_quote(Text) ->
+    re:replace(Text, <<"[()]">>, <<"\\\\&">>, [global, {return, binary}]).
 
 near(A, B) -> near(A, B, 1.0).
 

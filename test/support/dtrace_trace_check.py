@@ -14,15 +14,27 @@ FILE.json is read as Chrome's Trace Event JSON, FILE.folded as folded
 stacks, anything else as Perfetto's protobuf with the `perfetto` package's
 protos (run it with a Python that has them). A span's cause is the
 heaviest group of the slices directly inside it, grouped as the text
-breakdown names causes: `on CPU`, `GC`, `file I/O`, and `scheduled out in
-FUNCTION` per function.
+breakdown names causes: `on CPU`, `on CPU (user)`, `GC`, `file I/O`, and
+`scheduled out in FUNCTION` per function; the OS's (`preempted by TASK`,
+`in the kernel: page faults`, ...) by their names. In the folded stacks
+the OS's causes are grouped by their category (`preempted`, `in the
+kernel`, ...), as the text breakdown's lines are.
 """
 
 import json
 import sys
 
 
+# The OS's categories: the folded stacks' frame after the span's kind, as
+# the breakdown's line names them (why.CATEGORY_TEXT).
+OS_FRAMES = ("on CPU (user)", "on CPU (no sample)", "in the kernel", "preempted", "throttled", "blocked",
+             "dirty scheduler", "the tracer")
+
+
 def group(name):
+    for os_cpu in ("on CPU (user)", "on CPU (no sample)"):
+        if name.startswith(os_cpu):
+            return os_cpu
     if name.startswith("on CPU"):
         return "on CPU"
     if name.startswith("file I/O"):
@@ -141,7 +153,7 @@ def read_folded(path):
             frames = stack.split(";")
             # The span's kind, then the cause.
             for k, fr in enumerate(frames):
-                if k > 0 and fr in ("on CPU", "GC", "file I/O", "scheduled out", "unknown"):
+                if k > 0 and fr in ("on CPU", "GC", "file I/O", "scheduled out", "unknown") + OS_FRAMES:
                     kind, cause = frames[k - 1], fr
                     if fr == "scheduled out" and k + 1 < len(frames):
                         cause = "scheduled out in %s" % frames[k + 1]

@@ -59,6 +59,7 @@ from typing import Optional
 # The report's parts: reading the snapshots (exits with status 3 without
 # python3-bt2), the model, the triggers, the SVG; the timeline (--trace,
 # --folded).
+from dtrace_tools import report_kernel, report_model
 from dtrace_tools import timeline as timelines
 from dtrace_tools.report_model import PROVIDER, Item, build, clock, collapse, describe, failed, fmt_fields, ms
 from dtrace_tools.report_read import NoTrace, Snapshot, need_bt2
@@ -189,6 +190,8 @@ def report(snapshots: list[Snapshot], items: list[Item], counts: dict[str, int],
             w("  %s %s %s  %.3f ms, tag %s  %s%s" % (
                 i.node, i.proc or "", i.kind, ms(duration(i)), json.dumps(i.tag or ""),
                 "span_slow" if i.slow_only else "", "  FAILED: %s" % failed(i) if failed(i) else ""))
+    if slow and report_model.kernel_seen[0] is False:
+        w("  " + (report_kernel.note(False) or ""))
     for i in slow[:args.top]:
         block = breakdown(i).lines(clock)
         block[0] = "%s  %s" % (block[0], i.node)

@@ -10,6 +10,7 @@ import heapq
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
+from dtrace_tools import report_kernel
 from dtrace_tools import why as why_rules  # the breakdown rules, shared with dtrace-slow-spans
 
 if TYPE_CHECKING:
@@ -84,8 +85,8 @@ def why_event(ev: str, f: Fields) -> Optional[tuple[str, tuple[Any, ...]]]:
                             (f.get("parent_id"), f.get("kind"), f.get("user_tag")), f.get("outcome") or "ok")
     if ev == "span_vm_scheduled":
         if (f.get("type") or "").startswith("in"):
-            return "in", (f.get("proc"), f.get("mfa"))
-        return "out", (f.get("proc"), f.get("mfa"))
+            return "in", (f.get("proc"), f.get("mfa"), f.get("_vtid"))
+        return "out", (f.get("proc"), f.get("mfa"), f.get("_vtid"))
     if ev == "span_vm_gc":
         return ("gc_start" if (f.get("type") or "").endswith("_start") else "gc_end"), (f.get("proc"),)
     if ev == "span_vm_send":
@@ -103,9 +104,15 @@ def why_event(ev: str, f: Fields) -> Optional[tuple[str, tuple[Any, ...]]]:
     return None
 
 
+# Whether the last build's snapshots held kernel events (report_kernel).
+kernel_seen = [False]
+
+
 def build(snapshots: list["Snapshot"]) -> tuple[list[Item], dict[str, int]]:
     """Merges the snapshots' events by time and pairs them into items;
-    every span's breakdown (why) goes with it (`why`)."""
+    every span's breakdown (why) goes with it (`why`), split by the
+    kernel's events where the snapshots hold them (report_kernel; they
+    are not items); kernel_seen[0] says whether they did."""
     streams = [[(e[0], s.index, e[1], e[2], e[3]) for e in s.events] for s in snapshots]
     items: list[Item] = []
     spans: dict[tuple[str, Any], Item] = {}
@@ -127,6 +134,7 @@ def build(snapshots: list["Snapshot"]) -> tuple[list[Item], dict[str, int]]:
 
     cur_ts: Optional[int] = None
     cur_keys: set[tuple[str, str, tuple[tuple[str, Any], ...]]] = set()
+    kernels: dict[str, report_kernel.Kernel] = {}
     for ts, si, _seq, name, f in heapq.merge(*streams):
         snap = snapshots[si]
         node = snap.node
@@ -141,11 +149,19 @@ def build(snapshots: list["Snapshot"]) -> tuple[list[Item], dict[str, int]]:
             cur_keys.add(key)
         ev = short(name)
         counts[node] = counts.get(node, 0) + 1
+        if report_kernel.is_kernel(name):
+            k = kernels.setdefault(node, report_kernel.Kernel())
+            for kts, kind, fields in k.feed(ts, name, f, f.get("_tid")):
+                why.feed(node, kts, kind, *fields)
+            continue
         we = why_event(ev, f)
         if we is not None:
             b = why.feed(node, ts, we[0], *we[1])
             if b is not None:
                 breakdowns[(node, b.span_id)] = b
+            if ev == "span_begin" and f.get("_vtid") is not None:
+                # The thread the span begins on (slow-spans.bt's S line).
+                why.feed(node, ts, "in", f.get("proc"), "-", f.get("_vtid"))
         if ev == "span_begin":
             it = Item("span", node, ts, label(node, f.get("proc")), f.get("user_tag"))
             it.kind, it.span_id, it.parent_id = f.get("kind"), f.get("span_id"), f.get("parent_id")
@@ -241,6 +257,7 @@ def build(snapshots: list["Snapshot"]) -> tuple[list[Item], dict[str, int]]:
                 d += 1
                 p = by_id[(i.node, p)].parent_id
             i.depth = d
+    kernel_seen[0] = any(k.seen for k in kernels.values())
     return items, counts
 
 

@@ -104,6 +104,10 @@ class Snapshot:
             fast = None
         seq = 0
         event_msg, discarded_msg = bt2._EventMessageConst, bt2._DiscardedEventsMessageConst
+        # Per stream class: the thread contexts its events carry (vtid on
+        # user-space events, tid on kernel ones: report_kernel), read only
+        # where there are.
+        threads: dict[int, list[str]] = {}
         for msg in it:
             t = type(msg)
             if t is event_msg:
@@ -113,6 +117,15 @@ class Snapshot:
                 else:
                     name = ev.name
                     fields = {k: field_value(v) for k, v in ev.payload_field.items()}
+                sc = ev.stream.cls
+                ctx_names = threads.get(sc.addr)
+                if ctx_names is None:
+                    fc = sc.event_common_context_field_class
+                    ctx_names = threads[sc.addr] = [n for n in ("vtid", "tid") if fc is not None and n in fc]
+                if ctx_names:
+                    ctx = ev.common_context_field
+                    for n in ctx_names:
+                        fields["_" + n] = int(ctx[n])
                 if seq == 0:
                     env = ev.stream.trace.environment
                     self.hostname = str(env["hostname"]) if "hostname" in env else "?"

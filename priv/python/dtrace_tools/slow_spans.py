@@ -2,7 +2,7 @@
 
     dtrace-slow-spans -p PID [--threshold MS] [--top N] [--pid ERLPID]
                       [--tag TAG] [--duration S] [--json]
-                      [--trace FILE] [--folded FILE]
+                      [--trace FILE] [--folded FILE] [--no-os]
                       [--tracer bpftrace|dtrace|stap] [--stap-module KO]
     dtrace-slow-spans --node NODE [--cookie-file F | --cookie C]
                       --function M:F/A [--function ...] [...]
@@ -20,7 +20,16 @@ ends, its kind, tag and process, and where its time went:
 on CPU, GC, scheduled out (by the function it waited in, and who woke it),
 file I/O under its tag, messages received, and the slowest calls when
 function probes are on. The rules are why's, the same as the flight
-recorder's report.
+recorder's report. With bpftrace, the kernel's events of the node's
+threads split on CPU (why_os's rules): in user space, in the kernel,
+preempted by a named task, throttled by a named cgroup, blocked in a
+system call (the native code it blocked in is read from the thread's
+stack while it sleeps: native), on a dirty scheduler, the tracer's own
+cost; --no-os leaves them out (the script's `os' part: program). The
+tool knows when its tracer attaches (from its start to the first event)
+and detaches (from its SIGINT to the tracer's exit), which stalls the
+node: the summary names both windows, and spans slowed inside them say
+so.
 At the end (Ctrl-C, or --duration) it prints the N slowest spans (--top,
 default 10) with their causes, and writes the files asked for: --trace FILE,
 the slow spans as a timeline (FILE.json: Chrome's Trace Event JSON, for
@@ -55,6 +64,7 @@ Exit status: 0 done, 2 bad arguments, 3 the tracer failed to start, 5 a
 
 import argparse
 import datetime
+import functools
 import heapq
 import json
 import os
@@ -67,9 +77,10 @@ import time
 from types import FrameType
 from typing import Any, Callable, Optional, TextIO
 
-from dtrace_tools import priv
+from dtrace_tools import host, native, priv
 from dtrace_tools import timeline as timelines
 from dtrace_tools import why as why_rules
+from dtrace_tools import why_os
 
 # bpftrace reads each CPU's buffer in turn: lines come out of time order by
 # up to a read interval. Events are put back in order in a window this wide.
@@ -100,12 +111,23 @@ class Clock:
         return t.strftime("%H:%M:%S.%f")
 
 
+# A profile sample's kernel frames, by path (by_path).
+SAMPLE_FRAMES = 9
+# The first bpftrace whose -p filters every probe to the process (by_path).
+PID_FILTERS_ALL = (0, 23)
+# A sleeping thread's stack is read at most this often (native).
+READS_PER_S = 100
+# The end of a window that has not ended yet.
+FOREVER = 1 << 62
+
 # An event: (ts, kind, fields), the fields as why.Why.feed takes them.
 Event = tuple[int, str, tuple[Any, ...]]
 
 
 def parse(line: str) -> Optional[Event]:
-    """A line of slow-spans.bt as (ts, kind, fields), or None."""
+    """A line of slow-spans.bt as (ts, kind, fields), or None. A kernel
+    stack that follows a line (K blocked, P k) is not in it: the fields end
+    with an empty list, which Run fills from the lines after it."""
     parts = line.rstrip("\n").split("\t")
     if len(parts) < 3 or len(parts[0]) != 1:
         return None
@@ -124,9 +146,27 @@ def parse(line: str) -> Optional[Event]:
             info: Optional[tuple[int, str, Optional[str]]] = (0, rest[0], "\t".join(rest[1:]) or None) if rest else None
             return ts, "span_end", (parts[2], int(parts[3]), int(parts[4]), info, outcome)
         if k == "S":
+            tid = int(parts[5]) if len(parts) > 5 else None
             if parts[3].startswith("in"):
-                return ts, "in", (parts[2], parts[4])
-            return ts, "out", (parts[2], parts[4])
+                return ts, "in", (parts[2], parts[4], tid)
+            return ts, "out", (parts[2], parts[4], tid)
+        if k == "W":
+            return ts, "thread", (int(parts[2]), "\t".join(parts[3:]))
+        if k == "O":
+            if parts[3] == "blocked":
+                return ts, "k_block", (int(parts[2]), int(parts[4]), int(parts[5]), int(parts[6]), [], None)
+            return ts, "k_off", (int(parts[2]), parts[3], int(parts[4]), int(parts[5]),
+                                 (int(parts[6]), "\t".join(parts[7:])), None)
+        if k == "b":
+            return ts, "blocking", (int(parts[2]),)
+        if k == "Z":
+            return ts, "k_short", (int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5]),
+                                   (int(parts[6]), "\t".join(parts[7:])), None)
+        if k == "P":
+            return ts, "k_sample", (int(parts[2]), parts[3], int(parts[4]), [])
+        if k == "R":
+            return ts, "k_waited", (int(parts[2]), int(parts[3]), int(parts[4]) != 0, int(parts[5]),
+                                    (int(parts[6]), "\t".join(parts[7:])), None)
         if k == "G":
             return ts, ("gc_start" if parts[3].endswith("_start") else "gc_end"), (parts[2],)
         if k == "Q":
@@ -187,10 +227,67 @@ def mapped_library(os_pid: int) -> Optional[str]:
     return None
 
 
+def program(os_part: bool, faults: bool) -> str:
+    """slow-spans.bt's text for bpftrace: without its kernel part (between
+    its `os' marks) when os_part is false, without the page-fault probes
+    (their `faults' marks; the fault count then reads 0) when faults is."""
+    with open(priv("bpftrace", "slow-spans.bt"), encoding="utf-8") as f:
+        text = f.read()
+    # The #! line emptied: -e takes the text, whose line numbers bpftrace's
+    # messages keep.
+    if text.startswith("#!"):
+        text = text[text.index("\n"):]
+    if not os_part:
+        text = strip_marked(text, "os")
+    if not os_part or not faults:
+        text = re.sub(r"@pf\[[^\]]*\]", "0", strip_marked(text, "faults"))
+    return text
+
+
+def by_path(text: str, lib: str) -> str:
+    """The program with its USDT probes named by the library's path and
+    filtered to the node ($1), for a bpftrace that runs without -p: from
+    0.23, -p filters every probe to the one process (tracepoints, then,
+    see only its switches out; the profile samples its main thread only),
+    which the kernel part cannot have."""
+    text = text.replace("usdt::erlang:", "usdt:%s:erlang:" % lib)
+    # bpftrace 0.27 aborts (std::bad_alloc) printing a kernel stack of more
+    # than about 10 frames taken by the profile inside a uprobe's BPF
+    # program: the samples' stacks are cut to 9 (why_os reads them so).
+    text = text.replace("@pf[tid], kstack);", "@pf[tid], kstack(%d));" % SAMPLE_FRAMES)
+
+    def filtered(m: "re.Match[str]") -> str:
+        pred = m.group(2)
+        return "%s/pid == $1%s/\n{" % (m.group(1), " && (%s)" % pred if pred else "")
+    return re.sub(r"((?:^usdt:[^\n]*\n)+)(?:/(.*)/\n)?\{", filtered, text, flags=re.M)
+
+
+def strip_marked(text: str, mark: str) -> str:
+    """text without each part from `/* MARK: */' to `/* :MARK */'."""
+    return re.sub(r"/\* %s: \*/.*?/\* :%s \*/" % (mark, mark), "", text, flags=re.S)
+
+
+def _own(live: host.Host, task: why_os.Task) -> bool:
+    return live.own(task[0])
+
+
 class Run:
-    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+    def __init__(self, args: argparse.Namespace, out: TextIO, live: Optional[host.Host] = None) -> None:
         self.args, self.out = args, out
         self.why = why_rules.Why()
+        # A live run names tasks and cgroups from the host as their events
+        # come (the task may be gone by the span's end).
+        self.host = live
+        if live is not None:
+            self.why.threads.task_name = lambda t: t[1]
+            self.why.threads.own = functools.partial(_own, live)
+        self.lost_at: list[int] = []
+        # tid -> the native frames a span's thread went to sleep in.
+        self.blocking: dict[int, Optional[list[native.Frame]]] = {}
+        self.read_at = 0.0
+        # An event whose kernel stack is still coming.
+        self.stacked: Optional[Event] = None
+        self.native = native.Reader()
         self.clock = Clock()
         self.heap: list[tuple[int, int, str, tuple[Any, ...]]] = []
         self.seq, self.newest = 0, 0
@@ -201,11 +298,25 @@ class Run:
         self.timeline = timelines.Timeline() if (args.trace or args.folded) else None
 
     def line(self, line: str) -> None:
+        if self.stacked is not None:
+            # A kernel stack's frames, then an empty line: the event it
+            # follows is complete.
+            if line.strip() and line[:1] in (" ", "\t"):
+                self.stacked[2][-2 if self.stacked[1] == "k_block" else 3].append(line.strip())
+                return
+            self.push(*self.stacked)
+            self.stacked = None
+            if not line.strip():
+                return
         if line.startswith("Lost ") and "events" in line:
             try:
                 self.lost += int(line.split()[1])
             except (ValueError, IndexError):
                 pass
+            # Lost about the newest event read (bpftrace reads its buffers
+            # in turn: within the reorder window of it).
+            self.lost_at.append(self.newest)
+            del self.lost_at[:-1000]
             return
         ev = parse(line)
         if ev is None:
@@ -214,15 +325,60 @@ class Run:
         if kind == "name":
             self.why.names[f[0]] = f[1]
             return
+        if kind == "blocking":
+            # A span's thread went to sleep: read what it sleeps in now
+            # (at most READS_PER_S times a second).
+            now = time.monotonic()
+            if self.host is not None and now - self.read_at >= 1.0 / READS_PER_S:
+                self.read_at = now
+                self.blocking[f[0]] = self.native.frames(self.args.os_pid, f[0])
+            return
         if kind == "clock":
             self.clock.set(ts, f[0])
             # The tracer's clock against ours, for draining while idle.
             self.skew = ts - time.monotonic_ns()
             return
+        if kind in ("k_block", "k_sample") and line.rstrip("\n").endswith("\t"):
+            self.stacked = ev
+            return
+        self.push(ts, kind, f)
+
+    def finish(self) -> None:
+        """The input ended: an event waiting for its stack goes in as it is."""
+        if self.stacked is not None:
+            self.push(*self.stacked)
+            self.stacked = None
+
+    def push(self, ts: int, kind: str, f: tuple[Any, ...]) -> None:
+        if self.host is not None:
+            f = self.named(kind, f)
         heapq.heappush(self.heap, (ts, self.seq, kind, f))
         self.seq += 1
         self.newest = max(self.newest, ts)
         self.drain(self.newest - REORDER_NS)
+
+    def named(self, kind: str, f: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A kernel event with its task named from the host now, and a
+        throttled thread's cgroup read (both remembered)."""
+        assert self.host is not None
+        if kind in ("k_off", "k_waited", "k_short"):
+            # The task named; a throttled thread's cgroup read now (it may
+            # move by the span's end).
+            (tid, comm) = f[-2]
+            throttled = f[1] == "throttled" if kind == "k_off" else bool(f[2])
+            where = self.host.cgroup(self.args.os_pid, f[0]) if throttled else None
+            return f[:-2] + ((tid, self.host.task(tid, comm)), where)
+        if kind == "k_block":
+            # The code it slept in, read when it went to sleep (its frames
+            # are taken when the system call it was in is this one).
+            frames = self.blocking.pop(f[0], None)
+            code = native.nif_frame(frames) if frames and native.same_call(frames, why_os.kernel_where(f[4])) else None
+            return f[:5] + (code,)
+        return f
+
+    def window(self, what: str, start: int, end: int) -> None:
+        """The tracer's own attach or detach, from start to end (why_os)."""
+        self.why.threads.window("node", what, start, end)
 
     def drain(self, upto: Optional[int] = None) -> None:
         while self.heap and (upto is None or self.heap[0][0] <= upto):
@@ -241,6 +397,7 @@ class Run:
     def span(self, b: why_rules.Breakdown) -> None:
         if not self.wanted(b):
             return
+        b.lossy = any(b.begin - 2 * REORDER_NS <= t <= b.window_end + 2 * REORDER_NS for t in self.lost_at)
         self.slow.append(b)
         self.slow_count += 1
         if len(self.slow) > 2 * self.args.top + 1000:
@@ -277,6 +434,11 @@ class Run:
         w("%d spans ended, %d over %g ms%s.\n" % (
             self.spans, self.slow_count, self.args.threshold,
             "; bpftrace lost %d events: some breakdowns are short" % self.lost if self.lost else ""))
+        windows = sorted((a, b, what) for _n, what, a, b in self.why.threads.tracer)
+        if windows:
+            w("The tracer %s; the node may stall then, and spans then say so.\n" % ", ".join(
+                "%s its probes from %s to %s" % ("attached" if what == "attach" else "detached",
+                                                 self.clock(a), self.clock(b)) for a, b, what in windows))
         if self.slow:
             w("The %d slowest, with their causes:\n" % min(self.args.top, len(self.slow)))
             for b in sorted(self.slow, key=lambda b: -b.duration)[:self.args.top]:
@@ -313,6 +475,8 @@ def main(argv: list[str]) -> int:
                    "or SystemTap (slow-spans.stp)")
     p.add_argument("--stap-module", metavar="KO",
                    help="run this module, compiled from slow-spans.stp, with staprun (implies --tracer stap)")
+    p.add_argument("--no-os", action="store_true",
+                   help="bpftrace: leave the kernel's events out (the VM's view only: on CPU not split)")
     args = p.parse_args(argv)
     if args.stap_module:
         args.tracer = "stap"
@@ -350,8 +514,8 @@ def main(argv: list[str]) -> int:
 
 
 def trace(args: argparse.Namespace) -> int:
-    run = Run(args, sys.stdout)
     if args.events:
+        run = Run(args, sys.stdout)
         if args.events == "-":
             for line in sys.stdin:
                 run.line(line)
@@ -359,14 +523,27 @@ def trace(args: argparse.Namespace) -> int:
             with open(args.events, encoding="utf-8", errors="replace") as f:
                 for line in f:
                     run.line(line)
+        run.finish()
         run.drain()
         run.summary()
         return run.files()
+    live = host.Host()
+    run = Run(args, sys.stdout, live)
     if args.tracer == "bpftrace":
         # Through priv/bin/dtrace-bpftrace, which runs $BPFTRACE (or bpftrace)
-        # and, before bpftrace 0.24, reads span__end's outcome (arg6).
+        # and, before bpftrace 0.24, reads span__end's outcome (arg6); the
+        # node's OS pid is the program's $1, for its kernel part.
         tool = os.environ.get("BPFTRACE", "bpftrace")
-        cmd = [priv("bin", "dtrace-bpftrace"), "-p", str(args.os_pid), priv("bpftrace", "slow-spans.bt")]
+        os_part = not args.no_os and live.has_event("sched", "sched_switch")
+        if not args.no_os and not os_part:
+            sys.stderr.write("dtrace-slow-spans: no sched:sched_switch tracepoint (is tracefs mounted? "
+                             "mount -t tracefs nodev /sys/kernel/tracing): the VM's view only\n")
+        text = program(os_part, live.has_event("exceptions", "page_fault_user"))
+        lib = mapped_library(args.os_pid) if os_part and bpftrace_version(tool) >= PID_FILTERS_ALL else None
+        if lib is not None:
+            cmd = [priv("bin", "dtrace-bpftrace"), "-e", by_path(text, lib), str(args.os_pid)]
+        else:
+            cmd = [priv("bin", "dtrace-bpftrace"), "-p", str(args.os_pid), "-e", text, str(args.os_pid)]
     elif args.tracer == "dtrace":
         tool = os.environ.get("DTRACE", "dtrace")
         cmd = [priv("bin", "dtrace-d"), "-p", str(args.os_pid), "-q", "-s", priv("dtrace", "slow-spans.d")]
@@ -387,6 +564,7 @@ def trace(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.tracer == "bpftrace" and bpftrace_version(tool) < (0, 25):
         env.setdefault("BPFTRACE_PERF_RB_PAGES", "1024")
+    attaching = time.monotonic_ns()
     try:
         # SIGINT at its default in the tracer: ignored on entry here (a
         # job started in the background by a non-interactive shell), it
@@ -400,10 +578,15 @@ def trace(args: argparse.Namespace) -> int:
     except OSError as e:
         sys.stderr.write("dtrace-slow-spans: cannot run %s: %s\n" % (tool, e))
         return 3
-    stop = {"now": False}
+    live.own_pids |= {os.getpid(), proc.pid}
+    stop: dict[str, Optional[int]] = {"at": None}
 
     def on_signal(_sig: int, _frm: Optional[FrameType]) -> None:
-        stop["now"] = True
+        if stop["at"] is None:
+            # The tracer detaches from here to its exit (bpftrace's clock
+            # is CLOCK_MONOTONIC, as time.monotonic_ns()).
+            at = stop["at"] = time.monotonic_ns()
+            run.window("detach", at, FOREVER)
         try:
             proc.send_signal(signal.SIGINT)
         except OSError:
@@ -431,11 +614,21 @@ def trace(args: argparse.Namespace) -> int:
                 line = raw.decode("utf-8", "replace")
                 if tracer_says(line):
                     continue
+                if run.stacked is not None or not line.strip():
+                    run.line(line)
+                    continue
+                if line.startswith("@"):
+                    # bpftrace printing a map its END cleared, filled again
+                    # by probes not yet detached.
+                    continue
                 if parse(line) is None and not (line.startswith("Lost ") and "events" in line):
                     sys.stderr.write(line + "\n")
                     continue
                 if line.startswith("T\t") and not started:
                     started = True
+                    ev = parse(line)
+                    if ev is not None:
+                        run.window("attach", attaching, ev[0])
                     sys.stderr.write("Tracing spans of OS pid %d with %s, slow >= %g ms... Ctrl-C to end.\n"
                                      % (args.os_pid, args.tracer, args.threshold))
                 run.line(line)
@@ -444,6 +637,9 @@ def trace(args: argparse.Namespace) -> int:
     if buf:
         run.line(buf.decode("utf-8", "replace"))
     rc = proc.wait()
+    run.finish()
+    if stop["at"] is not None:
+        run.window("detach", stop["at"], time.monotonic_ns())
     run.drain()
     run.summary()
     if not started and rc != 0:

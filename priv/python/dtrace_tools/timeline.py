@@ -11,9 +11,12 @@ What a trace file holds (one model, two formats):
     in ` [error]` (or exit, throw). Spans nest as they nest in time on the
     process; a child span that was not slow is not in the file;
   - inside each span, slices for where its time went, by the breakdown's
-    rules (GC before file I/O before scheduled out; the rest on CPU):
-    `on CPU`, `GC`, `file I/O READ` (the command, under the span's tag),
-    `scheduled out in gen:do_call/4` with args `waiting on` and `woken by`;
+    rules (GC before file I/O before the OS's before scheduled out; the
+    rest on CPU): `on CPU`, `GC`, `file I/O READ` (the command, under the
+    span's tag), `scheduled out in gen:do_call/4` with args `waiting on`
+    and `woken by`; with the kernel's events, on CPU's parts as why_os
+    names them (`on CPU (user)`, `in the kernel: page faults`, `preempted
+    by yes (pid 4242)`, ...);
   - messages sent between two processes that both have a track, as flows
     from the sender's track to the receiver's at the time of the send.
 
@@ -30,7 +33,10 @@ stack, `span kind;cause;function weight`, weight in microseconds, summed
 over every slow span, each counting its time outside the slow spans
 nested in it (those count under their own kind); the causes are `on CPU`
 (then the innermost call function_probes saw, when any), `GC`, `file I/O`
-(then the command) and `scheduled out` (then the function it waited in).
+(then the command) and `scheduled out` (then the function it waited in);
+with the kernel's events, on CPU's parts: `on CPU (user)` (then the
+call), and `in the kernel`, `preempted`, `throttled`, `blocked`, `dirty
+scheduler`, `the tracer`, each then its label.
 
 Bounds: the slowest spans are kept, up to MAX_SPANS spans (memory: at
 most MAX_SPANS + TRIM_SLACK breakdowns of MAX_DETAIL intervals of each
@@ -46,7 +52,7 @@ import sys
 from typing import Any, Iterable, Optional, Sequence
 
 from dtrace_tools import python_hint
-from dtrace_tools.why import Breakdown, Pid
+from dtrace_tools.why import CATEGORY_TEXT, Breakdown, Pid, component_text
 
 MAX_SPANS = 5_000
 MAX_EVENTS = 200_000
@@ -62,8 +68,8 @@ RECENT = 64
 RECENT_PROCS = 10_000
 
 # Which cause a moment belongs to when several intervals cover it: the
-# breakdown's rules (why).
-ORDER = ("gc", "file", "out")
+# breakdown's rules (why, why_os).
+ORDER = ("gc", "file", "os", "out")
 
 # A track: (node, pid).
 Key = tuple[str, Pid]
@@ -338,11 +344,13 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
     files: list[Covered] = [(max(s, lo), min(e, hi), c, None) for s, e, c in b.file_intervals]
     outs: list[Covered] = [(max(s, lo), min(e, hi), m, (w, on)) for s, e, m, w, on in b.outs]
     calls: list[Covered] = [(max(s, lo), min(e, hi), m, None) for s, e, m in b.call_intervals]
-    cover = {"gc": _Cover(gc), "file": _Cover(files), "out": _Cover(outs)}
+    # The OS's stretches (why_os), but for on CPU unsplit: that is the rest.
+    oss: list[Covered] = [(max(s, lo), min(e, hi), c, lab) for s, e, c, lab in b.os.slices if c != "cpu"]
+    cover = {"gc": _Cover(gc), "file": _Cover(files), "os": _Cover(oss), "out": _Cover(outs)}
     call_cover = _Cover(calls)
     kids = _Cover([(max(cb, lo), min(ce, hi), None, None) for cb, ce in children])
     cut_set = {lo, hi}
-    for iv in (gc, files, outs, calls, kids.iv):
+    for iv in (gc, files, oss, outs, calls, kids.iv):
         for s, e, _l, _x in iv:
             if lo <= s <= hi:
                 cut_set.add(s)
@@ -362,9 +370,18 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
             if hit is not None:
                 cat, label, extra = c, hit[2], hit[3]
                 break
+        if cat == "os":
+            # (category, label) of why_os; on CPU in user space keeps the call.
+            cat, label, extra = "os:%s" % label, extra, None
+            if cat == "os:user":
+                hit = call_cover.at(mid)
+                extra = hit[2] if hit is not None else None
         if cat == "cpu":
             hit = call_cover.at(mid)
             label = hit[2] if hit is not None else None
+            if b.os.kernel:
+                # Kernel events, but no sample here (why_os).
+                cat, label, extra = "os:cpu", None, label
         if out and out[-1][1] == s and out[-1][2] == cat and out[-1][3] == label and out[-1][5] == extra:
             out[-1][1] = e
         else:
@@ -380,6 +397,9 @@ def segments(b: Breakdown, children: Sequence[tuple[int, int]] = (), hi: Optiona
             args = {"command": label, "tag": b.tag}
         elif cat == "cpu" and label:
             args = {"call": label}
+        elif cat.startswith("os:"):
+            args = {"call": extra} if extra else {}
+            cat, label = cat, label if cat not in ("os:user", "os:cpu") else extra
         result.append((s, e, cat, label, args))
     return result
 
@@ -392,6 +412,10 @@ def span_end(b: Breakdown) -> int:
 
 
 def slice_name(cat: str, label: Optional[str]) -> str:
+    if cat in ("os:user", "os:cpu"):
+        return component_text(cat[3:], None) + (" in %s" % label if label else "")
+    if cat.startswith("os:"):
+        return component_text(cat[3:], label)
     if cat == "unknown":
         return "unknown (began before the events)"
     if cat == "gc":
@@ -404,6 +428,10 @@ def slice_name(cat: str, label: Optional[str]) -> str:
 
 
 def folded_frames(cat: str, label: Optional[str]) -> list[str]:
+    if cat in ("os:user", "os:cpu"):
+        return [component_text(cat[3:], None)] + ([label] if label else [])
+    if cat.startswith("os:"):
+        return [CATEGORY_TEXT[cat[3:]], str(label)]
     if cat == "unknown":
         return ["unknown"]
     if cat == "gc":

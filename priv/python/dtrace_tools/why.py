@@ -9,9 +9,9 @@ fields), nanoseconds on one clock:
 
     span_begin  pid span_id parent_id kind tag
     span_end    pid span_id duration_ns [info [outcome]]
-    out         pid mfa             the process is scheduled out in mfa
-    hibernate   pid mfa             ... to hibernate
-    in          pid mfa             ... and in again, to run mfa
+    out         pid mfa [tid]       the process is scheduled out in mfa (on OS thread tid)
+    hibernate   pid mfa [tid]       ... to hibernate
+    in          pid mfa [tid]       ... and in again, to run mfa (on thread tid)
     gc_start    pid                 a collection (minor or major) starts
     gc_end      pid
     queued      pid                 a message was queued to pid
@@ -20,6 +20,9 @@ fields), nanoseconds on one clock:
     return      pid mfa
     file_start  key command user_tag  dtrace_file's operation `key' starts
     file_end    key
+
+and the OS threads' events of why_os (thread, k_off, k_block, k_short,
+k_sample, k_waited, k_sys, tracer).
 
 The rules (this docstring is where they are written; docs/operators.md,
 "Why was it slow", shows them at work), over the span's own
@@ -47,12 +50,17 @@ process from its begin to its end:
     the span. Where they overlap the process's scheduled-out time, that
     time is file I/O, not scheduled out (file operations run on dirty
     I/O schedulers; a process does not run while it waits for one).
-  - on CPU: the rest (the duration less GC, scheduled out and file I/O).
+  - on CPU: the rest (the duration less GC, scheduled out and file I/O),
+    split by what the kernel did with the process's OS thread meanwhile
+    (why_os's rules: on CPU in user space, in the kernel, preempted,
+    throttled, blocked, on a dirty scheduler), where the tracer gave the
+    kernel's events; why_os also takes from scheduled out the time the
+    process waited for its thread to get a CPU back.
   - messages received: `queued' events to the process.
   - slowest calls: call-to-return times of the functions the operator
     gave to dtrace:function_probes/1, when any.
-  - the cause: the largest of on CPU, GC, file I/O and each function
-    scheduled out in.
+  - the cause: the largest of on CPU (or each of its OS components), GC,
+    file I/O and each function scheduled out in.
 
 Limits: the process is taken to be on CPU at the span's begin (it is:
 it is running span_begin). Events the tracer lost or the recorder's
@@ -63,6 +71,8 @@ kept for an open span; past that the span is marked truncated.
 
 import json
 from typing import Any, Callable, Optional
+
+from dtrace_tools import why_os
 
 # A process's pid text, "<0.90.0>" (None: a snapshot's event without one).
 Pid = Optional[str]
@@ -75,6 +85,9 @@ MAX_EVENTS = 200_000
 MAX_DETAIL = 10_000
 # file operations kept for spans that end later, in ns
 FILE_KEEP_NS = 600 * 1_000_000_000
+
+# The events why_os reads.
+OS_KINDS = ("thread", "k_off", "k_block", "k_short", "k_sample", "k_waited", "k_sys", "tracer")
 
 # OTP's efile_drv command numbers (dtrace_file's module documentation).
 COMMANDS = {1: "OPEN", 2: "READ", 3: "LSEEK", 4: "WRITE", 5: "FSTAT", 6: "PWD", 7: "READDIR",
@@ -118,6 +131,13 @@ class Breakdown:
         self.sends: list[tuple[int, Pid, Pid]] = []  # [(ts, sender, receiver)], to or from the process
         self.call_intervals: list[tuple[int, int, str]] = []  # [(start, end, mfa)], function probes' calls
         self.names: dict[Pid, str] = {}  # pid -> its name (dtrace_process__name), where known
+        # The OS side of on CPU (why_os): components, and their slices for a
+        # timeline (at most MAX_DETAIL).
+        self.os = why_os.Split()
+        # Inside the tracer's own attach window (why_os), and events lost
+        # about then (the live tool says).
+        self.attaching = False
+        self.lossy = False
 
     def named(self, pid: Pid) -> Pid:
         """A pid with its name, where the node named it: `<0.1.0> (name)`."""
@@ -132,9 +152,22 @@ class Breakdown:
             text += ", woken by %s" % self.named(self.woken_by[mfa])
         return text
 
+    def split(self) -> bool:
+        """Whether on CPU is split (kernel events, or a dirty scheduler)."""
+        return self.os.kernel or any(c != "cpu" for c, _l in self.os.components)
+
+    def os_parts(self) -> list[tuple[int, str, str, Optional[str]]]:
+        """The OS components, largest first: (ns, text, category, label)."""
+        return sorted([(ns, component_text(c, lab, self.os.kernel), c, lab)
+                       for (c, lab), ns in self.os.components.items() if ns > 0], key=lambda p: -p[0])
+
     def causes(self) -> list[tuple[int, str]]:
         """Every component, largest first: (ns, text)."""
-        parts = [(self.on_cpu, "on CPU"), (self.gc, "GC")]
+        if self.split():
+            parts = [(ns, text) for ns, text, _c, _l in self.os_parts()] or [(0, "on CPU")]
+            parts.append((self.gc, "GC"))
+        else:
+            parts = [(self.on_cpu, "on CPU"), (self.gc, "GC")]
         if self.file_io:
             ops = ", ".join("%s x%d" % (c, n) for c, (n, _) in sorted(self.file_ops.items(), key=lambda kv: -kv[1][1]))
             parts.append((self.file_io, "file I/O (%s)" % ops))
@@ -145,6 +178,8 @@ class Breakdown:
 
     def cause(self) -> tuple[int, str]:
         if not self.complete:
+            if self.attaching:
+                return 0, "the tracer attaching its probes (the span began before its events)"
             return 0, "unknown: the span began before the events do"
         ns, text = self.causes()[0]
         return ns, text
@@ -162,6 +197,8 @@ class Breakdown:
                 "file_ops": {c: {"count": n, "ns": ns} for c, (n, ns) in self.file_ops.items()},
                 "messages_received": self.messages,
                 "slowest_calls": [{"mfa": m, "ns": ns} for ns, m in self.calls],
+                "os": [{"category": c, "label": lab, "text": text, "ns": ns} for ns, text, c, lab in self.os_parts()],
+                "kernel_events": self.os.kernel, "page_faults": self.os.faults,
                 "cause": self.cause()[1], "cause_ns": self.cause()[0],
                 "complete": self.complete, "truncated": self.truncated, "outcome": self.outcome}
 
@@ -180,7 +217,10 @@ class Breakdown:
             out.append("    cause: %s" % cause)
             return out
         out.append("    cause: %s, %s (%.0f%%)" % (cause, ms(cause_ns), share))
-        out.append("    on CPU             %12s" % ms(self.on_cpu))
+        if self.split():
+            out += self._os_lines(ms)
+        else:
+            out.append("    on CPU             %12s" % ms(self.on_cpu))
         out.append("    GC                 %12s  (%d collections)" % (ms(self.gc), self.gcs))
         out.append("    scheduled out      %12s" % ms(self.scheduled_out))
         for mfa, ns in sorted(self.out_in.items(), key=lambda kv: -kv[1])[:top]:
@@ -198,7 +238,57 @@ class Breakdown:
             out.append("    slowest calls      %s" % ", ".join("%s %s" % (m, ms(ns)) for ns, m in self.calls[:top]))
         if self.truncated:
             out.append("    (more than %d events in the span: the breakdown covers the first ones)" % MAX_EVENTS)
+        if self.lossy:
+            out.append("    (the tracer lost events about then: this breakdown may be short)")
         return out
+
+    def _os_lines(self, ms: Callable[[int], str]) -> list[str]:
+        """on CPU split: a line per category (on CPU (user) always, the
+        others when they took time), its labels after it."""
+        by: dict[str, list[tuple[int, Optional[str]]]] = {}
+        for (c, lab), ns in self.os.components.items():
+            if ns > 0:
+                by.setdefault(c, []).append((ns, lab))
+        out = []
+        for cat in why_os.CATEGORIES:
+            parts = sorted(by.get(cat, []), key=lambda p: -p[0])
+            total = sum(ns for ns, _l in parts)
+            if total < 10_000 and not (cat == "user" and self.os.kernel):
+                continue
+            head = "    %-19s%12s" % (CATEGORY_TEXT[cat] if cat != "cpu" or not self.os.kernel
+                                      else "on CPU (no sample)", ms(total))
+            details = [("%s %s" % (lab, ms(ns))) for ns, lab in parts[:3] if lab]
+            if cat == "kernel" and self.os.faults:
+                details.append("%d page faults" % self.os.faults)
+            if len(parts) > 3:
+                details.append("%d more" % (len(parts) - 3))
+            out.append(head + ("  (%s)" % ", ".join(details) if details else ""))
+        return out
+
+
+# How each OS category reads: its line in the breakdown.
+CATEGORY_TEXT = {"user": "on CPU (user)", "kernel": "in the kernel", "preempted": "preempted",
+                 "throttled": "throttled", "blocked": "blocked", "dirty": "dirty scheduler",
+                 "tracer": "the tracer", "cpu": "on CPU"}
+
+
+def component_text(cat: str, label: Optional[str], kernel: bool = True) -> str:
+    """An OS component as a cause reads: `preempted by yes (pid 4242)'."""
+    if cat == "user":
+        return "on CPU (user)"
+    if cat == "cpu":
+        return "on CPU (no sample)" if kernel else "on CPU"
+    if cat == "kernel":
+        return "in the kernel: %s" % label
+    if cat == "preempted":
+        return "preempted by %s" % label
+    if cat == "throttled":
+        return "throttled by the CPU quota of cgroup %s" % label if label else "throttled by a CPU quota"
+    if cat == "blocked":
+        return "blocked in the kernel: %s" % label
+    if cat == "dirty":
+        return "on a %s" % label
+    return str(label)
 
 
 # An open span: (begin ts, parent, kind, tag).
@@ -227,6 +317,7 @@ class Why:
         self.files: dict[tuple[str, Any], tuple[int, str, Optional[str]]] = {}
         self.done_files: list[FileOp] = []
         self.names: dict[Pid, str] = {}  # pid -> name, from dtrace_process__name (one node)
+        self.threads = why_os.Threads()
 
     def feed(self, node: str, ts: int, kind: str, *f: Any) -> Optional[Breakdown]:
         """One event; returns a Breakdown at a span end, else None."""
@@ -244,6 +335,14 @@ class Why:
             return self._end(node, ts, pid, span_id, duration, info, outcome)
         if kind in ("file_start", "file_end"):
             self._file(node, ts, kind, f)
+            return None
+        if kind in OS_KINDS:
+            self.threads.feed(node, ts, kind, f)
+            return None
+        if kind in ("in", "out", "hibernate"):
+            p = self.procs.get((node, f[0]))
+            if p is not None and p.open:
+                self._log(p, ts, kind, (f[1], f[2] if len(f) > 2 else None))
             return None
         if kind == "send":
             sender, receiver = f
@@ -292,6 +391,7 @@ class Why:
             complete = False
         b = Breakdown(node, pid, span_id, parent, skind, tag, begin, begin + duration, complete,
                       p.truncated if p is not None else False, outcome)
+        b.attaching = self.threads.inside(node, "attach", begin, ts)
         b.names = self.names
         b.window_end = max(ts, begin + duration)
         log = p.log if p is not None else []
@@ -302,6 +402,8 @@ class Why:
             # Keep what open spans still need: events since the oldest.
             oldest = min(o[0] for o in p.open.values())
             p.log = [e for e in p.log if e[0] >= oldest]
+        opened_at = [o[0] for (n, _p), q in self.procs.items() if n == node for o in q.open.values()]
+        self.threads.prune(node, min(opened_at, default=ts) - why_os.LONGEST_WAIT_NS)
         return b
 
     def _compute(self, b: Breakdown, log: list[LogEntry], node: str) -> None:
@@ -320,9 +422,30 @@ class Why:
         sent_to: Pid = None
         waiting_on: Pid = None
         calls: dict[str, list[int]] = {}
+        # The process's in intervals (start, end, OS thread), and per out
+        # interval the thread it came in on and its last message's time.
+        ins: list[tuple[int, int, Optional[int]]] = []
+        in_since: Optional[int] = lo
+        in_tid: Optional[int] = None
+        queued: Optional[int] = None
+        out_tid: Optional[int] = None
+        out_ctx: dict[tuple[int, int], tuple[Optional[int], Optional[int], Optional[int]]] = {}
         for ts, kind, arg in log:
             if ts < lo or ts > hi:
                 continue
+            tid: Optional[int] = None
+            if kind in ("out", "hibernate", "in"):
+                arg, tid = arg
+            if kind in ("out", "hibernate") and in_since is not None:
+                ins.append((in_since, ts, in_tid if in_tid is not None else tid))
+                in_since, in_tid, out_tid = None, None, tid
+            elif kind == "in":
+                if in_since is None:
+                    if out_start is not None:
+                        out_ctx[(out_start, ts)] = (tid, queued, out_tid)
+                    in_since = ts
+                in_tid = tid if tid is not None else in_tid
+                queued = None
             if kind == "gc_start":
                 gc_start = ts
                 # Back from being out straight into a collection: that
@@ -359,6 +482,8 @@ class Why:
                     sent_to = receiver
             elif kind == "queued":
                 b.messages += 1
+                if out_start is not None:
+                    queued = ts
             elif kind == "call":
                 calls.setdefault(arg, []).append(ts)
             elif kind == "return":
@@ -370,6 +495,8 @@ class Why:
                         b.call_intervals.append((start, ts, arg))
             if kind in ("gc_start", "gc_end", "out", "hibernate", "in"):
                 prev = kind
+        if in_since is not None:
+            ins.append((in_since, b.end, in_tid))
         if gc_start is not None:
             gcs.append((gc_start, hi))
         if out_start is not None:
@@ -379,6 +506,12 @@ class Why:
         gc_outs += [(s, e) for s, e, _m, _w, _o in outs if _overlap(s, e, gcs) > 0]
         outs = [o for o in outs if _overlap(o[0], o[1], gcs) == 0]
         collections = len(gcs)
+        # A collection inside the tracer's own attach or detach is the OS's
+        # to name (why_os): it allocates, and the tracer writing its probes
+        # holds the lock page faults take.
+        windows = self.threads.windows(node)
+        if windows:
+            gcs = [x for s, e in gcs for x in why_os.outside(s, e, windows)]
         gcs = gcs + gc_outs
         b.intervals = sorted([(s, e, "gc", None) for s, e in gcs]
                              + [(s, e, "out", m) for s, e, m, _w, _o in outs])
@@ -393,9 +526,20 @@ class Why:
             ent[0] += 1
             ent[1] += e - s
         file_spans = [(s, e) for s, e, _c in files]
+        b.os = self.threads.split(node, ins, gcs + file_spans,
+                                  [(s, e) + out_ctx.get((s, e), (None, None, None)) for s, e, _m, _w, _o in outs])
+        # The waits for the thread (why_os): not scheduled out, but theirs.
+        taken = [(max(x, lo), min(y, hi), c, lab) for x, y, c, lab in b.os.out_taken]
+        taken = [(x2, y2, c, lab) for x, y, c, lab in taken for x2, y2 in why_os.outside(x, y, gcs + file_spans)]
+        for x, y, c, lab in taken:
+            b.os.add(x, y, c, lab)
+        b.os.slices.sort()
+        del b.os.slices[MAX_DETAIL:]
+        taken_iv = [(x, y) for x, y, _c, _l in taken]
         for s, e, mfa, w, on in outs:
             ns = (e - s) - _overlap(s, e, gcs)
             ns -= _overlap(s, e, file_spans) - _overlap3(s, e, file_spans, gcs)
+            ns -= _overlap(s, e, taken_iv)
             if ns <= 0:
                 continue
             b.scheduled_out += ns
@@ -405,7 +549,7 @@ class Why:
             if on is not None:
                 b.waiting_on[mfa] = on
         b.file_io = _union(file_spans) - _overlap_sets(file_spans, gcs)
-        b.on_cpu = max(0, b.duration - b.gc - b.scheduled_out - b.file_io)
+        b.on_cpu = max(0, b.duration - b.gc - b.scheduled_out - b.file_io - _union(taken_iv))
         b.calls.sort(key=lambda c: -c[0])
 
 
