@@ -8,7 +8,7 @@ MIX    ?= mix
 N ?= 5
 SUITES ?=
 
-.PHONY: all deps build nif dist check python-check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on bench-os figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist kit check python-check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on bench-os figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -142,6 +142,14 @@ generated:
 # -c FILE TARGET... for other places or one target.
 dist:
 	sh scripts/dist.sh
+
+# The operators' kit (docs/operators.md, step 0): dist/dtrace-kit-VSN-TARGET.tar.gz
+# and its .sha256 for x86_64 and aarch64 Linux, for hosts with nothing
+# built: make dist's objects, the beams of OTP 25 (this host's) and 27 (the
+# trixie-userland root: root), the tools (scripts/kit.sh says what and why).
+# scripts/kit.sh -o DIR TARGET... for other places or one target.
+kit:
+	sh scripts/kit.sh
 
 # Builds the NIF for aarch64 Linux and checks its notes (needs the rustup
 # target aarch64-unknown-linux-gnu and Debian's gcc-aarch64-linux-gnu).

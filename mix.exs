@@ -61,7 +61,7 @@ defmodule DTrace.MixProject do
       links: Map.new(@app[:links], fn {name, url} -> {to_string(name), to_string(url)} end),
       build_tools: ["rebar3", "mix"],
       files: ~w(checksum-dtrace_nif.exs compat lib native src .cargo Cargo.toml Cargo.lock
-                priv/bin/dtrace-* priv/bpftrace/*.bt priv/dtrace/*.d priv/systemtap/*.stp priv/gdb/*.gdb
+                priv/bin/dtrace-* priv/erlang/*.escript priv/bpftrace/*.bt priv/dtrace/*.d priv/systemtap/*.stp priv/gdb/*.gdb
                 priv/python/dtrace_tools/*.py docs
                 mix.exs rebar.config README.md CHANGELOG.md LICENSE)
     ]

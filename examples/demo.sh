@@ -69,14 +69,14 @@ until grep -q dtrace_nif.so "/proc/$node/maps" 2>/dev/null; do
     sleep 0.1
 done
 echo "   node OS pid $node; attaching: priv/bin/dtrace-bpftrace -p $node priv/bpftrace/span-latency.bt"
-echo "   (and, for steps 4 to 6, priv/bin/dtrace-slow-spans -p $node, bpftrace -p $node priv/bpftrace/efile.bt"
-echo "    and priv/bpftrace/message-latency.bt)"
+echo "   (and, for steps 4 to 6, priv/bin/dtrace-slow-spans -p $node, priv/bin/dtrace-bpftrace -p $node"
+echo "    priv/bpftrace/efile.bt and priv/bpftrace/message-latency.bt)"
 echo "   span kinds: get and put; the user tag names the request; a get of a key nobody"
 echo "   wrote fails (not_found): its span ends with outcome \"error\", shown apart from slow ones"
 echo
-timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/bpftrace/efile.bt > "$work/efile.out" 2>&1 &
+timeout -s INT $((run_s - 4)) priv/bin/dtrace-bpftrace -p "$node" priv/bpftrace/efile.bt > "$work/efile.out" 2>&1 &
 efile=$!
-timeout -s INT $((run_s - 4)) bpftrace -p "$node" priv/bpftrace/message-latency.bt > "$work/latency.out" 2>&1 &
+timeout -s INT $((run_s - 4)) priv/bin/dtrace-bpftrace -p "$node" priv/bpftrace/message-latency.bt > "$work/latency.out" 2>&1 &
 latency=$!
 # Perfetto's protobuf too where the tool's Python has the perfetto package.
 pftrace=
@@ -88,9 +88,8 @@ priv/bin/dtrace-slow-spans -p "$node" --duration $((run_s - 4)) --top 5 \
 why=$!
 # Every slow and every failed span prints as it ends: the first 8 of each
 # here, all counted at the end. priv/bin/dtrace-bpftrace: the outcome is arg6,
-# which bpftrace before 0.24 reads only through it.
+# which bpftrace before 0.24 reads only through it, and no tracer warning.
 timeout -s INT $((run_s - 4)) priv/bin/dtrace-bpftrace -p "$node" priv/bpftrace/span-latency.bt 2>&1 \
-    | grep -v -e RLIMIT_MEMLOCK -e 'failed to detach' -e uprobe_events -e 'Addrspace' \
     | awk '/slow span:/ { if (++n > 8) next } /failed span:/ { if (++f > 8) next } { print "   " $0 }' || true
 wait "$why" || true
 wait "$efile" || true

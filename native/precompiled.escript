@@ -5,6 +5,11 @@
 %% or DTRACE_NIF_PRECOMPILED=1; it uses OTP only (httpc, crypto, erl_tar).
 %%
 %%   escript native/precompiled.escript install
+%%   escript native/precompiled.escript unpack DIR TARGET PRIV
+%%
+%% unpack (make kit, scripts/kit.sh): TARGET's three archives from DIR,
+%% just made by make dist, installed into PRIV in the same layout, with no
+%% checksum file, cache or record.
 %%
 %% What it fetches: for this VM's target and NIF version, the three archives
 %% `make dist` writes (scripts/dist.sh), named as rustler_precompiled names
@@ -72,8 +77,19 @@ main(["install"]) ->
             io:format(standard_error, "dtrace: " ++ Fmt ++ "~n", Args),
             halt(1)
     end;
+main(["unpack", Dir, Target, Priv]) ->
+    Top = filename:dirname(filename:dirname(filename:absname(escript:script_name()))),
+    Vsn = app_vsn(Top),
+    Nif = nif_version(Top),
+    Members = [begin
+                   File = archive(Name, Vsn, Nif, Target),
+                   {ok, Bin} = file:read_file(filename:join(Dir, File)),
+                   {Name, unpack(Name, Bin, Vsn, Nif, Target)}
+               end || Name <- ?NAMES],
+    [put_file(filename:join(Priv, Path), Data, Mode) || {Path, Data, Mode} <- objects(Members)],
+    halt(0);
 main(_) ->
-    io:format(standard_error, "usage: escript native/precompiled.escript install~n", []),
+    io:format(standard_error, "usage: escript native/precompiled.escript install | unpack DIR TARGET PRIV~n", []),
     halt(2).
 
 install(Top) ->

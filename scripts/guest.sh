@@ -10,12 +10,21 @@
 #   scripts/guest.sh chroot NAME [-s DIR]... -- COMMAND [ARG...]
 #                                              COMMAND in a chroot of NAME on
 #                                              the host (native speed: builds)
+#   scripts/guest.sh container NAME [-s DIR]... -- COMMAND [ARG...]
+#                                              the same, the root made the
+#                                              mount namespace's own root
+#                                              (pivot_root) as a container's
+#                                              is: the paths of its files in
+#                                              /proc/PID/maps are the root's
 #   scripts/guest.sh list                      the roots this script knows
 #
 # Roots (the table below): a Debian root made with mmdebstrap, cached in
 # $DTRACE_GUESTS/NAME (default /var/cache/dtrace-guests/NAME) and reused
 # when complete: NAME/complete, written last, holds the hash of the table's
-# entry and of the build recipe, so a changed entry rebuilds the root. A
+# entry, of its setup's steps and of the build recipe, so a changed entry
+# rebuilds the root. An entry's setup (a fourth field) is a command run in
+# the checkout that prints shell steps, run in the root (chroot, sh -eu)
+# once its packages are in. A
 # package written PKG/SUITE comes from SUITE (a second source, e.g. sid's
 # dtrace on a trixie root); everything else, its dependencies included where
 # the root's own suite satisfies them, from the root's suite
@@ -57,7 +66,7 @@
 # cpio, xz-utils (installed with apt-get when missing).
 set -eu
 
-# NAME|SUITE|PACKAGES: the roots. Keep them lean, `make test` boots them.
+# NAME|SUITE|PACKAGES[|SETUP]: the roots. Keep them lean, `make test` boots them.
 # trixie-dtrace: Debian 13's kernel (6.12) and OTP 27.3.4.1, sid's DTrace
 #   (2.0.7; needs glibc >= 2.38, which trixie has) and dtprobed.
 # trixie-build: the same userland with a C toolchain and sid's DTrace, for
@@ -75,6 +84,10 @@ set -eu
 #   test-trixie` and `make test-sid` (scripts/userland.sh), which build the
 #   library with that Rust and run suites in a `chroot` against the host's
 #   kernel.
+# kit-trixie: the image of kit/Dockerfile (the operators' kit's container
+#   recipe) before the kit is copied in: Debian 13 with only bpftrace and
+#   python3, installed by the recipe's own RUN steps (scripts/kit-image.sh);
+#   for dtrace_kit_SUITE.
 roots='
 trixie-dtrace|trixie|linux-image-amd64 kmod fuse3 procps erlang-base erlang-runtime-tools erlang-common-test dtrace/sid libdtrace2/sid
 trixie-build|trixie|gcc libc6-dev dtrace/sid libdtrace2/sid
@@ -82,6 +95,7 @@ bookworm-kernel|bookworm|linux-image-amd64 linux-headers-amd64 kmod procps pytho
 trixie-kernel|trixie|linux-image-amd64 linux-headers-amd64 kmod procps python3 erlang-base erlang-runtime-tools erlang-common-test bpftrace linux-perf gdb systemtap systemtap-runtime
 trixie-userland|trixie|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates curl xz-utils procps python3 python3-pytest flake8 mypy binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika dtrace/sid libdtrace2/sid
 sid-userland|sid|erlang-nox erlang-dev erlang-common-test elixir rebar3 cargo rustc gcc libc6-dev liblttng-ust-dev make git ca-certificates curl xz-utils procps python3 python3-pytest flake8 mypy binutils bpftrace gdb linux-perf lttng-tools babeltrace2 python3-bt2 erlang-proper erlang-proper-dev rabbitmq-server python3-pika dtrace libdtrace2
+kit-trixie|trixie||sh scripts/kit-image.sh base trixie
 '
 # Bump when the way roots are built changes (options below, hooks).
 recipe=1
@@ -89,7 +103,7 @@ recipe=1
 here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "guest: $*" >&2; }
 die() { log "$*"; exit 2; }
-usage() { sed -n '8,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 if [ "$(id -u)" -eq 0 ]; then
     cache=${DTRACE_GUESTS:-/var/cache/dtrace-guests}
@@ -128,7 +142,12 @@ build_root() {
     name=$1
     suite=$(echo "$line" | cut -d'|' -f2)
     pkgs=$(echo "$line" | cut -d'|' -f3)
-    hash=$(printf '%s\nrecipe=%s\n' "$line" "$recipe" | sha256sum | cut -c1-16)
+    setup=$(echo "$line" | cut -d'|' -f4)
+    if [ -n "$setup" ]; then
+        setup=$(cd "$here/.." && sh -c "$setup") || die "root $name: its setup command failed"
+    fi
+    hash=$({ printf '%s\nrecipe=%s\n' "$line" "$recipe"; [ -z "$setup" ] || printf '%s\n' "$setup"; } |
+        sha256sum | cut -c1-16)
     rootdir=$cache/$name/root
     [ "$(cat "$cache/$name/complete" 2>/dev/null)" = "$hash" ] && return 0
     mkdir -p "$cache/$name"
@@ -150,9 +169,10 @@ build_root() {
     for other in $(printf '%s\n' $pkgs | sed -n 's|^[^/]*/||p' | sort -u); do
         [ "$other" = "$suite" ] || set -- "$@" "deb [check-valid-until=no] $archive $other main"
     done
-    log "building root $name ($suite: $pkgs) in $cache/$name (1-4 minutes)"
+    log "building root $name ($suite: ${pkgs:-minbase}${setup:+, then its setup}) in $cache/$name (1-4 minutes)"
     rm -f "$cache/$name/complete"
     rm -rf "$rootdir" "$rootdir.new"
+    printf '%s\n' "$setup" > "$cache/$name/setup.sh"
     start=$(date +%s)
     # INITRD=No: the kernel's postinst skips update-initramfs (the guest
     # boots from the initramfs made here; ~40 MB and ~20 s saved).
@@ -166,9 +186,11 @@ build_root() {
         --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-exclude=/usr/share/info/*' \
-        --include="$pkgs" \
+        ${pkgs:+--include="$pkgs"} \
         --customize-hook='echo guest > "$1/etc/hostname"' \
         --customize-hook='rm -f "$1"/boot/initrd.img*' \
+        ${setup:+--customize-hook="cp '$cache/$name/setup.sh' \"\$1/tmp/dtrace-setup.sh\""} \
+        ${setup:+--customize-hook='chroot "$1" sh -eu /tmp/dtrace-setup.sh && rm "$1/tmp/dtrace-setup.sh"'} \
         "$suite" "$rootdir.new" "$@" >&2
     mv "$rootdir.new" "$rootdir"
     echo "$hash" > "$cache/$name/complete"
@@ -410,8 +432,12 @@ run_guest() {
 
 # chroot NAME -- COMMAND: the root under an overlay with a tmpfs upper layer
 # (the cache stays as built), in a private mount namespace, with the shares
-# bound at their paths.
+# bound at their paths; `container` (the first argument) makes it that
+# namespace's root with pivot_root, the old root unmounted, rather than
+# chroot into it.
 chroot_root() {
+    how=$1
+    shift
     use_root "$1"
     shift
     run=$(mktemp -d /tmp/dtrace-guest.XXXXXX)
@@ -422,7 +448,7 @@ chroot_root() {
     guest_cwd "$(cat "$run/shares")" > "$run/cwd"
     # shellcheck disable=SC2016 # the inner script's own variables
     unshare --mount --propagation private /bin/sh -eu -c '
-        run=$1 root=$2
+        run=$1 root=$2 how=$3
         mkdir "$run/upper" "$run/new"
         mount -t tmpfs tmpfs "$run/upper"
         mkdir "$run/upper/data" "$run/upper/work"
@@ -435,10 +461,17 @@ chroot_root() {
         while read -r d; do mkdir -p "$run/new$d"; mount --bind "$d" "$run/new$d"; done < "$run/shares"
         mkdir "$run/new/run/guest"
         cp "$run/cmd" "$run/new/run/guest/cmd"
-        exec chroot "$run/new" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        cwd=$(cat "$run/cwd")
+        set -- /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
             HOME=/root LANG=C.UTF-8 TERM=dumb /bin/sh -c "cd \"\$1\" && exec /bin/sh /run/guest/cmd </dev/null" \
-            chroot "$(cat "$run/cwd")"
-    ' unshare "$run" "$rootdir"
+            "$how" "$cwd"
+        [ "$how" = container ] || exec chroot "$run/new" "$@"
+        # As runc does: the old root stacked under the new one, then detached.
+        cd "$run/new"
+        pivot_root . .
+        umount -l .
+        exec "$@"
+    ' unshare "$run" "$rootdir" "$how"
 }
 
 [ $# -ge 1 ] || usage
@@ -446,14 +479,14 @@ cmd=$1
 shift
 case $cmd in
     list)
-        printf '%s\n' "$roots" | awk -F'|' 'NF == 3 { printf "%-16s %-8s %s\n", $1, $2, $3 }'
+        printf '%s\n' "$roots" | awk -F'|' 'NF >= 3 { printf "%-16s %-8s %s%s\n", $1, $2, $3, (NF > 3 ? "(" $4 ")" : "") }'
         exit 0 ;;
     root)
         [ $# -eq 1 ] || usage
         build_root "$1"
         echo "$rootdir"
         exit 0 ;;
-    run|chroot) ;;
+    run|chroot|container) ;;
     *) usage ;;
 esac
 [ $# -ge 1 ] || usage
@@ -473,5 +506,5 @@ done
 if [ "$cmd" = run ]; then
     run_guest "$root_name" "$@"
 else
-    chroot_root "$root_name" "$@"
+    chroot_root "$cmd" "$root_name" "$@"
 fi

@@ -43,6 +43,12 @@ fi
 if wants dtrace_rabbitmq_SUITE; then
     steps="$steps rabbitmq"
 fi
+# The kit's: its image's root, sid's (RabbitMQ on OTP 29) and trixie's
+# (the kit's OTP 27 beams). Not in the chroots of test-trixie and test-sid,
+# where it is skipped.
+if wants dtrace_kit_SUITE && [ "${DTRACE_TEST_CHROOT:-}" != 1 ]; then
+    steps="$steps root:kit-trixie root:sid-userland root:trixie-userland"
+fi
 if [ "${DTRACE_TEST_KERNELS:-}" = 1 ] && wants dtrace_kernels_SUITE; then
     steps="$steps otp-source root:bookworm-kernel root:trixie-kernel"
 fi

@@ -17,7 +17,12 @@
 %%% <li>a `process_name' in its dictionary, as RabbitMQ keeps one
 %%%   (`{rabbit_channel,{<<"127.0.0.1:46018 -> 127.0.0.1:5672">>,1}}');</li>
 %%% <li>its `proc_lib' initial call (`$initial_call', `rabbit_channel:init/1');</li>
-%%% <li>its initial call (`erlang:apply/2' for a fun).</li>
+%%% <li>its initial call (`erpc:execute_call/4', `timer:sleep/1': what a
+%%%   spawn, or a `spawn_request' over distribution, named), unless that
+%%%   says only that it was started with a fun (`erlang:apply/2':
+%%%   `spawn/1', `spawn(Node, Fun)'); then the function at the bottom of
+%%%   its stack, the fun's own code while it runs it
+%%%   (`mymod:'-handle/2-fun-0-'/0'), else `erlang:apply/2'.</li>
 %%% </ol>
 %%% Terms are written as `~0tp' writes them, cut at 255 bytes.
 %%%
@@ -32,8 +37,8 @@
 %%% (`erlang:processes/0') and looks each one up in a map (about 5 ms per
 %%% 100,000 processes, measured on OTP 25); naming a process reads its registered name,
 %%% initial call and three dictionary keys (on OTP 25 and 26.0/26.1, which
-%%% cannot read one key, its whole dictionary: about 5 us a process), for
-%%% the new, the young and, every 30th check, all. Nothing while no
+%%% cannot read one key, its whole dictionary: about 5 us a process), and
+%%% for a fun its stack, for the new, the young and, every 30th check, all. Nothing while no
 %%% tracer listens but one NIF call per check.
 %%% @end
 -module(dtrace_names).
@@ -107,9 +112,26 @@ name(Pid) ->
                 {label, L} -> text(L);
                 {process_name, N} -> text(N);
                 {initial_call, MFA} -> mfa(MFA);
-                none -> mfa(Initial)
+                none -> spawned(Pid, Initial)
             end
     end.
+
+%% The initial call, or for a fun's process the function at the bottom of
+%% its stack.
+spawned(Pid, {erlang, apply, 2} = Initial) ->
+    case erlang:process_info(Pid, current_stacktrace) of
+        {current_stacktrace, [_ | _] = Stack} ->
+            case [{M, F, A} || {M, F, A, _} <- Stack, {M, F, length_or(A)} =/= Initial] of
+                [] -> mfa(Initial);
+                Own -> mfa(lists:last(Own))
+            end;
+        _ -> mfa(Initial)
+    end;
+spawned(_Pid, Initial) ->
+    mfa(Initial).
+
+length_or(Args) when is_list(Args) -> length(Args);
+length_or(Arity) -> Arity.
 
 %% The first of the dictionary's keys that names a process.
 dictionary_name(Pid) ->
@@ -152,6 +174,8 @@ by_key() ->
 
 mfa({M, F, A}) when is_atom(M), is_atom(F), is_integer(A) ->
     iolist_to_binary(io_lib:format("~tw:~tw/~b", [M, F, A]));
+mfa({M, F, Args}) when is_atom(M), is_atom(F), is_list(Args) ->
+    mfa({M, F, length(Args)});
 mfa(Other) ->
     text(Other).
 

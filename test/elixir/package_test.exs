@@ -34,7 +34,8 @@ defmodule DTrace.PackageTest do
          native/dtrace_catalogue/Cargo.toml native/dtrace_nif/probes.d native/dtrace_nif/build.rs
          native/dtrace_nif/src/lib.rs native/tracer_nif/src/lib.rs src/dtrace.app.src src/api/dtrace.erl
          compat/dyntrace.erl lib/dtrace.ex rebar.config mix.exs README.md CHANGELOG.md LICENSE
-         priv/bin/dtrace-attach priv/bin/dtrace-slow-spans priv/bpftrace/span-latency.bt
+         priv/bin/dtrace-attach priv/erlang/dtrace-attach.escript priv/bin/dtrace-slow-spans
+         priv/bpftrace/span-latency.bt
          priv/dtrace/span-latency.d priv/systemtap/span-latency.stp priv/gdb/user-probe.gdb
          priv/python/dtrace_tools/__init__.py)
 
@@ -43,7 +44,7 @@ defmodule DTrace.PackageTest do
     # Every tool, tracer script and Python module of priv/ (the tools run
     # their scripts and modules from there).
     priv =
-      ~w(priv/bin/* priv/bpftrace/*.bt priv/dtrace/*.d priv/systemtap/*.stp priv/gdb/*.gdb
+      ~w(priv/bin/* priv/erlang/*.escript priv/bpftrace/*.bt priv/dtrace/*.d priv/systemtap/*.stp priv/gdb/*.gdb
          priv/python/dtrace_tools/*.py)
       |> Enum.flat_map(&Path.wildcard/1)
 

@@ -70,10 +70,13 @@ end_per_testcase(release_attached_20_times, _Config) ->
 end_per_testcase(_TC, Config) ->
     dtrace_test_peer:stop_peer(?config(peer, Config)).
 
-%% A distributed peer with no dtrace on its code path (only this test
-%% directory, for the workload's funs), driven over standard I/O.
+%% A distributed peer with no dtrace on its code path (only the test
+%% directories, for the workload's funs: this suite's, and its helpers',
+%% another when Common Test runs the suite from test/root), driven over
+%% standard I/O.
 start(Config) ->
-    TestDir = filename:dirname(code:which(?MODULE)),
+    TestDirs = lists:append([["-pa", D] || D <- lists:usort([filename:dirname(code:which(M))
+                                                             || M <- [?MODULE, dtrace_test_workload]])]),
     Exec = case proplists:get_value(exec, Config) of
                undefined -> #{};
                E -> #{exec => E}
@@ -81,7 +84,7 @@ start(Config) ->
     {ok, Peer, Node} = peer:start_link(Exec#{name => peer:random_name(attach), longnames => false,
                                              connection => standard_io,
                                              wait_boot => dtrace_test_tracer:ceiling(15000),
-                                             args => ["-setcookie", ?COOKIE, "-pa", TestDir]
+                                             args => ["-setcookie", ?COOKIE | TestDirs]
                                                  ++ proplists:get_value(extra_args, Config, [])}),
     non_existing = peer:call(Peer, code, which, [dtrace]),
     [{peer, Peer}, {node, atom_to_list(Node)} | Config].

@@ -500,10 +500,11 @@ function_spans_follow_the_tracer(Config) ->
     ?assertEqual({traced, false}, in_peer(Config, fun() -> ok = dtrace_vm:sync(), erlang:trace_info(Fspan, traced) end)).
 
 %% dtrace_process__name: once a tracer listens, every live process by its
-%% name (registered, RabbitMQ's process_name, proc_lib's initial call);
-%% then a process started after.
+%% name (registered, RabbitMQ's process_name, proc_lib's initial call, for
+%% a fun's process the function it runs: its initial call, erlang:apply/2,
+%% names none); then a process started after.
 process_names(Config) ->
-    {Registered, Dict, Plain} =
+    {Registered, Dict, Plain, Fun} =
         in_peer(Config, fun() ->
                                 Wait = fun() -> receive stop -> ok end end,
                                 R = spawn(Wait),
@@ -511,7 +512,8 @@ process_names(Config) ->
                                 D = proc_lib:spawn(fun() -> put(process_name, {rabbit_channel, {<<"a -> b">>, 1}}),
                                                             receive stop -> ok end end),
                                 P = proc_lib:spawn(fun dtrace_test_workload:sink/0),
-                                {pid_to_list(R), pid_to_list(D), pid_to_list(P)}
+                                F = spawn(fun() -> dtrace_test_workload:sink() end),
+                                {pid_to_list(R), pid_to_list(D), pid_to_list(P), pid_to_list(F)}
                         end),
     Line = fun(Pid, Name) -> iolist_to_binary(["NAME ", Pid, " ", Name]) end,
     {New, Lines} =
@@ -528,6 +530,7 @@ process_names(Config) ->
           fun(N, Ls) -> lists:member(Line(N, "dtrace_suite_later"), Ls) end),
     ?assert(lists:member(Line(Dict, "{rabbit_channel,{<<\"a -> b\">>,1}}"), Lines)),
     ?assert(lists:member(Line(Plain, "dtrace_test_workload:sink/0"), Lines)),
+    ?assert(lists:member(Line(Fun, "dtrace_test_workload:sink/0"), Lines)),
     ?assert(lists:member(Line(New, "dtrace_suite_later"), Lines)).
 
 %% Waits (at most 5 s) until trace_info(MFA, traced) is {traced, Want}.
