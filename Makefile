@@ -8,7 +8,7 @@ MIX    ?= mix
 N ?= 5
 SUITES ?=
 
-.PHONY: all deps build nif dist check python-check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist check python-check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on bench-stall figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -112,8 +112,9 @@ bench: deps
 # One part of `make bench` alone, printed with its budgets, nothing written:
 # bench-messages (the realistic-message rows, bench/message_bench.erl),
 # bench-attach (function spans, bench/attach_bench.erl), bench-always-on
-# (the flight recorder always on, bench/always_on_bench.erl).
-bench-messages bench-attach bench-always-on: bench-%: deps
+# (the flight recorder always on, bench/always_on_bench.erl), bench-stall
+# (what attaching and detaching bpftrace pauses, bench/stall_bench.erl).
+bench-messages bench-attach bench-always-on bench-stall: bench-%: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh bench/run.sh $(subst -,_,$*)

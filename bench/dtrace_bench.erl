@@ -13,9 +13,12 @@
 %%% the erl_tracer floor (a C tracer module that does nothing), the same
 %%% tracer firing a bare SDT site under bpftrace, or recording a C LTTng
 %%% event of OTP's message_send layout, all in this node's ping-pong; a
-%%% bare SDT site in a NIF of this node under bpftrace, with the 1-byte and
-%%% the 5-byte nop; the same sites in a small C program; and C LTTng
-%%% events of the message_send and i4s4 layouts. Every enabled path is
+%%% bare SDT site in a NIF of this node under bpftrace, in each site form
+%%% (the library's `nop; nop10', sys/sdt.h's 1-byte nop, the 5-byte nop
+%%% kernel 6.18 optimizes); the same sites in a small C program, and under
+%%% perf at the library's nop and its nop10; and C LTTng events of the
+%%% message_send and i4s4 layouts. And what attaching and detaching
+%%% bpftrace pauses a traced program (stall_bench). Every enabled path is
 %%% then printed as "total = floors + own work", and the budgets are on
 %%% the own work, which is what this library can change.
 %%%
@@ -138,6 +141,7 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
     print(LttngRows),
     Recorder = recorder_rows(RecorderFile),
     Messages = message_bench:rows(FloorBuild),
+    Stall = stall_bench:run(FloorBuild),
     AlwaysOn = always_on_bench:run(),
     io:format("~s", [always_on_bench:markdown(AlwaysOn)]),
     %% Measured before this VM started, in one without scheduler
@@ -150,20 +154,22 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
                [Path, T, F, FloorText, T - F]) || {Path, T, F, FloorText} <- Totals],
     Budgets = dtrace_bench_report:budgets(DisRows, Tput, Work)
         ++ dtrace_bench_report:lttng_budgets(LttngRows) ++ dtrace_bench_report:provider_budgets(DisRows)
-        ++ dtrace_bench_report:total_budgets(Totals, VmRows) ++ message_bench:budgets(Messages)
+        ++ dtrace_bench_report:total_budgets(Totals, VmRows) ++ dtrace_bench_report:site_budgets(Floors, Totals, VmRows)
+        ++ message_bench:budgets(Messages)
         ++ always_on_bench:budgets(AlwaysOn) ++ attach_bench:budgets(Attach),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, dtrace_bench_report:verdict(OK)]) || {Text, OK} <- Budgets],
     Figures = dtrace_bench_report:figures(#{disabled => DisRows ++ Spread, floors => Floors, enabled => EnRows,
                                             vm => VmRows, families => FamilyRows, lttng => LttngRows,
                                             totals => Totals}) ++
-        message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn) ++ attach_bench:figures(Attach),
+        message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn) ++ attach_bench:figures(Attach)
+        ++ stall_bench:figures(Stall),
     dtrace_bench_report:write_md(OutFile, #{disabled => DisRows ++ Spread, tput => Tput, work => Work ++ ProvWork,
                                             floors => Floors, enabled => EnRows, why => Why, vm => VmRows,
                                             families => FamilyRows, lttng => {LttngRows, LttngWhy},
                                             recorder => Recorder, totals => Totals, budgets => Budgets,
                                             figures => Figures, messages => Messages, always_on => AlwaysOn,
-                                            attach => Attach, apart => {Apart, Floors}}),
+                                            attach => Attach, apart => {Apart, Floors}, stall => Stall}),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 
@@ -546,21 +552,37 @@ floors(Build) ->
             [{K, L, F()} || {K, L, F} <- floor_list(P)]
     end.
 
+%% The site forms (dtrace_floors_build:forms/0): `library' is the
+%% library's own (`nop; nop10', trapped at its nop on every kernel a tracer
+%% probes it at the note's address); `nop1' sys/sdt.h's; `nop5' the one
+%% 6.18 optimizes into a call, the kernel's best case on this machine.
 floor_list(P) ->
     [{tracer, "erl_tracer floor: a C tracer module doing nothing, per message of the ping-pong",
       fun() -> dtrace_floors:tracer_floor(P) end},
-     {tracer_sdt, "erl_tracer + a bare SDT site (1-byte nop) under bpftrace, per message",
+     {tracer_sdt, "erl_tracer + a bare SDT site (the library's nop; nop10) under bpftrace, per message",
       fun() -> dtrace_floors:tracer_sink_floor(P, sdt) end},
+     {tracer_sdt_nop5, "erl_tracer + a bare SDT site (5-byte nop, optimized) under bpftrace, per message",
+      fun() -> dtrace_floors:tracer_sink_floor(P, sdt, #{form => nop5}) end},
      {tracer_lttng, "erl_tracer + a C LTTng event (message_send layout) recorded, per message",
       fun() -> dtrace_floors:tracer_sink_floor(P, lttng) end},
+     {node_library, "bare SDT site in a NIF of this node, the library's nop; nop10, under bpftrace (the hit)",
+      fun() -> dtrace_floors:node_uprobe_floor(P, library) end},
      {node_nop1, "bare SDT site in a NIF of this node, 1-byte nop, under bpftrace (the hit)",
       fun() -> dtrace_floors:node_uprobe_floor(P, nop1) end},
      {node_nop5, "bare SDT site in a NIF of this node, 5-byte nop, under bpftrace (the hit)",
       fun() -> dtrace_floors:node_uprobe_floor(P, nop5) end},
+     {so_library, "bare SDT site in a .so of a C program, the library's nop; nop10, under bpftrace",
+      fun() -> dtrace_floors:uprobe_floor(P, library) end},
      {so_nop1, "bare SDT site in a .so of a C program, 1-byte nop, under bpftrace",
       fun() -> dtrace_floors:uprobe_floor(P, nop1) end},
      {so_nop5, "bare SDT site in a .so of a C program, 5-byte nop, under bpftrace",
       fun() -> dtrace_floors:uprobe_floor(P, nop5) end},
+     {perf_library, "the library's nop; nop10 probed at its nop (int3), C program, perf counting",
+      fun() -> dtrace_floors:perf_uprobe_floor(P, library, 0) end},
+     {perf_library_nop10, "the library's nop; nop10 probed at its nop10 (+1), C program, perf counting",
+      fun() -> dtrace_floors:perf_uprobe_floor(P, library, 1) end},
+     {perf_nop5, "5-byte nop (optimized), C program, perf counting",
+      fun() -> dtrace_floors:perf_uprobe_floor(P, nop5, 0) end},
      {lttng_send, "C LTTng event, message_send layout, recorded (C program)",
       fun() -> dtrace_floors:lttng_floor(P, message_send) end},
      {lttng_i4s4, "C LTTng event, i4s4 layout, recorded (C program)",
