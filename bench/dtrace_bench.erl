@@ -148,7 +148,9 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
     %% busy-waiting (its CPU figures would count it): bench/run.sh.
     Attach = attach_bench:load(AttachFile),
     io:format("~nFunction spans (attach_bench):~n~s", [attach_bench:markdown(Attach)]),
-    Totals = dtrace_bench_report:totals(Floors, EnRows, VmRows, LttngRows),
+    Paired = #{sdt => dtrace_bench_vm:paired_send(FloorBuild, sdt),
+               lttng => dtrace_bench_vm:paired_send(FloorBuild, lttng)},
+    Totals = dtrace_bench_report:totals(Floors, EnRows, VmRows, LttngRows, Paired),
     io:format("~nTotal = floors + own work:~n"),
     [io:format("  ~-62s total ~7.1f = floors ~7.1f (~s) + own ~6.1f ns~n",
                [Path, T, F, FloorText, T - F]) || {Path, T, F, FloorText} <- Totals],
@@ -322,8 +324,20 @@ lttng_rows() ->
             Send = stats([dtrace_bench_vm:pingpong() || _ <- lists:seq(1, 5)]),
             Lost2 = lttng_stop(Dir2),
             ok = wait_vm(fun(#{flags := #{processes := P}}) -> P =:= [] end, 500),
-            io:format("  (events the session discarded: ~ts; ~ts)~n", [Lost1, Lost2]),
-            {User ++ [{"ping-pong, LTTng session on org_erlang_dyntrace:message_send (auto)", Send}], ""};
+            %% The same ping-pong with every OTP event enabled, as
+            %% `lttng enable-event -u 'org_erlang_dyntrace:*'' asks:
+            %% automatic mode then sets every flag those events need
+            %% (BENCHMARKS.md, "message_send into LTTng, measured other ways").
+            Dir3 = lttng_start(["org_erlang_dyntrace:*"]),
+            ok = wait_vm(fun(#{flags := #{processes := P}}) -> lists:member(send, P) end, 500),
+            #{flags := #{processes := AllFlags}} = dtrace:vm_probes(),
+            All = stats([dtrace_bench_vm:pingpong() || _ <- lists:seq(1, 5)]),
+            Lost3 = lttng_stop(Dir3),
+            ok = wait_vm(fun(#{flags := #{processes := P}}) -> P =:= [] end, 500),
+            io:format("  (events the session discarded: ~ts; ~ts; ~ts)~n", [Lost1, Lost2, Lost3]),
+            {User ++ [{"ping-pong, LTTng session on org_erlang_dyntrace:message_send (auto)", Send},
+                      {lists:flatten(io_lib:format("ping-pong, LTTng session on every org_erlang_dyntrace event "
+                                                   "(auto: flags ~w)", [lists:sort(AllFlags)])), All}], ""};
         {skip, Why} ->
             io:format("~nLTTng rows skipped: ~s~n", [Why]),
             {[], Why}

@@ -44,7 +44,7 @@
 -module(dtrace_floors).
 
 -export([build/1, build/2, can_trace/0,
-         tracer_floor/1, tracer_floor/2, tracer_sink_floor/2, tracer_sink_floor/3,
+         tracer_floor/1, tracer_floor/2, tracer_sink_floor/2, tracer_sink_floor/3, tracer_sink_pair/2,
          uprobe_floor/2, uprobe_floor/3, perf_uprobe_floor/3, perf_uprobe_floor/4,
          node_uprobe_floor/2, node_uprobe_floor/3,
          lttng_floor/2, lttng_floor/3,
@@ -168,7 +168,36 @@ tracer_sink_floor(Paths, Sink) ->
           #{atom() => stats() | integer()} | skip().
 tracer_sink_floor(#{tracer := {skip, _} = Skip}, _Sink, _Opts) ->
     Skip;
-tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Sink =:= lttng ->
+tracer_sink_floor(Paths, Sink, Opts) when Sink =:= sdt; Sink =:= lttng ->
+    Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_TRACER)),
+    case sink_pairs(Paths, Sink, Opts, Rounds) of
+        {skip, _} = Skip -> Skip;
+        {Pairs, N} ->
+            #{untraced => stats([U || {U, _} <- Pairs]),
+              traced => stats([T || {_, T} <- Pairs]),
+              floor => stats([T - U || {U, T} <- Pairs]),
+              rounds => Rounds,
+              messages => 2 * N}
+    end.
+
+%% @doc One round of tracer_sink_floor/3 (its default ping-pong): {Untraced,
+%% Traced} ns per message, the tracer (bpftrace, or the session) attached
+%% for this round only; for measurements that alternate the floor with
+%% something else round by round (dtrace_bench_vm:paired_send/2).
+-spec tracer_sink_pair(paths(), sdt | lttng) -> {float(), float()} | skip().
+tracer_sink_pair(#{tracer := {skip, _} = Skip}, _Sink) ->
+    Skip;
+tracer_sink_pair(Paths, Sink) ->
+    case sink_pairs(Paths, Sink, #{}, 1) of
+        {skip, _} = Skip -> Skip;
+        {[Pair], _} -> Pair
+    end.
+
+%% Rounds pairs {Untraced, Traced} of the ping-pong Opts names, the sink's
+%% tracer attached around them: {Pairs, RoundTrips} or a skip.
+sink_pairs(#{tracer := {skip, _} = Skip}, _Sink, _Opts, _Rounds) ->
+    Skip;
+sink_pairs(#{tracer := Tracer} = Paths, Sink, Opts, Rounds) ->
     Key = case {maps:is_key(message, Opts), maps:get(form, Opts, library)} of
               {true, library} -> list_to_atom(atom_to_list(Sink) ++ "_text");
               {false, library} -> Sink;
@@ -179,7 +208,6 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
         {_, sdt, {skip, _} = Skip, _} -> Skip;
         {_, lttng, _, {skip, _} = Skip} -> Skip;
         {Variant, _, _, _} ->
-            Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_TRACER)),
             N = maps:get(n, Opts, ?PINGPONG),
             M = load_tracer(Variant),
             PingPong = case Opts of
@@ -196,11 +224,7 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
                         lttng -> with_session_on(Paths, atom_to_list(dtrace_floors_build:lttng_provider(Key))
                                                  ++ ":message_send", M, Run)
                     end,
-            #{untraced => stats([U || {U, _} <- Pairs]),
-              traced => stats([T || {_, T} <- Pairs]),
-              floor => stats([T - U || {U, T} <- Pairs]),
-              rounds => Rounds,
-              messages => 2 * N}
+            {Pairs, N}
     end.
 
 %% Run() with bpftrace on this node counting the bare site of library So,
