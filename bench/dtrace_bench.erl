@@ -40,6 +40,7 @@
 -include("dtrace_bench.hrl").
 
 main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
+    LoadStart = dtrace_bench_report:load_average(),
     {module, dtrace} = code:ensure_loaded(dtrace),
     true = dtrace:available(),
     S1K = lists:duplicate(1024, $x),
@@ -171,7 +172,8 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile]) ->
                                             families => FamilyRows, lttng => {LttngRows, LttngWhy},
                                             recorder => Recorder, totals => Totals, budgets => Budgets,
                                             figures => Figures, messages => Messages, always_on => AlwaysOn,
-                                            attach => Attach, apart => {Apart, Floors}, stall => Stall}),
+                                            attach => Attach, apart => {Apart, Floors}, stall => Stall,
+                                            load_start => LoadStart}),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 

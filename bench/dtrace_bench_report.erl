@@ -5,7 +5,7 @@
 -module(dtrace_bench_report).
 
 -export([print_floors/1, print_apart/1, totals/5, budgets/3, provider_budgets/1, lttng_budgets/1,
-         total_budgets/2, site_budgets/3, figures/1, verdict/1, write_md/2]).
+         total_budgets/2, site_budgets/3, figures/1, verdict/1, write_md/2, load_average/0]).
 
 -include("dtrace_bench.hrl").
 
@@ -497,7 +497,7 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
                  why := Why, vm := Vm, families := Families, lttng := {Lttng, LttngWhy},
                  recorder := Recorder, totals := Totals, budgets := Budgets, figures := Figures,
                  messages := Messages, always_on := AlwaysOn, attach := Attach, apart := ApartFloors,
-                 stall := Stall}) ->
+                 stall := Stall, load_start := LoadStart}) ->
     Row = fun({Name, {Med, Min, Max}}) ->
                   io_lib:format("| ~s | ~.1f | ~.1f..~.1f |~n", [Name, Med, Min, Max])
           end,
@@ -516,6 +516,8 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          io_lib:format("- commit: ~s~n", [Commit]),
          io_lib:format("- machine: ~s, ~b schedulers online~n", [Cpu, erlang:system_info(schedulers_online)]),
          io_lib:format("- kernel: ~s~n", [string:trim(os:cmd("uname -sr"))]),
+         io_lib:format("- load average (1, 5, 15 min): ~s at the start, ~s at the end (other work on the "
+                       "machine moves the figures)~n", [LoadStart, load_average()]),
          io_lib:format("- OTP: ~s (erts ~s), dynamic_trace: ~p~n",
                        [erlang:system_info(otp_release), erlang:system_info(version),
                         erlang:system_info(dynamic_trace)]),
@@ -644,6 +646,13 @@ write_md(File, #{disabled := Dis, tput := Tput, work := Work, floors := Floors, 
          "  than in a small C program (its address space is larger), which is why the floors that\n"
          "  apply to the node are measured in it.\n"],
     ok = file:write_file(File, Text).
+
+%% @doc The machine's load average (/proc/loadavg's first three fields).
+load_average() ->
+    case file:read_file("/proc/loadavg") of
+        {ok, B} -> lists:join(" ", lists:sublist(string:lexemes(binary_to_list(B), " "), 3));
+        _ -> "unknown"
+    end.
 
 %% `Tool --version', as UTF-8 bytes for the file (os:cmd/1 decodes UTF-8
 %% output into code points; LTTng 2.13's name is "Nordicité").
