@@ -472,17 +472,27 @@ stop(Port) ->
     ok.
 
 %% Stops bpftrace (SIGINT: it prints its maps) and returns its lines.
+%% bpftrace 0.17 may miss a SIGINT (dtrace_floors_programs:interrupt/1):
+%% it is sent again every 10 s, three times at most.
 stop_lines(Port) ->
     {os_pid, Pid} = erlang:port_info(Port, os_pid),
-    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
-    lines(Port, []).
+    stop_lines(Port, integer_to_list(Pid), 3, []).
+
+stop_lines(_Port, _Pid, 0, _Acc) ->
+    error(bpftrace_did_not_stop);
+stop_lines(Port, Pid, Tries, Acc) ->
+    _ = os:cmd("kill -INT " ++ Pid),
+    case lines(Port, Acc) of
+        {exited, Lines} -> Lines;
+        {running, Acc1} -> stop_lines(Port, Pid, Tries - 1, Acc1)
+    end.
 
 lines(Port, Acc) ->
     receive
         {Port, {data, {eol, L}}} -> lines(Port, [L | Acc]);
         {Port, {data, _}} -> lines(Port, Acc);
-        {Port, {exit_status, _}} -> lists:reverse(Acc)
-    after 30000 -> error(bpftrace_did_not_stop)
+        {Port, {exit_status, _}} -> {exited, lists:reverse(Acc)}
+    after 10000 -> {running, Acc}
     end.
 
 wait_line(Port, Prefix) ->

@@ -464,9 +464,7 @@ uprobe_hit(Exe, Arg, Obj, N) ->
 
 %% Stops bpftrace (SIGINT, as the bench does) and returns its count @n.
 stop_bpftrace(Bt) ->
-    {os_pid, Pid} = erlang:port_info(Bt, os_pid),
-    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
-    Lines = ?P:await_exit(Bt, ?P:deadline(?STOP_TIMEOUT)),
+    Lines = ?P:interrupt(Bt),
     case [binary_to_integer(C) || <<"@n: ", C/binary>> <- Lines] of
         [Count] -> Count;
         [] -> 0

@@ -123,9 +123,7 @@ attach_hold_detach(Pid, Probe) ->
     ?P:with_port(Bt, fun(_) ->
                              _ = ?P:await_line(Bt, <<"Attach">>, ?P:deadline(60000)),
                              timer:sleep(1000),
-                             {os_pid, B} = erlang:port_info(Bt, os_pid),
-                             _ = os:cmd("kill -INT " ++ integer_to_list(B)),
-                             _ = ?P:await_exit(Bt, ?P:deadline(30000)),
+                             _ = ?P:interrupt(Bt),
                              ok
                      end).
 
