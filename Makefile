@@ -8,7 +8,7 @@ MIX    ?= mix
 N ?= 5
 SUITES ?=
 
-.PHONY: all deps build nif dist kit check python-check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on bench-os figures soak clean generated check-aarch64 check-aarch64-run check-platforms
+.PHONY: all deps build nif dist kit check python-check test test-repeat test-kernels test-trixie test-sid demo demo-picture demo-recorder bench bench-messages bench-attach bench-always-on bench-os bench-stall figures soak clean generated check-aarch64 check-aarch64-run check-platforms
 
 all: build
 
@@ -113,8 +113,9 @@ bench: deps
 # bench-messages (the realistic-message rows, bench/message_bench.erl),
 # bench-attach (function spans, bench/attach_bench.erl), bench-always-on
 # (the flight recorder always on, bench/always_on_bench.erl), bench-os (the
-# kernel's events of "why was it slow" and dtrace-sched, bench/os_bench.erl).
-bench-messages bench-attach bench-always-on bench-os: bench-%: deps
+# kernel's events of "why was it slow" and dtrace-sched, bench/os_bench.erl),
+# bench-stall (what attaching and detaching bpftrace pauses, bench/stall_bench.erl).
+bench-messages bench-attach bench-always-on bench-os bench-stall: bench-%: deps
 	@scripts/tracefs.sh
 	$(REBAR3) compile
 	sh bench/run.sh $(subst -,_,$*)

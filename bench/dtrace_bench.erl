@@ -13,9 +13,12 @@
 %%% the erl_tracer floor (a C tracer module that does nothing), the same
 %%% tracer firing a bare SDT site under bpftrace, or recording a C LTTng
 %%% event of OTP's message_send layout, all in this node's ping-pong; a
-%%% bare SDT site in a NIF of this node under bpftrace, with the 1-byte and
-%%% the 5-byte nop; the same sites in a small C program; and C LTTng
-%%% events of the message_send and i4s4 layouts. Every enabled path is
+%%% bare SDT site in a NIF of this node under bpftrace, in each site form
+%%% (the library's `nop; nop10', sys/sdt.h's 1-byte nop, the 5-byte nop
+%%% kernel 6.18 optimizes); the same sites in a small C program, and under
+%%% perf at the library's nop and its nop10; and C LTTng events of the
+%%% message_send and i4s4 layouts. And what attaching and detaching
+%%% bpftrace pauses a traced program (stall_bench). Every enabled path is
 %%% then printed as "total = floors + own work", and the budgets are on
 %%% the own work, which is what this library can change.
 %%%
@@ -37,6 +40,7 @@
 -include("dtrace_bench.hrl").
 
 main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile, OsFile]) ->
+    LoadStart = dtrace_bench_report:load_average(),
     {module, dtrace} = code:ensure_loaded(dtrace),
     true = dtrace:available(),
     S1K = lists:duplicate(1024, $x),
@@ -138,6 +142,7 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile, OsFile]
     print(LttngRows),
     Recorder = recorder_rows(RecorderFile),
     Messages = message_bench:rows(FloorBuild),
+    Stall = stall_bench:run(FloorBuild),
     AlwaysOn = always_on_bench:run(),
     io:format("~s", [always_on_bench:markdown(AlwaysOn)]),
     %% Measured before this VM started, in one without scheduler
@@ -146,13 +151,16 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile, OsFile]
     io:format("~nFunction spans (attach_bench):~n~s", [attach_bench:markdown(Attach)]),
     Os = os_bench:load(OsFile),
     io:format("~nWhy was it slow, down to the OS (os_bench):~n~s", [os_bench:markdown(Os)]),
-    Totals = dtrace_bench_report:totals(Floors, EnRows, VmRows, LttngRows),
+    Paired = #{sdt => dtrace_bench_vm:paired_send(FloorBuild, sdt),
+               lttng => dtrace_bench_vm:paired_send(FloorBuild, lttng)},
+    Totals = dtrace_bench_report:totals(Floors, EnRows, VmRows, LttngRows, Paired),
     io:format("~nTotal = floors + own work:~n"),
     [io:format("  ~-62s total ~7.1f = floors ~7.1f (~s) + own ~6.1f ns~n",
                [Path, T, F, FloorText, T - F]) || {Path, T, F, FloorText} <- Totals],
     Budgets = dtrace_bench_report:budgets(DisRows, Tput, Work)
         ++ dtrace_bench_report:lttng_budgets(LttngRows) ++ dtrace_bench_report:provider_budgets(DisRows)
-        ++ dtrace_bench_report:total_budgets(Totals, VmRows) ++ message_bench:budgets(Messages)
+        ++ dtrace_bench_report:total_budgets(Totals, VmRows) ++ dtrace_bench_report:site_budgets(Floors, Totals, VmRows)
+        ++ message_bench:budgets(Messages)
         ++ always_on_bench:budgets(AlwaysOn) ++ attach_bench:budgets(Attach) ++ os_bench:budgets(Os),
     io:format("~nBudgets:~n"),
     [io:format("  ~-84s ~s~n", [Text, dtrace_bench_report:verdict(OK)]) || {Text, OK} <- Budgets],
@@ -160,13 +168,14 @@ main([OutFile, FloorDir, NoLttngEbin, RecorderFile, DofEbin, AttachFile, OsFile]
                                             vm => VmRows, families => FamilyRows, lttng => LttngRows,
                                             totals => Totals}) ++
         message_bench:figures(Messages) ++ always_on_bench:figures(AlwaysOn) ++ attach_bench:figures(Attach)
-        ++ os_bench:figures(Os),
+        ++ os_bench:figures(Os) ++ stall_bench:figures(Stall),
     dtrace_bench_report:write_md(OutFile, #{disabled => DisRows ++ Spread, tput => Tput, work => Work ++ ProvWork,
                                             floors => Floors, enabled => EnRows, why => Why, vm => VmRows,
                                             families => FamilyRows, lttng => {LttngRows, LttngWhy},
                                             recorder => Recorder, totals => Totals, budgets => Budgets,
                                             figures => Figures, messages => Messages, always_on => AlwaysOn,
-                                            attach => Attach, apart => {Apart, Floors}, os => Os}),
+                                             attach => Attach, apart => {Apart, Floors}, os => Os, stall => Stall,
+                                             load_start => LoadStart}),
     io:format("~nWritten to ~s~n", [OutFile]),
     halt(case lists:all(fun({_, OK}) -> OK =/= false end, Budgets) of true -> 0; false -> 1 end).
 
@@ -319,8 +328,20 @@ lttng_rows() ->
             Send = stats([dtrace_bench_vm:pingpong() || _ <- lists:seq(1, 5)]),
             Lost2 = lttng_stop(Dir2),
             ok = wait_vm(fun(#{flags := #{processes := P}}) -> P =:= [] end, 500),
-            io:format("  (events the session discarded: ~ts; ~ts)~n", [Lost1, Lost2]),
-            {User ++ [{"ping-pong, LTTng session on org_erlang_dyntrace:message_send (auto)", Send}], ""};
+            %% The same ping-pong with every OTP event enabled, as
+            %% `lttng enable-event -u 'org_erlang_dyntrace:*'' asks:
+            %% automatic mode then sets every flag those events need
+            %% (BENCHMARKS.md, "message_send into LTTng, measured other ways").
+            Dir3 = lttng_start(["org_erlang_dyntrace:*"]),
+            ok = wait_vm(fun(#{flags := #{processes := P}}) -> lists:member(send, P) end, 500),
+            #{flags := #{processes := AllFlags}} = dtrace:vm_probes(),
+            All = stats([dtrace_bench_vm:pingpong() || _ <- lists:seq(1, 5)]),
+            Lost3 = lttng_stop(Dir3),
+            ok = wait_vm(fun(#{flags := #{processes := P}}) -> P =:= [] end, 500),
+            io:format("  (events the session discarded: ~ts; ~ts; ~ts)~n", [Lost1, Lost2, Lost3]),
+            {User ++ [{"ping-pong, LTTng session on org_erlang_dyntrace:message_send (auto)", Send},
+                      {lists:flatten(io_lib:format("ping-pong, LTTng session on every org_erlang_dyntrace event "
+                                                   "(auto: flags ~w)", [lists:sort(AllFlags)])), All}], ""};
         {skip, Why} ->
             io:format("~nLTTng rows skipped: ~s~n", [Why]),
             {[], Why}
@@ -453,17 +474,27 @@ stop(Port) ->
     ok.
 
 %% Stops bpftrace (SIGINT: it prints its maps) and returns its lines.
+%% bpftrace 0.17 may miss a SIGINT (dtrace_floors_programs:interrupt/1):
+%% it is sent again every 10 s, three times at most.
 stop_lines(Port) ->
     {os_pid, Pid} = erlang:port_info(Port, os_pid),
-    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
-    lines(Port, []).
+    stop_lines(Port, integer_to_list(Pid), 3, []).
+
+stop_lines(_Port, _Pid, 0, _Acc) ->
+    error(bpftrace_did_not_stop);
+stop_lines(Port, Pid, Tries, Acc) ->
+    _ = os:cmd("kill -INT " ++ Pid),
+    case lines(Port, Acc) of
+        {exited, Lines} -> Lines;
+        {running, Acc1} -> stop_lines(Port, Pid, Tries - 1, Acc1)
+    end.
 
 lines(Port, Acc) ->
     receive
         {Port, {data, {eol, L}}} -> lines(Port, [L | Acc]);
         {Port, {data, _}} -> lines(Port, Acc);
-        {Port, {exit_status, _}} -> lists:reverse(Acc)
-    after 30000 -> error(bpftrace_did_not_stop)
+        {Port, {exit_status, _}} -> {exited, lists:reverse(Acc)}
+    after 10000 -> {running, Acc}
     end.
 
 wait_line(Port, Prefix) ->
@@ -549,21 +580,37 @@ floors(Build) ->
             [{K, L, F()} || {K, L, F} <- floor_list(P)]
     end.
 
+%% The site forms (dtrace_floors_build:forms/0): `library' is the
+%% library's own (`nop; nop10', trapped at its nop on every kernel a tracer
+%% probes it at the note's address); `nop1' sys/sdt.h's; `nop5' the one
+%% 6.18 optimizes into a call, the kernel's best case on this machine.
 floor_list(P) ->
     [{tracer, "erl_tracer floor: a C tracer module doing nothing, per message of the ping-pong",
       fun() -> dtrace_floors:tracer_floor(P) end},
-     {tracer_sdt, "erl_tracer + a bare SDT site (1-byte nop) under bpftrace, per message",
+     {tracer_sdt, "erl_tracer + a bare SDT site (the library's nop; nop10) under bpftrace, per message",
       fun() -> dtrace_floors:tracer_sink_floor(P, sdt) end},
+     {tracer_sdt_nop5, "erl_tracer + a bare SDT site (5-byte nop, optimized) under bpftrace, per message",
+      fun() -> dtrace_floors:tracer_sink_floor(P, sdt, #{form => nop5}) end},
      {tracer_lttng, "erl_tracer + a C LTTng event (message_send layout) recorded, per message",
       fun() -> dtrace_floors:tracer_sink_floor(P, lttng) end},
+     {node_library, "bare SDT site in a NIF of this node, the library's nop; nop10, under bpftrace (the hit)",
+      fun() -> dtrace_floors:node_uprobe_floor(P, library) end},
      {node_nop1, "bare SDT site in a NIF of this node, 1-byte nop, under bpftrace (the hit)",
       fun() -> dtrace_floors:node_uprobe_floor(P, nop1) end},
      {node_nop5, "bare SDT site in a NIF of this node, 5-byte nop, under bpftrace (the hit)",
       fun() -> dtrace_floors:node_uprobe_floor(P, nop5) end},
+     {so_library, "bare SDT site in a .so of a C program, the library's nop; nop10, under bpftrace",
+      fun() -> dtrace_floors:uprobe_floor(P, library) end},
      {so_nop1, "bare SDT site in a .so of a C program, 1-byte nop, under bpftrace",
       fun() -> dtrace_floors:uprobe_floor(P, nop1) end},
      {so_nop5, "bare SDT site in a .so of a C program, 5-byte nop, under bpftrace",
       fun() -> dtrace_floors:uprobe_floor(P, nop5) end},
+     {perf_library, "the library's nop; nop10 probed at its nop (int3), C program, perf counting",
+      fun() -> dtrace_floors:perf_uprobe_floor(P, library, 0) end},
+     {perf_library_nop10, "the library's nop; nop10 probed at its nop10 (+1), C program, perf counting",
+      fun() -> dtrace_floors:perf_uprobe_floor(P, library, 1) end},
+     {perf_nop5, "5-byte nop (optimized), C program, perf counting",
+      fun() -> dtrace_floors:perf_uprobe_floor(P, nop5, 0) end},
      {lttng_send, "C LTTng event, message_send layout, recorded (C program)",
       fun() -> dtrace_floors:lttng_floor(P, message_send) end},
      {lttng_i4s4, "C LTTng event, i4s4 layout, recorded (C program)",

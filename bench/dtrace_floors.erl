@@ -11,10 +11,12 @@
 %%%   same ping-pong untraced. ns per message.
 %%% - uprobe: a bare sys/sdt.h site (provider dtrace_floor, probe hit, the
 %%%   note of the library's user_trace__i4s4) in a shared library, hit under
-%%%   bpftrace counting, minus the same loop with the semaphore down; with
-%%%   the default 1-byte nop and with the 5-byte nop (which kernel 6.18 can
-%%%   optimize); also, for comparison, with the site in the executable.
-%%%   ns per hit.
+%%%   bpftrace counting, minus the same loop with the semaphore down; in
+%%%   each site form (dtrace_floors_build:forms/0: the 1-byte nop, the
+%%%   library's `nop; nop10', the 5-byte nop which kernel 6.18 optimizes);
+%%%   also, for comparison, with the site in the executable; and under perf
+%%%   on a uprobe at any offset of the site (perf_uprobe_floor/4: the
+%%%   library's nop10 at +1, where a kernel may optimize it). ns per hit.
 %%% - LTTng: events with the fields of OTP's message_send and of the
 %%%   library's user_trace_i4s4, recorded by a root LTTng session (channel
 %%%   as the bench's: 8 x 8 MiB sub-buffers, discard mode), minus the same
@@ -42,14 +44,17 @@
 -module(dtrace_floors).
 
 -export([build/1, build/2, can_trace/0,
-         tracer_floor/1, tracer_floor/2, tracer_sink_floor/2, tracer_sink_floor/3,
-         uprobe_floor/2, uprobe_floor/3,
+         tracer_floor/1, tracer_floor/2, tracer_sink_floor/2, tracer_sink_floor/3, tracer_sink_pair/2,
+         uprobe_floor/2, uprobe_floor/3, perf_uprobe_floor/3, perf_uprobe_floor/4,
          node_uprobe_floor/2, node_uprobe_floor/3,
          lttng_floor/2, lttng_floor/3,
          messages/0, message_pingpong/4, apart_together/1,
          all/1]).
 
--export_type([stats/0, paths/0]).
+-export_type([stats/0, paths/0, form/0]).
+
+-type form() :: nop1 | library | nop5.
+%% A site's instruction (dtrace_floors_build:forms/0).
 
 -type stats() :: {Median :: float(), Min :: float(), Max :: float()}.
 %% ns, over the rounds of a measurement.
@@ -60,20 +65,23 @@
         #{dir := file:filename(),
           tracer := #{module := module(), nif := file:filename(), ebin := file:filename(),
                       sdt := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
+                      sdt_nop5 := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
                       lttng := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
                       sdt_text := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip(),
                       lttng_text := #{module := module(), nif := file:filename(), ebin := file:filename()} | skip()}
                     | skip(),
           uprobe := #{driver := file:filename(),
-                      objects := #{{lib | exe, nop1 | nop5} => file:filename()},
-                      sites := #{{lib | exe, nop1 | nop5} => string()}} | skip(),
+                      objects := #{{lib | exe, form()} => file:filename()},
+                      sites := #{{lib | exe, form()} => string()},
+                      locations := #{{lib | exe, form()} => non_neg_integer()}} | skip(),
           lttng := #{driver := file:filename()} | skip(),
-          node_site := #{nop1 | nop5 => #{module := module(), nif := file:filename(),
-                                          ebin := file:filename(), site := string()}} | skip()}.
+          node_site := #{form() => #{module := module(), nif := file:filename(),
+                                     ebin := file:filename(), site := string()}} | skip()}.
 %% What build/1 made. `objects': the object holding each site (a shared
 %% library, or for `exe' a driver with the site linked in); `sites': the
-%% objdump line of each site's instruction. A floor whose headers or
-%% tools are missing is `{skip, Why}'.
+%% objdump lines of each site's instructions; `locations': each site's
+%% address (its note's). A floor whose headers or tools are missing is
+%% `{skip, Why}'.
 
 -define(ROUNDS_TRACER, 7).
 %% A bpftrace attach takes a second or two: 5 rounds.
@@ -148,26 +156,58 @@ tracer_sink_floor(Paths, Sink) ->
 %% (Sink lttng); against the ping-pong untraced, alternating, `rounds'
 %% times. The tracer (bpftrace, or the session) stays attached for all the
 %% traced runs. Returns #{untraced, traced, floor, rounds, messages}.
+%% The SDT site is the library's form; with `form => nop5' (Sink sdt,
+%% constant texts), the 5-byte nop, the kernel's best case on 6.18.
 %% With `message' (a name of messages/0) the ping-pong is
 %% message_pingpong/4's, with that message and `pin' (pinned, default, or
 %% unpinned), and the tracer module is the -DFLOOR_TEXT one: the texts of
 %% each traced message written with %T (floor_tracer_nif.c).
 -spec tracer_sink_floor(paths(), sdt | lttng, #{rounds => pos_integer(), n => pos_integer(),
-                                                 message => atom(), pin => pinned | unpinned}) ->
+                                                 message => atom(), pin => pinned | unpinned,
+                                                 form => library | nop5}) ->
           #{atom() => stats() | integer()} | skip().
 tracer_sink_floor(#{tracer := {skip, _} = Skip}, _Sink, _Opts) ->
     Skip;
-tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Sink =:= lttng ->
-    Key = case maps:is_key(message, Opts) of
-              true -> list_to_atom(atom_to_list(Sink) ++ "_text");
-              false -> Sink
+tracer_sink_floor(Paths, Sink, Opts) when Sink =:= sdt; Sink =:= lttng ->
+    Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_TRACER)),
+    case sink_pairs(Paths, Sink, Opts, Rounds) of
+        {skip, _} = Skip -> Skip;
+        {Pairs, N} ->
+            #{untraced => stats([U || {U, _} <- Pairs]),
+              traced => stats([T || {_, T} <- Pairs]),
+              floor => stats([T - U || {U, T} <- Pairs]),
+              rounds => Rounds,
+              messages => 2 * N}
+    end.
+
+%% @doc One round of tracer_sink_floor/3 (its default ping-pong): {Untraced,
+%% Traced} ns per message, the tracer (bpftrace, or the session) attached
+%% for this round only; for measurements that alternate the floor with
+%% something else round by round (dtrace_bench_vm:paired_send/2).
+-spec tracer_sink_pair(paths(), sdt | lttng) -> {float(), float()} | skip().
+tracer_sink_pair(#{tracer := {skip, _} = Skip}, _Sink) ->
+    Skip;
+tracer_sink_pair(Paths, Sink) ->
+    case sink_pairs(Paths, Sink, #{}, 1) of
+        {skip, _} = Skip -> Skip;
+        {[Pair], _} -> Pair
+    end.
+
+%% Rounds pairs {Untraced, Traced} of the ping-pong Opts names, the sink's
+%% tracer attached around them: {Pairs, RoundTrips} or a skip.
+sink_pairs(#{tracer := {skip, _} = Skip}, _Sink, _Opts, _Rounds) ->
+    Skip;
+sink_pairs(#{tracer := Tracer} = Paths, Sink, Opts, Rounds) ->
+    Key = case {maps:is_key(message, Opts), maps:get(form, Opts, library)} of
+              {true, library} -> list_to_atom(atom_to_list(Sink) ++ "_text");
+              {false, library} -> Sink;
+              {false, nop5} when Sink =:= sdt -> sdt_nop5
           end,
     case {maps:get(Key, Tracer), Sink, can_trace(), ?P:can_lttng()} of
         {{skip, _} = Skip, _, _, _} -> Skip;
         {_, sdt, {skip, _} = Skip, _} -> Skip;
         {_, lttng, _, {skip, _} = Skip} -> Skip;
         {Variant, _, _, _} ->
-            Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_TRACER)),
             N = maps:get(n, Opts, ?PINGPONG),
             M = load_tracer(Variant),
             PingPong = case Opts of
@@ -184,11 +224,7 @@ tracer_sink_floor(#{tracer := Tracer} = Paths, Sink, Opts) when Sink =:= sdt; Si
                         lttng -> with_session_on(Paths, atom_to_list(dtrace_floors_build:lttng_provider(Key))
                                                  ++ ":message_send", M, Run)
                     end,
-            #{untraced => stats([U || {U, _} <- Pairs]),
-              traced => stats([T || {_, T} <- Pairs]),
-              floor => stats([T - U || {U, T} <- Pairs]),
-              rounds => Rounds,
-              messages => 2 * N}
+            {Pairs, N}
     end.
 
 %% Run() with bpftrace on this node counting the bare site of library So,
@@ -356,12 +392,12 @@ isolated(Fun, Opts, Timeout) ->
 
 %%% uprobe floor
 
-%% @doc uprobe_floor(Paths, Nop, #{}): the site in a shared library.
--spec uprobe_floor(paths(), nop1 | nop5) -> #{atom() => term()} | skip().
-uprobe_floor(Paths, Nop) ->
-    uprobe_floor(Paths, Nop, #{}).
+%% @doc uprobe_floor(Paths, Form, #{}): the site in a shared library.
+-spec uprobe_floor(paths(), form()) -> #{atom() => term()} | skip().
+uprobe_floor(Paths, Form) ->
+    uprobe_floor(Paths, Form, #{}).
 
-%% @doc The uprobe floor, ns per hit, for the site built with Nop: `n'
+%% @doc The uprobe floor, ns per hit, for the site built in Form: `n'
 %% calls (1M by default) of the function holding the site, with
 %% bpftrace -p attached to the driver counting the probe, and the same
 %% loop with the semaphore down, alternating, `rounds' times (5 by
@@ -369,13 +405,13 @@ uprobe_floor(Paths, Nop) ->
 %% driver dlopens, as a NIF's; `exe', the site linked into the driver.
 %% Returns #{hit, disabled, floor (hit - disabled of each round), site (its
 %% objdump line), object, rounds, n}. Needs root and bpftrace.
--spec uprobe_floor(paths(), nop1 | nop5,
+-spec uprobe_floor(paths(), form(),
                    #{where => lib | exe, rounds => pos_integer(), n => pos_integer()}) ->
           #{atom() => term()} | skip().
-uprobe_floor(#{uprobe := {skip, _} = Skip}, _Nop, _Opts) ->
+uprobe_floor(#{uprobe := {skip, _} = Skip}, _Form, _Opts) ->
     Skip;
 uprobe_floor(#{uprobe := #{driver := Driver, objects := Objects, sites := Sites}}, Nop, Opts)
-  when Nop =:= nop1; Nop =:= nop5 ->
+  when Nop =:= nop1; Nop =:= library; Nop =:= nop5 ->
     case can_trace() of
         ok ->
             Where = maps:get(where, Opts, lib),
@@ -428,9 +464,7 @@ uprobe_hit(Exe, Arg, Obj, N) ->
 
 %% Stops bpftrace (SIGINT, as the bench does) and returns its count @n.
 stop_bpftrace(Bt) ->
-    {os_pid, Pid} = erlang:port_info(Bt, os_pid),
-    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
-    Lines = ?P:await_exit(Bt, ?P:deadline(?STOP_TIMEOUT)),
+    Lines = ?P:interrupt(Bt),
     case [binary_to_integer(C) || <<"@n: ", C/binary>> <- Lines] of
         [Count] -> Count;
         [] -> 0
@@ -445,26 +479,98 @@ can_trace() ->
         _ -> {skip, "attaching bpftrace needs root"}
     end.
 
+%%% uprobe floor under perf, at any offset of the site
+
+%% @doc perf_uprobe_floor(Paths, Form, Offset, #{}).
+-spec perf_uprobe_floor(paths(), form(), non_neg_integer()) -> #{atom() => term()} | skip().
+perf_uprobe_floor(Paths, Form, Offset) ->
+    perf_uprobe_floor(Paths, Form, Offset, #{}).
+
+%% @doc The uprobe floor under perf, ns per hit, for a uprobe defined by
+%% hand (tracefs) Offset bytes into the site of Form, where a tracer that
+%% knows the form would place it (the library's nop10 is at +1): `n' calls
+%% (1M by default) of the driver with the site linked in, its semaphore
+%% raised by the driver itself (a hand-made uprobe raises none), counted
+%% by `perf stat', against the same run with no uprobe enabled,
+%% alternating, `rounds' times (5 by default). Returns #{hit, untraced,
+%% floor, hits (perf's counts, per round), rounds, n}; or
+%% #{refused := Why} when the kernel takes no hit there: 6.18 refuses a
+%% probe on the nop10 (its `cs' prefix), as a kernel that does not
+%% optimize that instruction does. Needs root, perf and tracefs.
+-spec perf_uprobe_floor(paths(), form(), non_neg_integer(), #{rounds => pos_integer(), n => pos_integer()}) ->
+          #{atom() => term()} | skip().
+perf_uprobe_floor(#{uprobe := {skip, _} = Skip}, _Form, _Offset, _Opts) ->
+    Skip;
+perf_uprobe_floor(#{uprobe := #{objects := Objects, locations := Locations}}, Form, Offset, Opts) ->
+    Events = "/sys/kernel/tracing/uprobe_events",
+    case {os:find_executable("perf"), string:trim(os:cmd("id -u")), filelib:is_regular(Events)} of
+        {false, _, _} -> {skip, "perf is not installed"};
+        {_, U, _} when U =/= "0" -> {skip, "a uprobe needs root"};
+        {_, _, false} -> {skip, "no tracefs at /sys/kernel/tracing (scripts/tracefs.sh)"};
+        {Perf, _, true} ->
+            Exe = maps:get({exe, Form}, Objects),
+            At = maps:get({exe, Form}, Locations) + Offset,
+            Name = "dtrace_floors/site" ++ integer_to_list(Offset),
+            Event = "dtrace_floors:site" ++ integer_to_list(Offset),
+            Def = lists:flatten(io_lib:format("p:~s ~s:0x~.16b", [Name, Exe, dtrace_floors_build:file_offset(Exe, At)])),
+            _ = file:write_file(Events, "-:" ++ Name ++ "\n", [append]),
+            ok = file:write_file(Events, Def ++ "\n", [append]),
+            try
+                Rounds = max(5, maps:get(rounds, Opts, ?ROUNDS_UPROBE)),
+                N = maps:get(n, Opts, ?N_HITS),
+                Plain = fun() ->
+                                #{<<"hit_ns">> := Ns} = ?P:driver(Exe, ["-", integer_to_list(N), "raised"]),
+                                Ns
+                        end,
+                Traced = fun() -> perf_stat(Perf, Event, Exe, N) end,
+                case Traced() of
+                    {_, 0} ->
+                        #{refused => lists:flatten(io_lib:format("none of ~b calls hit a uprobe at +~b (~s)",
+                                                                 [N, Offset, Def]))};
+                    _ ->
+                        Pairs = [{Plain(), Traced()} || _ <- lists:seq(1, Rounds)],
+                        #{hit => stats([H || {_, {H, _}} <- Pairs]),
+                          untraced => stats([P || {P, _} <- Pairs]),
+                          floor => stats([H - P || {P, {H, _}} <- Pairs]),
+                          hits => [C || {_, {_, C}} <- Pairs],
+                          rounds => Rounds, n => N}
+                end
+            after
+                file:write_file(Events, "-:" ++ Name ++ "\n", [append])
+            end
+    end.
+
+%% One raised run of Exe under `perf stat -e Event': {ns per call, perf's
+%% count}.
+perf_stat(Perf, Event, Exe, N) ->
+    Lines = ?P:with_port(?P:open_lines(Perf, ["stat", "-x", ",", "-e", Event, "--", Exe, "-", integer_to_list(N),
+                                              "raised"]),
+                         fun(Port) -> ?P:await_exit(Port, ?P:deadline(?RUN_TIMEOUT)) end),
+    #{<<"hit_ns">> := Ns} = ?P:key_values([L || L <- Lines, binary:match(L, <<",">>) =:= nomatch]),
+    [Count] = [binary_to_integer(C) || L <- Lines, [C, _, E | _] <- [binary:split(L, <<",">>, [global])],
+                                       E =:= list_to_binary(Event)],
+    {Ns, Count}.
+
 %%% uprobe floor inside the node
 
-%% @doc node_uprobe_floor(Paths, Nop, #{}).
--spec node_uprobe_floor(paths(), nop1 | nop5) -> #{atom() => term()} | skip().
+%% @doc node_uprobe_floor(Paths, Form, #{}).
+-spec node_uprobe_floor(paths(), form()) -> #{atom() => term()} | skip().
 node_uprobe_floor(Paths, Nop) ->
     node_uprobe_floor(Paths, Nop, #{}).
 
 %% @doc The uprobe floor in this node, ns per hit: `n' calls (1M by
-%% default) of dtrace_floor_site_<Nop>:hit/0, a NIF whose site is a bare
+%% default) of dtrace_floor_site_<Form>:hit/0, a NIF whose site is a bare
 %% sys/sdt.h site in its library (floor_site_nif.c), with bpftrace -p on
 %% this node counting it, and the same loop with the semaphore down,
 %% alternating, `rounds' times (5 by default). The hit is what a NIF's
 %% probe pays on a scheduler thread of this VM. Returns #{hit, disabled,
 %% floor (hit - disabled of each round), site, rounds, n}. Needs root and
 %% bpftrace.
--spec node_uprobe_floor(paths(), nop1 | nop5, #{rounds => pos_integer(), n => pos_integer()}) ->
+-spec node_uprobe_floor(paths(), form(), #{rounds => pos_integer(), n => pos_integer()}) ->
           #{atom() => term()} | skip().
-node_uprobe_floor(#{node_site := {skip, _} = Skip}, _Nop, _Opts) ->
+node_uprobe_floor(#{node_site := {skip, _} = Skip}, _Form, _Opts) ->
     Skip;
-node_uprobe_floor(#{node_site := Sites}, Nop, Opts) when Nop =:= nop1; Nop =:= nop5 ->
+node_uprobe_floor(#{node_site := Sites}, Nop, Opts) when Nop =:= nop1; Nop =:= library; Nop =:= nop5 ->
     case can_trace() of
         ok ->
             #{module := M, nif := Nif, ebin := Ebin, site := Site} = maps:get(Nop, Sites),
@@ -508,7 +614,7 @@ node_hit(M, So, Loop, N) ->
 
 %% @doc Why the trap of a bare site costs more inside the ping-pong's
 %% tracer callback than in a tight loop (issue #29): the hit of the
-%% in-node 1-byte-nop site (bpftrace counting it, minus the semaphore
+%% in-node site of the library's form (bpftrace counting it, minus the semaphore
 %% down), ns per hit, in three contexts:
 %% - `loop': hit/0 in a tight loop (node_uprobe_floor/2's floor);
 %% - `{touch, Bytes}': each hit after writing one byte of each 64-byte
@@ -520,7 +626,7 @@ node_hit(M, So, Loop, N) ->
 -spec apart_together(paths()) -> [{term(), #{atom() => stats()}}] | skip().
 apart_together(#{node_site := {skip, _} = Skip}) ->
     Skip;
-apart_together(#{node_site := #{nop1 := #{module := M, nif := Nif, ebin := Ebin}}}) ->
+apart_together(#{node_site := #{library := #{module := M, nif := Nif, ebin := Ebin}}}) ->
     case can_trace() of
         ok ->
             persistent_term:put({M, nif}, Nif),
@@ -647,16 +753,14 @@ lttng_on(Driver, Args, Tp, Dir, N) ->
 %%% All of them
 
 %% @doc Every floor, as [{Name, Result}]: the erl_tracer floor, the uprobe
-%% floor for both nops in a library and in the executable, the LTTng floor
-%% for both layouts. Each Result as its function returns it.
+%% floor for each site form in a library and in the executable, the LTTng
+%% floor for both layouts. Each Result as its function returns it.
 -spec all(paths()) -> [{atom(), term()}].
 all(Paths) ->
-    [{tracer, tracer_floor(Paths)},
-     {uprobe_lib_nop1, uprobe_floor(Paths, nop1)},
-     {uprobe_lib_nop5, uprobe_floor(Paths, nop5)},
-     {uprobe_exe_nop1, uprobe_floor(Paths, nop1, #{where => exe})},
-     {uprobe_exe_nop5, uprobe_floor(Paths, nop5, #{where => exe})},
-     {lttng_message_send, lttng_floor(Paths, message_send)},
+    [{tracer, tracer_floor(Paths)}]
+    ++ [{list_to_atom("uprobe_" ++ atom_to_list(W) ++ "_" ++ atom_to_list(F)), uprobe_floor(Paths, F, #{where => W})}
+        || W <- [lib, exe], F <- dtrace_floors_build:forms()]
+    ++ [{lttng_message_send, lttng_floor(Paths, message_send)},
      {lttng_i4s4, lttng_floor(Paths, i4s4)}].
 
 %% {Median, Min, Max}, as dtrace_bench's stats/1.

@@ -3,4 +3,3 @@
 -define(CC_TIMEOUT, 120000).
 -define(RUN_TIMEOUT, 120000).
 -define(ATTACH_TIMEOUT, 60000).
--define(STOP_TIMEOUT, 30000).

@@ -5,7 +5,7 @@
 %%% its instruction). dtrace_floors:build/1,2 are these.
 -module(dtrace_floors_build).
 
--export([build/1, build/2, lttng_provider/1]).
+-export([build/1, build/2, lttng_provider/1, forms/0, form_bytes/1, file_offset/2]).
 
 -type skip() :: {skip, Why :: string()}.
 
@@ -28,8 +28,8 @@ build(WorkDir) ->
 %% `{skip, Why}' in the paths, Why naming the Debian package to install;
 %% otherwise a compiler error, or any warning (the C is meant to build
 %% clean with -Wall -Wextra -O2), is an error with cc's output.
-%% Also checks each uprobe site: its note (readelf -n) and its instruction
-%% (objdump -d): `nop' (90) or `nopl 0x0(%rax,%rax,1)' (0f 1f 44 00 00).
+%% Also checks each uprobe site: its note (readelf -n) and its bytes
+%% (objdump -d): those of its form (form_bytes/1).
 -spec build(file:filename(), file:filename()) -> {ok, dtrace_floors:paths()} | skip().
 build(SrcDir, WorkDir) ->
     case os:find_executable("cc") of
@@ -46,6 +46,28 @@ build(SrcDir, WorkDir) ->
                    node_site => build_node_site(CC, Src, Dir)}}
     end.
 
+%% @doc The site forms the floors are built with: `nop1', sys/sdt.h's
+%% 1-byte nop (90); `library', the library's own site (the catalogue's
+%% `Arch::site', read from priv/dtrace_probes.eterm: `nop; nop10' on
+%% x86_64); `nop5', the 5-byte nop 6.18 optimizes (0f 1f 44 00 00).
+-spec forms() -> [dtrace_floors:form()].
+forms() ->
+    [nop1, library, nop5].
+
+%% @doc The machine code of a site form.
+-spec form_bytes(dtrace_floors:form()) -> [byte()].
+form_bytes(nop1) -> [16#90];
+form_bytes(nop5) -> [16#0f, 16#1f, 16#44, 16#00, 16#00];
+form_bytes(library) ->
+    {ok, Terms} = file:consult(filename:join(code:priv_dir(dtrace), "dtrace_probes.eterm")),
+    [Site] = [S || {site, S} <- Terms],
+    Site.
+
+%% cc's option for a site of Form (floor_site.c's FLOOR_SITE).
+site_flag(Form) ->
+    "-DFLOOR_SITE=" ++ lists:flatten(lists:join(";", [io_lib:format(".byte 0x~2.16.0b", [B])
+                                                      || B <- form_bytes(Form)])).
+
 build_tracer(CC, Src, Dir) ->
     Include = filename:join([code:root_dir(), "usr", "include"]),
     case header(CC, Dir, "erl_nif.h", ["-I", Include], "erlang-dev") of
@@ -60,11 +82,13 @@ build_tracer(CC, Src, Dir) ->
                   end,
             Base = Nif(dtrace_floor_tracer, []),
             %% Each sink twice: constant texts, and the texts of the
-            %% traced message written with %T (-DFLOOR_TEXT).
-            Sdt = fun(M, Extra) ->
+            %% traced message written with %T (-DFLOOR_TEXT). The SDT
+            %% site is the library's form; and, with constant texts, the
+            %% 5-byte nop, the kernel's best case (6.18 optimizes it).
+            Sdt = fun(M, Form, Extra) ->
                           case header(CC, Dir, "sys/sdt.h", [], "systemtap-sdt-dev") of
                               ok -> Nif(M, ["-DFLOOR_SINK_SDT", "-DFLOOR_PROVIDER=" ++ atom_to_list(M),
-                                            filename:join(Src, "floor_site.c") | Extra]);
+                                            site_flag(Form), filename:join(Src, "floor_site.c") | Extra]);
                               SdtSkip -> SdtSkip
                           end
                   end,
@@ -76,8 +100,10 @@ build_tracer(CC, Src, Dir) ->
                                 LttngSkip -> LttngSkip
                             end
                     end,
-            Base#{sdt => Sdt(dtrace_floor_tracer_sdt, []), lttng => Lttng(dtrace_floor_tracer_lttng, []),
-                  sdt_text => Sdt(dtrace_floor_tracer_sdt_text, ["-DFLOOR_TEXT"]),
+            Base#{sdt => Sdt(dtrace_floor_tracer_sdt, library, []),
+                  sdt_nop5 => Sdt(dtrace_floor_tracer_sdt_nop5, nop5, []),
+                  lttng => Lttng(dtrace_floor_tracer_lttng, []),
+                  sdt_text => Sdt(dtrace_floor_tracer_sdt_text, library, ["-DFLOOR_TEXT"]),
                   lttng_text => Lttng(dtrace_floor_tracer_lttng_text, ["-DFLOOR_TEXT"])};
         Skip ->
             Skip
@@ -102,23 +128,23 @@ build_uprobe(CC, Src, Dir) ->
         {ok, []} ->
             Site = filename:join(Src, "floor_site.c"),
             Driver = filename:join(Src, "floor_uprobe_driver.c"),
-            Nop = fun(nop1) -> []; (nop5) -> ["-DFLOOR_NOP5"] end,
             Objects =
                 maps:from_list(
                   [begin
                        Lib = filename:join(Dir, "libdtrace_floor_" ++ atom_to_list(N) ++ ".so"),
-                       cc(CC, ?CFLAGS ++ ["-fPIC", "-shared"] ++ Nop(N) ++ [Site, "-o", Lib]),
+                       cc(CC, ?CFLAGS ++ ["-fPIC", "-shared", site_flag(N), Site, "-o", Lib]),
                        {{lib, N}, Lib}
-                   end || N <- [nop1, nop5]]
+                   end || N <- forms()]
                   ++ [begin
                           Exe = filename:join(Dir, "floor_uprobe_self_" ++ atom_to_list(N)),
-                          cc(CC, ?CFLAGS ++ ["-DFLOOR_SELF"] ++ Nop(N) ++ [Driver, Site, "-o", Exe]),
+                          cc(CC, ?CFLAGS ++ ["-DFLOOR_SELF", site_flag(N), Driver, Site, "-o", Exe]),
                           {{exe, N}, Exe}
-                      end || N <- [nop1, nop5]]),
+                      end || N <- forms()]),
             Exe = filename:join(Dir, "floor_uprobe_driver"),
             cc(CC, ?CFLAGS ++ [Driver, "-o", Exe, "-ldl"]),
             Sites = maps:map(fun({_, N}, Obj) -> check_site(Obj, N) end, Objects),
-            #{driver => Exe, objects => Objects, sites => Sites};
+            Locations = maps:map(fun(_, Obj) -> location(Obj, "dtrace_floor") end, Objects),
+            #{driver => Exe, objects => Objects, sites => Sites, locations => Locations};
         {ok, Missing} ->
             {skip, lists:flatten(io_lib:format("~s not found: install binutils",
                                                [lists:join(" and ", Missing)]))};
@@ -126,8 +152,9 @@ build_uprobe(CC, Src, Dir) ->
             Skip
     end.
 
-%% The site of floor_site.c in a NIF library per nop form, with its
-%% module (floor_site_nif.erl compiled as dtrace_floor_site_nop1/_nop5).
+%% The site of floor_site.c in a NIF library per site form, with its
+%% module (floor_site_nif.erl compiled as dtrace_floor_site_nop1,
+%% _library, _nop5).
 build_node_site(CC, Src, Dir) ->
     Include = filename:join([code:root_dir(), "usr", "include"]),
     case {header(CC, Dir, "erl_nif.h", ["-I", Include], "erlang-dev"),
@@ -138,13 +165,13 @@ build_node_site(CC, Src, Dir) ->
                    Module = list_to_atom("dtrace_floor_site_" ++ atom_to_list(N)),
                    So = filename:join(Dir, atom_to_list(Module) ++ ".so"),
                    cc(CC, ?CFLAGS ++ ["-fPIC", "-shared", "-I", Include, "-DFLOOR_MODULE=" ++ atom_to_list(Module),
-                                      "-DFLOOR_PROVIDER=" ++ atom_to_list(Module)]
-                      ++ [D || N =:= nop5, D <- ["-DFLOOR_NOP5"]]
-                      ++ [filename:join(Src, "floor_site_nif.c"), filename:join(Src, "floor_site.c"), "-o", So]),
+                                      "-DFLOOR_PROVIDER=" ++ atom_to_list(Module), site_flag(N),
+                                      filename:join(Src, "floor_site_nif.c"), filename:join(Src, "floor_site.c"),
+                                      "-o", So]),
                    ok = compile_module(filename:join(Src, "floor_site_nif.erl"), Module, Dir),
                    {N, #{module => Module, nif => filename:rootname(So), ebin => Dir,
                           site => check_site(So, N, atom_to_list(Module))}}
-               end || N <- [nop1, nop5]]);
+               end || N <- forms()]);
         {ok, Skip} -> Skip;
         {Skip, _} -> Skip
     end.
@@ -180,34 +207,53 @@ cc(CC, Args) ->
         {Status, Out} -> error({cc_failed, Status, Args, Out})
     end.
 
-%% The objdump line of the probe's instruction in Obj, checked against the
-%% intended nop; the note must name Provider:hit and a semaphore.
-check_site(Obj, Nop) ->
-    check_site(Obj, Nop, "dtrace_floor").
+%% The objdump lines of the probe's site in Obj (its instructions), its
+%% bytes checked against its form's; the note must name Provider:hit and a
+%% semaphore.
+check_site(Obj, Form) ->
+    check_site(Obj, Form, "dtrace_floor").
 
-check_site(Obj, Nop, Provider) ->
+check_site(Obj, Form, Provider) ->
+    Loc = location(Obj, Provider),
+    Want = form_bytes(Form),
+    {0, Dis} = ?P:run(os:find_executable("objdump"),
+                   ["-d", "--start-address=" ++ hex(Loc), "--stop-address=" ++ hex(Loc + length(Want)), Obj],
+                   ?CC_TIMEOUT),
+    %% Instruction lines: "  addr:\tbytes\tinstruction" (a long
+    %% instruction's last bytes on a line of their own, with no text).
+    Lines = [[string:trim(F) || F <- string:split(string:trim(L, leading), "\t", all)]
+             || L <- string:split(binary_to_list(Dis), "\n", all),
+                re:run(L, "^\\s+[0-9a-f]+:\t") =/= nomatch],
+    Got = [list_to_integer(B, 16) || [_, Bytes | _] <- Lines, B <- string:lexemes(Bytes, " ")],
+    case lists:sublist(Got, length(Want)) of
+        Want -> lists:flatten(lists:join("; ", [I || [_, _, I | _] <- Lines]));
+        _ -> error({unexpected_site, Obj, Form, Got, Want})
+    end.
+
+%% The address of the site of Provider:hit in Obj, from its note, which
+%% must name a semaphore and the library's user_trace__i4s4 arguments.
+location(Obj, Provider) ->
     {0, Notes} = ?P:run(os:find_executable("readelf"), ["-n", Obj], ?CC_TIMEOUT),
     Re = "Provider: " ++ Provider ++ "\\s+Name: hit\\s+Location: 0x([0-9a-f]+), "
          "Base: 0x[0-9a-f]+, Semaphore: 0x0*([1-9a-f][0-9a-f]*)\\s+"
          "Arguments: 8@%rdi 8@%rsi -8@%rdx -8@%rcx -8@%r8 -8@%r9 8@%r10 8@%r11 8@%r12 8@%r13",
-    Loc = case re:run(Notes, Re, [{capture, [1], list}]) of
-              {match, [L]} -> list_to_integer(L, 16);
-              nomatch -> error({no_probe_note, Obj, Notes})
-          end,
-    {0, Dis} = ?P:run(os:find_executable("objdump"),
-                   ["-d", "--start-address=" ++ hex(Loc), "--stop-address=" ++ hex(Loc + 5), Obj],
-                   ?CC_TIMEOUT),
-    Prefix = integer_to_list(Loc, 16),
-    Line = case [string:trim(L) || L <- string:split(binary_to_list(Dis), "\n", all),
-                                   lists:prefix(string:lowercase(Prefix) ++ ":", string:trim(L))] of
-               [L1 | _] -> L1;
-               [] -> error({no_site_instruction, Obj, Dis})
-           end,
-    Want = case Nop of nop1 -> "90"; nop5 -> "0f 1f 44 00 00" end,
-    [_, Bytes | _] = string:split(Line, "\t", all),
-    case string:trim(Bytes) of
-        Want -> lists:flatten(lists:join("  ", [string:trim(F) || F <- string:lexemes(Line, "\t")]));
-        Got -> error({unexpected_site, Obj, Nop, Got})
+    case re:run(Notes, Re, [{capture, [1], list}]) of
+        {match, [L]} -> list_to_integer(L, 16);
+        nomatch -> error({no_probe_note, Obj, Notes})
+    end.
+
+%% @doc The file offset of Address in Obj, through its executable
+%% segment (readelf -lW): what a uprobe defined by hand names.
+-spec file_offset(file:filename(), non_neg_integer()) -> non_neg_integer().
+file_offset(Obj, Address) ->
+    {0, Out} = ?P:run(os:find_executable("readelf"), ["-lW", Obj], ?CC_TIMEOUT),
+    Segments = [[list_to_integer(X, 16) || X <- [O, V, S]]
+                || L <- string:split(binary_to_list(Out), "\n", all),
+                   {match, [O, V, S]} <- [re:run(L, "^\\s+LOAD\\s+0x([0-9a-f]+) 0x([0-9a-f]+) 0x[0-9a-f]+ "
+                                                 "0x[0-9a-f]+ 0x([0-9a-f]+) R E", [{capture, all_but_first, list}])]],
+    case [Address - V + O || [O, V, S] <- Segments, Address >= V, Address < V + S] of
+        [Offset] -> Offset;
+        _ -> error({no_executable_segment, Obj, Address, Segments})
     end.
 
 hex(N) -> "0x" ++ integer_to_list(N, 16).

@@ -4,7 +4,7 @@
 %%% LTTng sessions (the lttng CLI). Nothing here prints; see dtrace_floors.
 -module(dtrace_floors_programs).
 
--export([driver/2, key_values/1, open_lines/2, with_port/2, await_line/3, await_exit/2, run/3,
+-export([driver/2, key_values/1, open_lines/2, with_port/2, await_line/3, await_exit/2, interrupt/1, run/3,
          deadline/1, remaining/1,
          with_session/4, lttng/1, can_lttng/0]).
 
@@ -80,6 +80,21 @@ await_exit(Port, Deadline, Acc) ->
         {Port, {exit_status, 0}} -> lists:reverse(Acc);
         {Port, {exit_status, S}} -> error({exited, S, lists:reverse(Acc)})
     after remaining(Deadline) -> error({no_exit, lists:reverse(Acc)})
+    end.
+
+%% Stops a tracer (bpftrace) with SIGINT and returns the lines it prints
+%% until it exits (0). bpftrace 0.17 was seen, rarely, to go on polling
+%% after a SIGINT with no signal pending (dtrace_test_tracer's
+%% bpftrace_stop/1): the signal is sent again every 10 s, three times at
+%% most.
+interrupt(Port) ->
+    {os_pid, Pid} = erlang:port_info(Port, os_pid),
+    interrupt(Port, integer_to_list(Pid), 3, []).
+
+interrupt(Port, Pid, Tries, Acc) ->
+    _ = os:cmd("kill -INT " ++ Pid),
+    try await_exit(Port, deadline(10000), Acc)
+    catch error:{no_exit, Lines} when Tries > 1 -> interrupt(Port, Pid, Tries - 1, lists:reverse(Lines))
     end.
 
 %% Runs Exe to its end within Timeout ms: {ExitStatus, Output} (stdout

@@ -12,13 +12,18 @@ trap 'rm -rf "$work"' EXIT
 erlc -o "$work" bench/dtrace_bench.erl bench/dtrace_bench_vm.erl bench/dtrace_bench_report.erl \
     bench/dtrace_floors.erl bench/dtrace_floors_build.erl bench/dtrace_floors_programs.erl \
     bench/recorder_bench.erl bench/message_bench.erl bench/always_on_bench.erl bench/attach_bench.erl \
-    bench/os_bench.erl
+    bench/os_bench.erl bench/stall_bench.erl
 case "${1:-}" in
     messages)
         # make bench-messages: the realistic-message rows alone.
         mkdir -p "$work/floors"
         exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
             -eval "message_bench:main([\"$work/floors\"])." ;;
+    stall)
+        # make bench-stall: attaching and detaching bpftrace, the pauses.
+        mkdir -p "$work/floors"
+        exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \
+            -eval "stall_bench:main([\"$work/floors\"])." ;;
     attach)
         # make bench-attach: the function-span rows alone.
         exec erl -noshell +S 2:2 +sbt db -pa _build/default/lib/dtrace/ebin -pa "$work" \

@@ -4,7 +4,13 @@
  * shared library (a NIF's sites are in a .so) or into the driver itself:
  *
  *   cc -Wall -Wextra -O2 -fPIC -shared floor_site.c -o libdtrace_floor_nop1.so
- *   cc ... -DFLOOR_NOP5 ...                          -o libdtrace_floor_nop5.so
+ *   cc ... '-DFLOOR_SITE=.byte 0x0f;.byte 0x1f;.byte 0x44;.byte 0x00;.byte 0x00' \
+ *       ...                                           -o libdtrace_floor_nop5.so
+ *
+ * FLOOR_SITE, the site's instruction as assembler text, one `.byte' per
+ * byte separated by `;' (see below), is how the bench builds each site
+ * form from its bytes: the 1-byte nop, the library's (the catalogue's
+ * `Arch::site': `nop; nop10'), the 5-byte nop.
  *
  * Its note has the argument count and kinds of the library's
  * erlang:user_trace__i4s4 (readelf -n of priv/dtrace_nif.so):
@@ -26,8 +32,9 @@
  *   redefined after the include. The replacement must contain no comma
  *   (the note macros pass it through a one-argument stringizing macro) and
  *   no bare `%' (it ends up in an extended asm template), which rules out
- *   writing `nopl 0x0(%rax,%rax,1)'; GNU as's `.nops 5' emits exactly that
- *   5-byte nop (0f 1f 44 00 00), checked by the bench with objdump.
+ *   `.byte 0x0f, 0x1f, ...' and `nopl 0x0(%rax,%rax,1)'; `;' separates
+ *   statements in GNU as on x86, so `.byte 0x0f;.byte 0x1f;...' works.
+ *   The bench checks each built site's bytes with objdump.
  * - each argument's location is chosen by the compiler under the
  *   constraint "nor" (STAP_SDT_ARG_CONSTRAINT); a local register variable
  *   is neither a constant nor in memory, so it is put in its register, and
@@ -49,12 +56,13 @@
 #define FLOOR_PASTE(a, b) FLOOR_PASTE2(a, b)
 #define FLOOR_SEMAPHORE FLOOR_PASTE(FLOOR_PROVIDER, _hit_semaphore)
 
-#ifdef FLOOR_NOP5
-/* Kernel 6.18 can optimize a uprobe on a 5-byte nop (it rewrites the nop
- * into a call instead of trapping on an int3); the default 1-byte `nop'
- * always traps. */
+#ifdef FLOOR_SITE
+/* The site form (see the top of this file). Kernel 6.18 optimizes a
+ * uprobe on a 5-byte nop (it rewrites the nop into a call after the first
+ * hit instead of trapping on an int3); the 1-byte `nop', and the library's
+ * `nop; nop10' probed on its `nop', always trap. */
 #undef _SDT_NOP
-#define _SDT_NOP .nops 5
+#define _SDT_NOP FLOOR_SITE
 #endif
 
 /* The semaphore (see above). Hidden: the site reads its own copy, PC
@@ -69,6 +77,15 @@ __attribute__((noinline, visibility("default")))
 int dtrace_floor_enabled(void)
 {
     return __atomic_load_n(&FLOOR_SEMAPHORE, __ATOMIC_RELAXED) != 0;
+}
+
+/* Adds delta to the semaphore, as a tracer does, for the driver's `raised'
+ * runs: the site then runs whether a tracer listens or not (a uprobe
+ * defined by hand, which raises no semaphore, sees every call). */
+__attribute__((noinline, visibility("default")))
+void dtrace_floor_semaphore_add(int delta)
+{
+    __atomic_fetch_add(&FLOOR_SEMAPHORE, (unsigned short)delta, __ATOMIC_RELAXED);
 }
 
 /*

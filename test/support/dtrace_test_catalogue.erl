@@ -3,7 +3,7 @@
 %%% dtrace-catalogue command prints it, the repository root.
 -module(dtrace_test_catalogue).
 
--export([nif_path/0, repo_root/0, notes/1, catalogue/0, feeds/0, events/0]).
+-export([nif_path/0, repo_root/0, notes/1, catalogue/0, site/0, feeds/0, events/0]).
 
 %% Absolute path of the NIF the tests trace.
 nif_path() ->
@@ -41,6 +41,12 @@ catalogue() ->
     [{list_to_binary(N), [{list_to_binary(A), list_to_binary(T), list_to_binary(R), list_to_binary(S)}
                           || {A, T, R, S} <- Args]}
      || {probe, N, Args} <- terms()].
+
+%% The machine code of every probe site on this machine (the catalogue's
+%% `Arch::site', as the build installed it): a list of bytes.
+site() ->
+    [Site] = [S || {site, S} <- terms()],
+    Site.
 
 %% The VM feed table: [#{on, flags, tags, sdt, lttng, fmt, auto}], probes
 %% and events as binaries.

@@ -310,6 +310,41 @@ impl Arch {
         Some(parts?.join(" "))
     }
 
+    /// The machine code of every probe's site, the instruction a tracer
+    /// breaks on (the note's location and the DOF's offset are its first
+    /// byte):
+    /// - x86_64: `nop` (90), then a 10-byte `nop` (`66 2e 0f 1f 84 00 00 00
+    ///   00 00`, `cs nopw 0x0(%rax,%rax,1)`), the form of libbpf's `usdt.h`
+    ///   since July 2026. Every tracer puts its breakpoint on the `nop`,
+    ///   which the kernel emulates (never optimized, never single-stepped
+    ///   out of line, never touching the stack). A tracer that knows the
+    ///   form may probe the 10-byte `nop` at +1 instead, where the kernel
+    ///   optimizes that one (libbpf's reason for the form); a kernel that
+    ///   does not refuses a probe there (its `cs` prefix), as 6.18 does.
+    ///   Never a 5-byte `nop` (`0f 1f 44 00 00`): 6.18 rewrites a probe on it
+    ///   into a `call` whose trampoline pushes 32 bytes below the stack
+    ///   pointer, into the red zone (ARCHITECTURE.md, "The probe site").
+    /// - aarch64: `nop` (d503201f): no kernel optimizes a uprobe there.
+    pub fn site(self) -> &'static [u8] {
+        match self {
+            Arch::X86_64 => &[0x90, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+            Arch::Aarch64 => &[0x1f, 0x20, 0x03, 0xd5],
+        }
+    }
+
+    /// [`Arch::site`] as assembler text for `asm!`: `.byte` directives on
+    /// x86_64 (no mnemonic pins the 10-byte `nop`'s encoding); `nop` on
+    /// aarch64, whose assembler marks `.byte` in code as data.
+    pub fn site_asm(self) -> String {
+        match self {
+            Arch::X86_64 => {
+                let bytes: Vec<String> = self.site().iter().map(|b| format!("{b:#04x}")).collect();
+                format!(".byte {}", bytes.join(", "))
+            }
+            Arch::Aarch64 => "nop".to_string(),
+        }
+    }
+
     /// How many arguments DTrace reads from registers at a USDT probe it
     /// found through DOF: those of the C calling convention, since `dtrace
     /// -G` sites were function calls (x86_64: `rdi`..`r9`, 6; aarch64:

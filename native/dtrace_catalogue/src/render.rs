@@ -31,6 +31,7 @@ fn json_str(s: &str) -> String {
 /// ```text
 /// {"provider": "erlang", "arch": "x86_64",
 ///  "registers": ["rdi", ...],
+///  "site": [144, 102, 46, 15, 31, 132, 0, 0, 0, 0, 0],
 ///  "probes": [{"name": "user_trace__i4s4", "doc": "...",
 ///              "args": [{"name": "proc", "type": "char *", "register": "rdi", "note": "8@%rdi"}, ...]},
 ///             {"name": "user_trace__n", "labels": [0, 950], ...}],
@@ -50,6 +51,8 @@ pub fn json(c: &Catalogue, arch: Arch) -> String {
     let regs: Vec<String> = arch.registers().iter().map(|r| json_str(r)).collect();
     let _ = writeln!(out, "{{\"provider\": {}, \"arch\": {},", json_str(&p.name), json_str(arch.name()));
     let _ = writeln!(out, " \"registers\": [{}],", regs.join(", "));
+    let site: Vec<String> = arch.site().iter().map(|b| b.to_string()).collect();
+    let _ = writeln!(out, " \"site\": [{}],", site.join(", "));
     out.push_str(" \"probes\": [\n");
     for (i, probe) in p.probes.iter().enumerate() {
         let _ = write!(out, "  {{\"name\": {}, \"doc\": {}", json_str(&probe.name), json_str(&probe.doc));
@@ -299,7 +302,8 @@ fn erl_str(s: &str) -> String {
 
 /// The catalogue as Erlang terms for `file:consult/1`, every probe
 /// expanded: `{probe, Name, [{ArgName, Type, Register, Note}]}.`, one per
-/// line, after `{provider, Name}.` and `{registers, [...]}.`; then
+/// line, after `{provider, Name}.`, `{registers, [...]}.` and `{site, Bytes}.`
+/// (every probe site's machine code, `Arch::site`); then
 /// `{event, "provider:event", [{Field, Type}]}.` per LTTng-only event,
 /// `{feed, On, Flags, Tags, Sdt, Lttng, Fmt, Auto}.` per feed (atoms and lists of
 /// atoms, probes as strings) and `{efile_command, Name, Number}.`.
@@ -308,6 +312,8 @@ pub fn erlang(c: &Catalogue, arch: Arch) -> String {
     let mut out = format!("{{provider, {}}}.\n", erl_str(&p.name));
     let regs: Vec<String> = arch.registers().iter().map(|r| erl_str(r)).collect();
     let _ = writeln!(out, "{{registers, [{}]}}.", regs.join(", "));
+    let site: Vec<String> = arch.site().iter().map(|b| b.to_string()).collect();
+    let _ = writeln!(out, "{{site, [{}]}}.", site.join(", "));
     for probe in &p.probes {
         let args: Vec<String> = probe
             .args

@@ -23,6 +23,14 @@ fn dof_stack_args_copy_what_dtrace_reads_from_the_stack() {
 }
 
 #[test]
+fn the_site_is_nop_then_nop10_on_x86_64_and_nop_on_aarch64() {
+    assert_eq!(Arch::X86_64.site(), [0x90, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0]);
+    assert_eq!(Arch::X86_64.site_asm(), ".byte 0x90, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00");
+    assert_eq!(Arch::Aarch64.site(), 0xd503201fu32.to_le_bytes());
+    assert_eq!(Arch::Aarch64.site_asm(), "nop");
+}
+
+#[test]
 fn the_library_catalogue_has_otps_user_and_file_probes() {
     let p = parse(&probes_d()).unwrap().provider;
     assert_eq!(p.name, "erlang");

@@ -224,6 +224,7 @@ fn sdt_part(provider: &Provider, probe: &Probe, first_index: usize, arch: Arch, 
         .collect();
     let provider_name = &provider.name;
     let (stack, free) = arch.dof_stack_args(probe.args.len()).unwrap_or_default();
+    let site = arch.site_asm();
     let reg0 = Literal::string(arch.register(0).expect("a first register"));
     // Unsuffixed: the templates put the index into assembler directives.
     let index_of =
@@ -250,11 +251,11 @@ fn sdt_part(provider: &Provider, probe: &Probe, first_index: usize, arch: Arch, 
                 fn dof_is_enabled() -> bool {
                     crate::probes::dof_is_enabled_site!(#index, #reg0)
                 }
-                /// The site: a `nop` with its note, each argument in its register.
+                /// The site: its no-op instructions with their note, each argument in its register.
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
                 fn site(#(#args: #types),*) {
-                    crate::probes::sdt_site!(#provider_name, #note, "{semaphore}", #note_args, #index,
+                    crate::probes::sdt_site!(#site, #provider_name, #note, "{semaphore}", #note_args, #index,
                                              #stack, #free, semaphore = sym SEMAPHORE, [#(#operands),*]);
                 }
             }
@@ -266,7 +267,7 @@ fn sdt_part(provider: &Provider, probe: &Probe, first_index: usize, arch: Arch, 
                 let index = index_of(label);
                 let label = label as usize;
                 quote! {
-                    #label => crate::probes::sdt_site!(#provider_name, #note, #sem, #note_args, #index,
+                    #label => crate::probes::sdt_site!(#site, #provider_name, #note, #sem, #note_args, #index,
                                                        #stack, #free, semaphores = sym SEMAPHORES, [#(#operands),*]),
                 }
             });
@@ -295,8 +296,8 @@ fn sdt_part(provider: &Provider, probe: &Probe, first_index: usize, arch: Arch, 
                         _ => false,
                     }
                 }
-                /// The site of `label` (nothing outside the family): a `nop` with
-                /// its note, each argument in its register.
+                /// The site of `label` (nothing outside the family): its no-op
+                /// instructions with their note, each argument in its register.
                 #[inline(never)]
                 #[allow(clippy::too_many_arguments)]
                 fn site(label: usize, #(#args: #types),*) {

@@ -30,43 +30,51 @@ use std::ptr;
 #[allow(unused_imports)]
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 
-/// One SDT probe site, as `sys/sdt.h` lays it out: a `nop` (which a tracer
-/// replaces with a breakpoint), a `.note.stapsdt` note naming the provider,
-/// the probe, its semaphore's address and where each argument is, and the
-/// `.stapsdt.base` section tracers use to relocate it. Each argument is put
-/// in its fixed register (`in("rdi") value` on x86_64, `in("x0") value` on
-/// aarch64). The template is the same on both: `nop` and assembler
-/// directives, which read alike in x86's Intel syntax and aarch64's.
+/// One SDT probe site, as `sys/sdt.h` lays it out: the site's instruction
+/// (`SITE`, `Arch::site_asm`: `nop; nop10` on x86_64, `nop` on aarch64; a
+/// tracer replaces its first byte with a breakpoint), a `.note.stapsdt`
+/// note naming the provider, the probe, its semaphore's address and where
+/// each argument is, and the `.stapsdt.base` section tracers use to
+/// relocate it. Each argument is put in its fixed register (`in("rdi")
+/// value` on x86_64, `in("x0") value` on aarch64). The template is the same
+/// on both: the site and assembler directives, which read alike in x86's
+/// Intel syntax and aarch64's.
 ///
-/// The same `nop` is the probe's DOF site (module `dof`): a site record
-/// (`dof_site_record!`, kind 0) gives its address, and arguments past the
-/// registers DTrace reads at a DOF probe are also copied to the stack
-/// around it (`STACK`, `FREE`: `Arch::dof_stack_args`, empty strings for
-/// a probe without such arguments), where DTrace reads them.
+/// The same instruction is the probe's DOF site (module `dof`): a site
+/// record (`dof_site_record!`, kind 0) gives its address, and arguments past
+/// the registers DTrace reads at a DOF probe are also copied to the stack
+/// around it (`STACK`, `FREE`: `Arch::dof_stack_args`, empty strings for a
+/// probe without such arguments), where DTrace reads them.
 ///
-/// `sdt_site!(PROVIDER, NAME, "{sem}+OFFSET", NOTE_ARGS, INDEX, STACK, FREE, sem = sym STATIC, ["rdi" = v, ...])`
+/// `sdt_site!(SITE, PROVIDER, NAME, "{sem}+OFFSET", NOTE_ARGS, INDEX, STACK, FREE, sem = sym STATIC, ["rdi" = v, ...])`
 #[cfg(all(dtrace_sdt, any(target_arch = "x86_64", target_arch = "aarch64")))]
 macro_rules! sdt_site {
-    ($provider:literal, $name:literal, $semaphore:literal, $args:literal, $index:literal, $stack:literal,
-     $free:literal, $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
-        // SAFETY: the block is one `nop` (a tracer may replace it with a
-        // breakpoint, which traps and returns here with every register as
-        // it was), ELF notes and records in sections the code never
+    ($site:literal, $provider:literal, $name:literal, $semaphore:literal, $args:literal, $index:literal,
+     $stack:literal, $free:literal, $sym:ident = sym $static:path, [$($reg:tt = $value:expr),* $(,)?]) => {
+        // SAFETY: the block is the site's no-op instructions (a tracer may
+        // replace the first with a breakpoint, which traps and returns here
+        // with every register as it was; a kernel that optimizes the probe
+        // may turn the instruction into a call, which pushes below the
+        // stack pointer), ELF notes and records in sections the code never
         // reads, and, for a probe with arguments past DTrace's registers,
         // a copy of those registers into stack space it reserves before
-        // the `nop` and gives back after it, leaving `rsp`/`sp` as it
-        // found it (hence no `nostack`: the compiler keeps the stack
-        // aligned and the red zone free for it). It writes no register and
-        // no memory of the program's, and leaves the flags alone (`lea`,
-        // and `sub`/`add` without `s`: `preserves_flags`). Not `readonly`,
-        // since it writes its stack space; the compiler therefore stores
-        // the string buffers the pointers point to, which a tracer reads,
-        // before it. Those pointers are NULL or point to NUL-terminated
-        // buffers borrowed for the call (`Str<'_>`).
+        // the site and gives back after it, leaving `rsp`/`sp` as it found
+        // it. Hence no `nostack`: the compiler keeps the stack aligned and
+        // keeps nothing below the stack pointer (the red zone) across the
+        // block, so neither the copy nor a kernel's call overwrites live
+        // data (the red-zone suite, dtrace_red_zone_SUITE, checks the
+        // library's code for it and the site form under optimizing
+        // tracers). It writes no register and no memory of the program's,
+        // and leaves the flags alone (`lea`, and `sub`/`add` without `s`:
+        // `preserves_flags`). Not `readonly`, since it writes its stack
+        // space; the compiler therefore stores the string buffers the
+        // pointers point to, which a tracer reads, before it. Those
+        // pointers are NULL or point to NUL-terminated buffers borrowed
+        // for the call (`Str<'_>`).
         unsafe {
             ::core::arch::asm!(
                 $stack,
-                "990: nop",
+                concat!("990: ", $site),
                 $free,
                 ".pushsection .note.stapsdt, \"?\", \"note\"",
                 ".balign 4",
@@ -129,14 +137,22 @@ pub(crate) use dof_site_record;
 /// (`bpf_probe_write_user`, which kernel lockdown refuses). Evaluates to
 /// that word `!= 0`. Its record is kind 1.
 ///
+/// A 1-byte `nop` on both architectures, unlike the probe site, and it must
+/// stay one: the block is `nostack`, so the compiler may keep `on` (or
+/// anything) below the stack pointer across it, which only an instruction
+/// no kernel optimizes into a call leaves alone (a unit test checks the
+/// byte).
+///
 /// `dof_is_enabled_site!(INDEX, "rdi")`
 #[cfg(all(dtrace_sdt, any(target_os = "linux", target_os = "android")))]
 macro_rules! dof_is_enabled_site {
     ($index:literal, $reg:tt) => {{
         let mut on: u32 = 0;
-        // SAFETY: one `nop` (a tracer may replace it with a breakpoint,
-        // which traps and returns here with every register as it was) and
-        // a record in a section the code never reads. The register holds
+        // SAFETY: one 1-byte `nop` (a tracer may replace it with a
+        // breakpoint, which traps and returns here with every register and
+        // all memory below the stack pointer as it was: no kernel optimizes
+        // a probe on it) and a record in a section the code never reads.
+        // The register holds
         // the address of `on`, a live local the tracer may write 4 bytes
         // to while the site traps; the block itself writes nothing, pushes
         // nothing and leaves the flags alone. Without `nomem`/`readonly`
@@ -295,6 +311,39 @@ mod tests {
         }
         assert!(!user_trace__n::enabled(951) && !user_trace__n::enabled(usize::MAX));
         assert!(!org_erlang_dyntrace::message_send::enabled());
+    }
+
+    /// Every compiled probe site is the catalogue's site (`Arch::site`,
+    /// what run-time providers' objects and the red-zone suite use too),
+    /// and every DOF is-enabled site a 1-byte `nop` (its block is
+    /// `nostack`: `dof_is_enabled_site!`). Read from this binary's own code,
+    /// at the addresses the DOF records give.
+    #[cfg(dtrace_sdt)]
+    #[test]
+    fn every_site_is_the_catalogues_and_every_is_enabled_site_one_nop() {
+        let arch = dtrace_catalogue::Arch::from_target_arch(std::env::consts::ARCH).expect("an SDT architecture");
+        let site = arch.site();
+        let sites = crate::dof::sites();
+        assert!(sites.len() >= 2 * PROBE_COUNT, "{} sites", sites.len());
+        let code = |address: u64, len: usize| {
+            // SAFETY: `address` is a site of this binary (its record in
+            // `dtrace_nif_sites`, `dof::sites`), in its text, mapped
+            // readable for the life of the process, and a site is followed
+            // by at least `len` bytes of the same function's code (the
+            // template's instructions, then the function's return).
+            unsafe { std::slice::from_raw_parts(address as *const u8, len) }
+        };
+        for s in &sites {
+            match s.kind {
+                crate::dof::Kind::Probe => assert_eq!(code(s.address, site.len()), site, "probe {}", s.index),
+                crate::dof::Kind::IsEnabled => {
+                    let nop: &[u8] = if cfg!(target_arch = "x86_64") { &[0x90] } else { &[0x1f, 0x20, 0x03, 0xd5] };
+                    let after = code(s.address, nop.len() + site.len());
+                    assert_eq!(&after[..nop.len()], nop, "is-enabled {}", s.index);
+                    assert_ne!(&after[nop.len()..], &site[nop.len()..], "is-enabled {}: one nop only", s.index);
+                }
+            }
+        }
     }
 
     #[test]

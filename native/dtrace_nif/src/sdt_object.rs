@@ -6,9 +6,10 @@
 //! part's offset, then write the parts in the same order): the file
 //! header, program headers, `.hash`, `.dynsym`, `.dynstr`, `.dynamic`,
 //! section headers and note headers all come from the crate's types. The
-//! only bytes written here by hand are the machine code of the sites
-//! (`nop; ret`, with the DOF stack copy for probes with arguments past
-//! DTrace's registers, padded with traps) and the note descriptors' strings.
+//! only bytes written here by hand are the machine code of the sites (the
+//! catalogue's site instruction, `Arch::site`, then `ret`, with the DOF
+//! stack copy for probes with arguments past DTrace's registers, padded
+//! with traps) and the note descriptors' strings.
 //!
 //! Layout (each address equals its file offset, so a tracer that takes a
 //! note's address for a file offset, as perf 6.1 does, is right too):
@@ -16,7 +17,7 @@
 //! ```text
 //! LOAD R E  ELF header, program headers, .hash, .dynsym, .dynstr,
 //!           .note.gnu.build-id, .text (64 bytes per probe: its site, then
-//!           at +48 its is-enabled site), .stapsdt.base
+//!           at +56 its is-enabled site), .stapsdt.base
 //! LOAD RW   (from the next page) .dynamic, .probes (one u16 semaphore per probe),
 //!           .dtrace_dof (room for the provider's DOF, filled after loading)
 //! no load   .note.stapsdt (one note per probe), .shstrtab, section headers
@@ -32,14 +33,20 @@
 //! - dynamic symbols `<provider>_<probe>_site`, `<provider>_<probe>_enabled`
 //!   and `<provider>_<probe>_semaphore`: the loader finds sites, is-enabled
 //!   sites and semaphores by name (`dlsym`), and backtraces name the site.
-//! - The site, called with argument k in the catalogue's register k:
-//!   `nop; ret`; for a probe with arguments past the registers DTrace reads
-//!   at a DOF probe, those registers are first copied to stack space
-//!   reserved around the `nop`, where DTrace reads them
-//!   ([`Arch::dof_stack_args`]). The note and the DOF name the `nop`.
-//! - The is-enabled site (`nop; ret`), called with a pointer to a 32-bit
-//!   word in the first register, into which Linux DTrace writes 1 while it
-//!   listens to the probe through DOF.
+//! - The site, called with argument k in the catalogue's register k: the
+//!   site instruction of the library's own probes ([`Arch::site`]: `nop;
+//!   nop10` on x86_64, `nop` on aarch64), then `ret`; for a probe with
+//!   arguments past the registers DTrace reads at a DOF probe, those
+//!   registers are first copied to stack space reserved around it, where
+//!   DTrace reads them ([`Arch::dof_stack_args`]). The note and the DOF name
+//!   its first byte. It is reached by a `call` (no `nostack`: the caller
+//!   keeps nothing below its stack pointer) and keeps nothing on the stack
+//!   itself, so a kernel that turns a probe into a call of its own finds no
+//!   live data below the stack pointer; in its 64-byte slot (aligned to 64)
+//!   it never crosses a page, which an optimizing kernel requires.
+//! - The is-enabled site (a 1-byte `nop`, then `ret`), called with a pointer
+//!   to a 32-bit word in the first register, into which Linux DTrace writes
+//!   1 while it listens to the probe through DOF.
 //! - `.dtrace_dof`: the DOF that registers the provider with DTrace's
 //!   helper device is written there once the object is loaded (Linux's
 //!   `dtprobed` files DOF under the mapped object that holds it).
@@ -56,8 +63,10 @@ use object::{Endianness, write};
 /// [`IS_ENABLED_AT`], traps between and after.
 pub const SITE_STRIDE: u64 = 64;
 
-/// Where a probe's is-enabled site is, from the start of its site.
-pub const IS_ENABLED_AT: u64 = 48;
+/// Where a probe's is-enabled site is, from the start of its site: after
+/// the longest site (x86_64, 12 arguments: a 35-byte stack copy, the
+/// 11-byte site, 5 bytes to free the stack, `ret`: 52 bytes).
+pub const IS_ENABLED_AT: u64 = 56;
 
 /// `NT_STAPSDT`, the note type of `sys/sdt.h`'s probes (version 3 layout).
 const NT_STAPSDT: u32 = 3;
@@ -77,9 +86,10 @@ pub struct ProbeSpec<'a> {
 pub struct ProbeLayout {
     /// The site's entry, which the caller calls (its symbol's value).
     pub entry: u64,
-    /// The site's `nop`: the note's location and the DOF's offset.
+    /// The site's instruction ([`Arch::site`]): the note's location and the
+    /// DOF's offset.
     pub site: u64,
-    /// The is-enabled site (a `nop`; its symbol's value).
+    /// The is-enabled site (a 1-byte `nop`; its symbol's value).
     pub is_enabled: u64,
     /// The semaphore's address (in `.probes`).
     pub semaphore: u64,
@@ -123,7 +133,9 @@ impl From<write::Error> for WriteError {
 /// the sites and the page size the segments are aligned to.
 struct Machine {
     e_machine: elf::Machine,
-    /// `nop`.
+    /// The probe site's instruction ([`Arch::site`]).
+    site: &'static [u8],
+    /// A 1-byte `nop` (x86_64; aarch64's is 4 bytes): the is-enabled site.
     nop: &'static [u8],
     /// `ret`.
     ret: &'static [u8],
@@ -137,12 +149,18 @@ struct Machine {
 fn machine(arch: Arch) -> Machine {
     match arch {
         // nop (90), ret (c3), int3 (cc).
-        Arch::X86_64 => {
-            Machine { e_machine: elf::EM_X86_64, nop: &[0x90], ret: &[0xc3], trap: &[0xcc], max_page: 0x1000 }
-        }
+        Arch::X86_64 => Machine {
+            e_machine: elf::EM_X86_64,
+            site: arch.site(),
+            nop: &[0x90],
+            ret: &[0xc3],
+            trap: &[0xcc],
+            max_page: 0x1000,
+        },
         // nop (d503201f), ret (d65f03c0), brk #0 (d4200000), little-endian.
         Arch::Aarch64 => Machine {
             e_machine: elf::EM_AARCH64,
+            site: arch.site(),
             nop: &[0x1f, 0x20, 0x03, 0xd5],
             ret: &[0xc0, 0x03, 0x5f, 0xd6],
             trap: &[0x00, 0x00, 0x20, 0xd4],
@@ -188,15 +206,16 @@ fn stack_args_code(arch: Arch, nargs: usize) -> (Vec<u8>, Vec<u8>) {
     (spill, free)
 }
 
-/// One probe's [`SITE_STRIDE`] bytes of code, and where its `nop` is:
-/// the site (stack copy, `nop`, stack freed, `ret`), traps up to
-/// [`IS_ENABLED_AT`], the is-enabled site (`nop; ret`), traps to the end.
+/// One probe's [`SITE_STRIDE`] bytes of code, and where its site's
+/// instruction is: the site (stack copy, [`Arch::site`], stack freed, `ret`),
+/// traps up to [`IS_ENABLED_AT`], the is-enabled site (`nop; ret`), traps to
+/// the end.
 fn probe_code(arch: Arch, nargs: usize) -> (Vec<u8>, u64) {
     let m = machine(arch);
     let (spill, free) = stack_args_code(arch, nargs);
     let mut code = spill;
-    let nop_at = code.len() as u64;
-    code.extend_from_slice(m.nop);
+    let site_at = code.len() as u64;
+    code.extend_from_slice(m.site);
     code.extend_from_slice(&free);
     code.extend_from_slice(m.ret);
     while (code.len() as u64) < IS_ENABLED_AT {
@@ -207,7 +226,7 @@ fn probe_code(arch: Arch, nargs: usize) -> (Vec<u8>, u64) {
     while (code.len() as u64) < SITE_STRIDE {
         code.extend_from_slice(m.trap);
     }
-    (code, nop_at)
+    (code, site_at)
 }
 
 fn align(v: u64, a: u64) -> u64 {
@@ -562,16 +581,18 @@ mod tests {
                 assert_eq!(*note_base, base);
                 assert!(layout.entry >= text && layout.entry + SITE_STRIDE <= text + text_len);
                 assert!(*semaphore >= sems && semaphore + 2 <= sems + sems_len);
-                // The site's code: the stack copy, nop, the stack freed,
-                // ret; the is-enabled site: nop, ret.
+                // The site's code: the stack copy, the site, the stack
+                // freed, ret; the is-enabled site: nop, ret.
                 let m = machine(arch);
                 let (spill, free) = stack_args_code(arch, spec.types.len());
                 let at = |a: u64, n: usize| &o.bytes[a as usize..a as usize + n];
                 assert_eq!(at(layout.entry, spill.len()), &spill[..]);
                 assert_eq!(*site, layout.entry + spill.len() as u64);
-                assert_eq!(at(*site, m.nop.len()), m.nop);
-                assert_eq!(at(*site + m.nop.len() as u64, free.len()), &free[..]);
-                assert_eq!(at(*site + (m.nop.len() + free.len()) as u64, m.ret.len()), m.ret);
+                assert_eq!(at(*site, m.site.len()), arch.site());
+                assert_eq!(at(*site + m.site.len() as u64, free.len()), &free[..]);
+                assert_eq!(at(*site + (m.site.len() + free.len()) as u64, m.ret.len()), m.ret);
+                // The site never crosses a page: its slot is aligned to 64.
+                assert_eq!(layout.entry % SITE_STRIDE, 0);
                 assert_eq!(layout.is_enabled, layout.entry + IS_ENABLED_AT);
                 assert_eq!(at(layout.is_enabled, m.nop.len() + m.ret.len()), [m.nop, m.ret].concat());
                 // The semaphore starts down.
@@ -698,9 +719,15 @@ mod tests {
         assert_eq!(words(free), [0x910083ff]);
         // The whole site fits before the is-enabled site.
         for arch in [Arch::X86_64, Arch::Aarch64] {
-            let (code, nop_at) = probe_code(arch, MAX_ARGS);
+            let (code, site_at) = probe_code(arch, MAX_ARGS);
             assert_eq!(code.len() as u64, SITE_STRIDE);
-            assert!(nop_at < IS_ENABLED_AT);
+            let m = machine(arch);
+            let end = site_at as usize + m.site.len() + stack_args_code(arch, MAX_ARGS).1.len() + m.ret.len();
+            assert!(end as u64 <= IS_ENABLED_AT, "{arch:?}: the site ends at {end}");
+            assert_eq!(
+                &code[end..IS_ENABLED_AT as usize],
+                m.trap.repeat((IS_ENABLED_AT as usize - end) / m.trap.len())
+            );
         }
     }
 

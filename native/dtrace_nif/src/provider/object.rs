@@ -101,11 +101,11 @@ fn dlerror() -> String {
 pub struct Probe {
     name: String,
     types: ArrayVec<Type, MAX_ARGS>,
-    /// The site: `nop; ret` in the object's text.
+    /// The site: its instruction (`Arch::site`) and `ret`, in the object's text.
     site: NonNull<c_void>,
     /// The semaphore, in the object's `.probes` (file-backed, writable).
     semaphore: NonNull<AtomicU16>,
-    /// The is-enabled site (`nop; ret`), once the provider's DOF is
+    /// The is-enabled site (a 1-byte `nop`; `ret`), once the provider's DOF is
     /// registered with DTrace; `None` otherwise.
     is_enabled: Option<NonNull<c_void>>,
 }

@@ -9,12 +9,15 @@ use dtrace_catalogue::MAX_ARGS;
 /// Calls a site with the twelve argument registers set.
 #[inline(never)]
 pub(super) fn call_site(site: NonNull<c_void>, r: &[u64; MAX_ARGS]) {
-    // SAFETY: `site` is a site of a loaded object (`Probe`): `nop; ret`,
-    // where a tracer may put a breakpoint, which traps and returns with
-    // every register as it was. It reads the argument registers, touches
-    // no memory and returns; `clobber_abi("C")` says no more than that it
-    // is a C function. No `nostack`: `call` pushes the return address, and
-    // the compiler keeps the stack aligned and the red zone free for it.
+    // SAFETY: `site` is a site of a loaded object (`Probe`): `nop; nop10;
+    // ret` (`Arch::site`), where a tracer may put a breakpoint, which traps
+    // and returns with every register as it was (a kernel that optimizes
+    // the probe turns it into a call, which pushes below the site's stack
+    // pointer, where nothing lives: the site keeps nothing on the stack).
+    // It reads the argument registers, touches no memory of the program's
+    // and returns; `clobber_abi("C")` says no more than that it is a C
+    // function. No `nostack`: `call` pushes the return address, and the
+    // compiler keeps the stack aligned and the red zone free for it.
     // The strings the registers point to are borrowed for the call
     // (`Registers<'a>`), and the asm may read memory, so they are written
     // before it runs.
@@ -36,7 +39,7 @@ pub(super) fn call_site(site: NonNull<c_void>, r: &[u64; MAX_ARGS]) {
 pub(super) fn call_is_enabled(site: NonNull<c_void>) -> bool {
     let mut on: u32 = 0;
     // SAFETY: `site` is an is-enabled site of a loaded object (`Probe`):
-    // `nop; ret`, where DTrace may put a breakpoint, which traps, may write
+    // a 1-byte `nop; ret`, where DTrace may put a breakpoint, which traps, may write
     // 4 bytes at the address in `rdi` (`on`, alive across the call), and
     // returns with every register as it was. `clobber_abi("C")`: a C
     // function; no `nostack` (`call` pushes the return address). The asm
