@@ -79,10 +79,11 @@ test-kernels: deps
 # chroot on this kernel (scripts/userland.sh says what runs; roots cached
 # in /var/cache/dtrace-guests). Needs root. test-trixie: Debian 13 (OTP 27,
 # Rust 1.85, bpftrace 0.23); test-sid: Debian sid (OTP 29, Elixir 1.20,
-# bpftrace 0.27, LTTng 2.16, RabbitMQ 4.3).
+# bpftrace 0.27, LTTng 2.16, RabbitMQ 4.3). Every suite but the guests',
+# or SUITES="dtrace_vm_SUITE ...".
 test-trixie test-sid: test-%: deps
 	@scripts/tracefs.sh
-	sh scripts/userland.sh $*
+	sh scripts/userland.sh $* $(SUITES)
 
 demo: deps
 	@scripts/tracefs.sh

@@ -40,7 +40,7 @@ esac
 work=${DTRACE_USERLAND_WORK:-/var/tmp/dtrace-$dist}
 cargo_home=/var/cache/dtrace-toolchains/$dist-cargo
 suites=
-[ $# -eq 0 ] || suites="--suite $(printf 'test/%s,' "$@" | sed 's/,$//')"
+[ $# -eq 0 ] || suites="--suite $(echo "$@" | tr ' ' ',')"
 
 # bpftrace 0.27 reads /sys/kernel/tracing, which the chroot's /sys binds.
 sh "$here/scripts/tracefs.sh"
