@@ -532,7 +532,9 @@ def trace(args: argparse.Namespace) -> int:
     if args.tracer == "bpftrace":
         # Through priv/bin/dtrace-bpftrace, which runs $BPFTRACE (or bpftrace)
         # and, before bpftrace 0.24, reads span__end's outcome (arg6); the
-        # node's OS pid is the program's $1, for its kernel part.
+        # node's OS pid is the program's $1, for its kernel part. The program
+        # is a shipped script's text: --no-warnings, as dtrace-bpftrace gives a
+        # shipped script run by path (its header says why).
         tool = os.environ.get("BPFTRACE", "bpftrace")
         os_part = not args.no_os and live.has_event("sched", "sched_switch")
         if not args.no_os and not os_part:
@@ -541,9 +543,10 @@ def trace(args: argparse.Namespace) -> int:
         text = program(os_part, live.has_event("exceptions", "page_fault_user"))
         lib = mapped_library(args.os_pid) if os_part and bpftrace_version(tool) >= PID_FILTERS_ALL else None
         if lib is not None:
-            cmd = [priv("bin", "dtrace-bpftrace"), "-e", by_path(text, lib), str(args.os_pid)]
+            cmd = [priv("bin", "dtrace-bpftrace"), "--no-warnings", "-e", by_path(text, lib), str(args.os_pid)]
         else:
-            cmd = [priv("bin", "dtrace-bpftrace"), "-p", str(args.os_pid), "-e", text, str(args.os_pid)]
+            cmd = [priv("bin", "dtrace-bpftrace"), "--no-warnings", "-p", str(args.os_pid), "-e", text,
+                   str(args.os_pid)]
     elif args.tracer == "dtrace":
         tool = os.environ.get("DTRACE", "dtrace")
         cmd = [priv("bin", "dtrace-d"), "-p", str(args.os_pid), "-q", "-s", priv("dtrace", "slow-spans.d")]
