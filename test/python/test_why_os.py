@@ -134,6 +134,24 @@ def test_a_span_begun_while_the_tracer_attached() -> None:
     assert b.cause()[1] == "the tracer attaching its probes (the span began before its events)"
 
 
+def test_a_span_whose_begin_the_detach_took() -> None:
+    # bpftrace detaching probe by probe: span__begin gone, span__end not yet.
+    w = Why()
+    w.threads.window("n", "detach", 100 * MS, 300 * MS)
+    w.feed("n", 0, "thread", TID, "1_scheduler")
+    b = w.feed("n", 160 * MS, "span_end", PID, 1, 8 * MS, (0, "loop", "loop"), "ok")
+    assert b is not None and not b.complete
+    assert b.cause()[1] == "the tracer detaching its probes (the span's begin unseen)"
+
+
+def test_a_span_begun_before_the_tracer_is_unknown() -> None:
+    w = Why()
+    w.feed("n", 0, "thread", TID, "1_scheduler")
+    b = w.feed("n", 60 * MS, "span_end", PID, 1, 40 * MS, (0, "request", "t"), "ok")
+    assert b is not None and not b.complete
+    assert b.cause()[1] == "unknown: the span began before the events do"
+
+
 def test_a_wait_for_the_thread_is_taken_from_scheduled_out() -> None:
     # Out in a receive; the message comes at 40 ms, but the thread it is
     # scheduled in on was preempted from 30 to 70 ms.

@@ -134,9 +134,10 @@ class Breakdown:
         # The OS side of on CPU (why_os): components, and their slices for a
         # timeline (at most MAX_DETAIL).
         self.os = why_os.Split()
-        # Inside the tracer's own attach window (why_os), and events lost
-        # about then (the live tool says).
+        # Inside the tracer's own attach or detach window (why_os), and
+        # events lost about then (the live tool says).
         self.attaching = False
+        self.detaching = False
         self.lossy = False
 
     def named(self, pid: Pid) -> Pid:
@@ -180,6 +181,9 @@ class Breakdown:
         if not self.complete:
             if self.attaching:
                 return 0, "the tracer attaching its probes (the span began before its events)"
+            if self.detaching:
+                # bpftrace detaches probe by probe: span__begin may go first.
+                return 0, "the tracer detaching its probes (the span's begin unseen)"
             return 0, "unknown: the span began before the events do"
         ns, text = self.causes()[0]
         return ns, text
@@ -392,6 +396,7 @@ class Why:
         b = Breakdown(node, pid, span_id, parent, skind, tag, begin, begin + duration, complete,
                       p.truncated if p is not None else False, outcome)
         b.attaching = self.threads.inside(node, "attach", begin, ts)
+        b.detaching = self.threads.inside(node, "detach", begin, ts)
         b.names = self.names
         b.window_end = max(ts, begin + duration)
         log = p.log if p is not None else []
