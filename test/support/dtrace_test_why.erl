@@ -245,7 +245,7 @@ trace_check(File, Python) ->
 
 %% The breakdowns in Lines: [{Tag, {CauseText, CauseMs}, BlockText}], from
 %% a "... slow span: KIND D ms, tag "TAG", pid P ..." line and the
-%% "cause: TEXT, N ms (P%)" line after it.
+%% "cause: TEXT, N ms (P%)" line after it (or "cause: TEXT").
 blocks(Lines) ->
     blocks(Lines, []).
 
@@ -256,9 +256,13 @@ blocks([L | Rest], Acc) ->
         {match, [Tag]} ->
             {Body, Rest1} = lists:splitwith(fun(X) -> binary:match(X, <<"slow span: ">>) =:= nomatch
                                                           andalso string:trim(X) =/= <<>> end, Rest),
-            Cause = case [C || B <- Body, {match, C} <- [re:run(B, <<"cause: (.*), ([0-9.]+) ms \\([0-9]+%\\)">>,
+            %% A span whose begin the tracer did not see has a cause
+            %% with no time ("cause: the tracer attaching its probes
+            %% (...)"): -1.0 ms.
+            Cause = case [C || B <- Body, {match, C} <- [re:run(B, <<"cause: (.*?)(?:, ([0-9.]+) ms \\([0-9]+%\\))?$">>,
                                                                  [{capture, all_but_first, binary}])]] of
                         [[Text, Ms] | _] -> {Text, binary_to_float(Ms)};
+                        [[Text] | _] -> {Text, -1.0};
                         [] -> {<<>>, -1.0}
                     end,
             blocks(Rest1, [{Tag, Cause, iolist_to_binary(lists:join("\n", [L | Body]))} | Acc]);
