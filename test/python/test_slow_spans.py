@@ -6,6 +6,8 @@ for. Pids differ between recordings; the tests read tags and causes."""
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -206,3 +208,21 @@ def test_the_program_its_kernel_part_and_by_path() -> None:
     assert "usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__begin\n/pid == $1/\n{" in text
     assert ("usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__vm_gc\n/pid == $1 && (@depth[str(arg0)])/\n{"
             in text)
+
+
+def test_a_signal_stops_the_tracer_once_first() -> None:
+    # A stand-in tracer that SIGINT ends; SIGTERM to the tool forwards it.
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    proc = subprocess.Popen(["sleep", "60"])
+    firsts: list[int] = []
+    try:
+        slow_spans.stop_tracer_on_signals(proc, lambda: firsts.append(1), alarm=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGINT
+        os.kill(os.getpid(), signal.SIGALRM)
+        assert firsts == [1]
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            proc.kill()

@@ -41,7 +41,6 @@ import re
 import signal
 import subprocess
 import sys
-from types import FrameType
 from typing import Any, Callable, Optional, TextIO
 
 from dtrace_tools import host as hosts
@@ -376,15 +375,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write("dtrace-sched: cannot run %s: %s\n" % (tool, e))
         return 3
 
-    def on_signal(_sig: int, _frm: Optional[FrameType]) -> None:
-        try:
-            proc.send_signal(signal.SIGINT)
-        except OSError:
-            pass
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    if args.duration:
-        signal.signal(signal.SIGALRM, on_signal)
+    slow_spans.stop_tracer_on_signals(proc, alarm=bool(args.duration))
     assert proc.stdout is not None
     started = False
     for line in proc.stdout:

@@ -262,6 +262,28 @@ def by_path(text: str, lib: str) -> str:
     return re.sub(r"((?:^usdt:[^\n]*\n)+)(?:/(.*)/\n)?\{", filtered, text, flags=re.M)
 
 
+def stop_tracer_on_signals(proc: "subprocess.Popen[Any]", first: Optional[Callable[[], None]] = None,
+                           alarm: bool = False) -> None:
+    """SIGINT and SIGTERM (and SIGALRM, with alarm) stop the tracer proc:
+    each sends it SIGINT, which makes it detach, print and exit; first runs
+    at the first of them."""
+    fired = [False]
+
+    def on_signal(_sig: int, _frm: Optional[FrameType]) -> None:
+        if not fired[0]:
+            fired[0] = True
+            if first is not None:
+                first()
+        try:
+            proc.send_signal(signal.SIGINT)
+        except OSError:
+            pass
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if alarm:
+        signal.signal(signal.SIGALRM, on_signal)
+
+
 def strip_marked(text: str, mark: str) -> str:
     """text without each part from `/* MARK: */' to `/* :MARK */'."""
     return re.sub(r"/\* %s: \*/.*?/\* :%s \*/" % (mark, mark), "", text, flags=re.S)
@@ -584,20 +606,13 @@ def trace(args: argparse.Namespace) -> int:
     live.own_pids |= {os.getpid(), proc.pid}
     stop: dict[str, Optional[int]] = {"at": None}
 
-    def on_signal(_sig: int, _frm: Optional[FrameType]) -> None:
-        if stop["at"] is None:
-            # The tracer detaches from here to its exit (bpftrace's clock
-            # is CLOCK_MONOTONIC, as time.monotonic_ns()).
-            at = stop["at"] = time.monotonic_ns()
-            run.window("detach", at, FOREVER)
-        try:
-            proc.send_signal(signal.SIGINT)
-        except OSError:
-            pass
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    def detaching() -> None:
+        # The tracer detaches from here to its exit (bpftrace's clock is
+        # CLOCK_MONOTONIC, as time.monotonic_ns()).
+        at = stop["at"] = time.monotonic_ns()
+        run.window("detach", at, FOREVER)
+    stop_tracer_on_signals(proc, detaching, bool(args.duration))
     if args.duration:
-        signal.signal(signal.SIGALRM, on_signal)
         signal.setitimer(signal.ITIMER_REAL, args.duration)
     started = False
     # An event older than the reorder window is final even when no later
