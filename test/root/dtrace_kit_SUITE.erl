@@ -306,14 +306,9 @@ collect(Port, Acc) ->
 %% container (scripts/guest.sh container), in the background, its files and cookie in Base (shared), on free
 %% ports of 127.0.0.1. Returns {Node, OsPid, CookieFile, AmqpPort}.
 start_broker(Base) ->
-    Home = filename:join(Base, "home"),
-    Cookie = filename:join(Home, ".erlang.cookie"),
-    ok = filelib:ensure_path(Home),
-    CookieText = binary_to_list(binary:encode_hex(crypto:strong_rand_bytes(16))),
-    ok = file:write_file(Cookie, CookieText),
-    ok = file:change_mode(Cookie, 8#400),
+    {Home, Cookie, CookieText} = dtrace_test_rabbitmq:home(Base),
     Node = list_to_atom("kit_rmq_" ++ os:getpid() ++ "@localhost"),
-    [Amqp, Dist] = free_ports(2),
+    [Amqp, Dist] = dtrace_test_rabbitmq:free_ports(2),
     Vars = [{"HOME", Home}, {"RABBITMQ_NODENAME", atom_to_list(Node)}, {"RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"},
             {"RABBITMQ_NODE_PORT", Amqp}, {"RABBITMQ_DIST_PORT", Dist},
             {"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS", "-kernel inet_dist_use_interface {127,0,0,1}"}]
@@ -344,12 +339,6 @@ stop_broker(Node, OsPid) ->
         ok -> ok;
         timeout -> os:cmd("kill -KILL " ++ OsPid)
     end.
-
-free_ports(N) ->
-    Socks = [begin {ok, S} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]), S end || _ <- lists:seq(1, N)],
-    Ports = [begin {ok, P} = inet:port(S), integer_to_list(P) end || S <- Socks],
-    [gen_tcp:close(S) || S <- Socks],
-    Ports.
 
 load_script() ->
     filename:join([dtrace_test_catalogue:repo_root(), "test", "loads", "amqp.py"]).

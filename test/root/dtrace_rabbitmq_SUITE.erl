@@ -51,14 +51,9 @@ start_broker(Config) ->
     Root = binary_to_list(lists:last(Lines)),
     Base = "/tmp/dtrace-rabbitmq-" ++ os:getpid(),
     _ = file:del_dir_r(Base),
-    Home = filename:join(Base, "home"),
-    Cookie = filename:join(Home, ".erlang.cookie"),
-    ok = filelib:ensure_path(Home),
-    CookieText = binary_to_list(binary:encode_hex(crypto:strong_rand_bytes(16))),
-    ok = file:write_file(Cookie, CookieText),
-    ok = file:change_mode(Cookie, 8#400),
+    {Home, Cookie, CookieText} = dtrace_test_rabbitmq:home(Base),
     Node = list_to_atom("dtrace_rmq_" ++ os:getpid() ++ "@localhost"),
-    [AmqpPort, DistPort] = free_ports(2),
+    [AmqpPort, DistPort] = dtrace_test_rabbitmq:free_ports(2),
     Env = [{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", Home}, {"ESCRIPT_NAME", false},
            {"RABBITMQ_NODENAME", atom_to_list(Node)}, {"RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"},
            {"RABBITMQ_NODE_PORT", AmqpPort}, {"RABBITMQ_DIST_PORT", DistPort},
@@ -206,12 +201,6 @@ function_spans(Config, Node, OsPid) ->
     Causes(Lines).
 
 %% Ports free now on 127.0.0.1 (the kernel's choice), as strings.
-free_ports(N) ->
-    Socks = [begin {ok, S} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]), S end || _ <- lists:seq(1, N)],
-    Ports = [begin {ok, P} = inet:port(S), integer_to_list(P) end || S <- Socks],
-    [gen_tcp:close(S) || S <- Socks],
-    Ports.
-
 %% What the operator's broker must find as it was after a detach: on OTP
 %% 27 and later, the trace sessions too (automatic mode's own session).
 snapshot(Node) ->
