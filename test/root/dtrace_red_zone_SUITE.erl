@@ -66,7 +66,7 @@ init_per_suite(Config) ->
             %% path, which CT's log directories have (nonode@nohost).
             Dir = string:trim(os:cmd("mktemp -d /tmp/dtrace_red_zone.XXXXXX")),
             Site = dtrace_test_catalogue:site(),
-            Programs = [{Form, build(Config, Dir, Form, Bytes)} || {Form, Bytes} <- [{library, Site}, {nop5, ?NOP5}]],
+            Programs = [{Form, build(Dir, Form, Bytes)} || {Form, Bytes} <- [{library, Site}, {nop5, ?NOP5}]],
             [{dir, Dir}, {site, Site}, {programs, Programs},
              {perf_cache, filename:join(?config(priv_dir, Config), "perf-buildid-cache")} | Config];
         {"x86_64" ++ _, _} ->
@@ -100,10 +100,12 @@ cleanup() ->
     ok.
 
 %% red_zone.c built with Bytes as its site, into Dir.
-build(Config, Dir, Form, Bytes) ->
+build(Dir, Form, Bytes) ->
     Exe = filename:join(Dir, "red_zone_" ++ atom_to_list(Form)),
     Site = ".byte " ++ lists:join(", ", [io_lib:format("0x~2.16.0b", [B]) || B <- Bytes]),
-    Src = filename:join(?config(data_dir, Config), "red_zone.c"),
+    %% From the checkout, not data_dir: rebar3 3.28 (Debian sid) puts the
+    %% suites of test/root/ in one directory without their data.
+    Src = filename:join([dtrace_test_catalogue:repo_root(), "test", "root", "dtrace_red_zone_SUITE_data", "red_zone.c"]),
     case dtrace_test_tracer:run("cc", ["-O2", "-Wall", "-Wextra", "-DRZ_SITE=\"" ++ lists:flatten(Site) ++ "\"",
                                        Src, "-o", Exe]) of
         {0, []} -> Exe;
