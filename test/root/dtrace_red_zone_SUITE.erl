@@ -103,8 +103,9 @@ cleanup() ->
 build(Dir, Form, Bytes) ->
     Exe = filename:join(Dir, "red_zone_" ++ atom_to_list(Form)),
     Site = ".byte " ++ lists:join(", ", [io_lib:format("0x~2.16.0b", [B]) || B <- Bytes]),
-    %% From the checkout, not data_dir: rebar3 3.28 (Debian sid) puts the
-    %% suites of test/root/ in one directory without their data.
+    %% From the checkout, not data_dir: run as one set from test/ (no
+    %% --dir: make test-sid, test-trixie), rebar3 builds the suites of
+    %% every group into one directory, without their data.
     Src = filename:join([dtrace_test_catalogue:repo_root(), "test", "root", "dtrace_red_zone_SUITE_data", "red_zone.c"]),
     case dtrace_test_tracer:run("cc", ["-O2", "-Wall", "-Wextra", "-DRZ_SITE=\"" ++ lists:flatten(Site) ++ "\"",
                                        Src, "-o", Exe]) of
