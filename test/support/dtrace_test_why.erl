@@ -301,8 +301,10 @@ collect_until(Port, Acc, Done, Deadline) ->
 
 %% SIGINT: the wrapper stops bpftrace, prints what is left and its summary.
 stop(Port, Acc) ->
-    {os_pid, Pid} = erlang:port_info(Port, os_pid),
-    _ = os:cmd("kill -INT " ++ integer_to_list(Pid)),
+    case erlang:port_info(Port, os_pid) of
+        {os_pid, Pid} -> _ = os:cmd("kill -INT " ++ integer_to_list(Pid));
+        undefined -> ok % exited already: its status and last lines are queued
+    end,
     stop_collect(Port, Acc, erlang:monotonic_time(millisecond) + dtrace_test_tracer:ceiling(30000)).
 
 %% Port's lines (after Acc) until it exits with status 0, by Deadline; a
