@@ -365,7 +365,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         text = re.sub(r"/\* faults: \*/.*?/\* :faults \*/", "", text, flags=re.S)
     # Without --interval, one table at the end (bpftrace's END prints it).
     interval = args.interval or 1_000_000
-    cmd = [tool, "-e", text[text.index("\n"):] if text.startswith("#!") else text,
+    # Through priv/bin/dtrace-bpftrace (which runs $BPFTRACE or bpftrace),
+    # with --no-warnings as for every shipped script (its header says why).
+    cmd = [priv("bin", "dtrace-bpftrace"), "--no-warnings", "-e",
+           text[text.index("\n"):] if text.startswith("#!") else text,
            str(args.os_pid), str(max(1, int(round(interval))))]
     steal0, cg0 = steal_ticks(), cgroup_stat(h, args.os_pid)
     try:
