@@ -26,6 +26,9 @@ def test_the_nif_frame_is_the_innermost_outside_libc_and_runtimes() -> None:
         (4, "/usr/lib/erlang/erts-13.1.5/bin/beam.smp", "beam_jit_call_nif")]
     assert native.nif_frame(frames) == "my_nif::sleepy (my_nif.so)"
     assert native.nif_frame(frames[:2] + frames[4:]) == "the VM's beam_jit_call_nif"
+    # A stale beam.smp word inner to the NIF's frames: the NIF is named.
+    stale: native.Frame = (1, "/usr/lib/erlang/erts-15.2.7/bin/beam.smp", None)
+    assert native.nif_frame(frames[:2] + [stale] + frames[2:]) == "my_nif::sleepy (my_nif.so)"
     assert native.same_call(frames, "clock_nanosleep")
     assert native.same_call(frames, "read") is native.ARM
 

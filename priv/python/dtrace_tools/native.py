@@ -206,8 +206,12 @@ def same_call(frames: list[Frame], syscall: str) -> bool:
 
 def nif_frame(frames: list[Frame]) -> Optional[str]:
     """`dtrace_nif::test_hooks::test_block (dtrace_nif.so)': the innermost
-    frame outside the C library, the loader and runtimes; beam.smp's when
-    the VM's own code blocks."""
+    frame outside the C library, the loader, runtimes and the VM; else the
+    innermost of beam.smp's (the VM's own code blocks). The VM calls a NIF,
+    so beam.smp's real frames are outer to the NIF's: one read inner to a
+    NIF's is a stale word of the scan or the
+    NIF inside an enif_ call, where the NIF is the answer too."""
+    vm: Optional[str] = None
     for _addr, path, sym in frames:
         obj = os.path.basename(path)
         if path == "?" or path.startswith("#") or PLUMBING.match(obj):
@@ -215,9 +219,10 @@ def nif_frame(frames: list[Frame]) -> Optional[str]:
         if sym is not None and (RUNTIME.match(sym) or _v0_runtime(sym)):
             continue
         if VM.match(obj):
-            return "the VM's %s" % (sym or obj)
+            vm = vm or "the VM's %s" % (sym or obj)
+            continue
         return "%s (%s)" % (sym or "?", obj)
-    return None
+    return vm
 
 
 def _v0_runtime(sym: str) -> bool:
