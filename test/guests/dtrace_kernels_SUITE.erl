@@ -154,6 +154,9 @@ guest(Config, Root, Kernel) ->
                               "DTRACE_TEST_TMP=" ++ filename:join(Shared, "tmp"),
                               dtrace_test_tracer:slowdown_env(),
                               "DTRACE_TEST_VERSIONS=" ++ filename:join(Logs, "versions.txt"),
+                              %% The helpers (test/support/) are built apart from
+                              %% this suite when the suites run by group.
+                              "ERL_FLAGS=-pa " ++ filename:dirname(code:which(dtrace_test_tracer)),
                               "sh", filename:join([root(), "test", "guests", "ct.sh"]),
                               LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
