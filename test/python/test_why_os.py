@@ -205,3 +205,10 @@ def test_a_yield_held_by_the_thread_is_the_threads() -> None:
         (89.9, "k_off", TID, "preempted", 5 * MS, 0, (4242, "yes"), None),
         (90, "in", PID, "timer:sleep/1", TID)])
     assert b.cause() == (80 * MS, "scheduled out in timer:sleep/1")
+    # A sleep with its thread preempted all along: no message says when
+    # the process could run again, so the sleep keeps its time.
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (10, "out", PID, "timer:sleep/1", TID),
+        (89.9, "k_off", TID, "preempted", 79_800_000, 0, (4242, "cc1"), None),
+        (90, "in", PID, "timer:sleep/1", TID)])
+    assert b.cause() == (80 * MS, "scheduled out in timer:sleep/1")
