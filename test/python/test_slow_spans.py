@@ -208,6 +208,9 @@ def test_the_program_its_kernel_part_and_by_path() -> None:
     assert "usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__begin\n/pid == $1/\n{" in text
     assert ("usdt:/proc/9/root/lib/dtrace_nif.so:erlang:span__vm_gc\n/pid == $1 && (@depth[str(arg0)])/\n{"
             in text)
+    # Every kernel stack cut (bpftrace 0.27's abort on deeper ones).
+    assert re.findall(r"kstack\b(?!\()", text) == []
+    assert "kstack(%d)" % slow_spans.SAMPLE_FRAMES in text
 
 
 def test_a_signal_stops_the_tracer_once_first() -> None:

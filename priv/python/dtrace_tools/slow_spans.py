@@ -253,8 +253,11 @@ def by_path(text: str, lib: str) -> str:
     text = text.replace("usdt::erlang:", "usdt:%s:erlang:" % lib)
     # bpftrace 0.27 aborts (std::bad_alloc) printing a kernel stack of more
     # than about 10 frames taken by the profile inside a uprobe's BPF
-    # program: the samples' stacks are cut to 9 (why_os reads them so).
+    # program: the samples' stacks are cut to 9 (why_os reads them so),
+    # and so are the blocked threads' (it aborted so in test-sid's
+    # automatic mode; the system call is among the 9 inner frames).
     text = text.replace("@pf[tid], kstack);", "@pf[tid], kstack(%d));" % SAMPLE_FRAMES)
+    text = text.replace("@bstack[tid] = kstack;", "@bstack[tid] = kstack(%d);" % SAMPLE_FRAMES)
 
     def filtered(m: "re.Match[str]") -> str:
         pred = m.group(2)
