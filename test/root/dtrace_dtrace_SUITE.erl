@@ -439,6 +439,8 @@ dof_in_guest(Config) ->
     Port = open_port({spawn_executable, "/bin/sh"},
                      [{args, [Guest, "run", "trixie-dtrace", "-t", integer_to_list(?GUEST_TIMEOUT div 1000), "--",
                               "env", "DTRACE_TEST_OTP_EXAMPLES=" ++ Examples,
+                              %% The helpers' directory (dtrace_kernels_SUITE's).
+                              "ERL_FLAGS=-pa " ++ filename:dirname(code:which(dtrace_test_tracer)),
                               dtrace_test_tracer:slowdown_env(),
                               "sh", Runner, LibDir, TestDir, Logs, atom_to_list(?MODULE)]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
