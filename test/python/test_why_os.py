@@ -200,6 +200,15 @@ def test_a_yield_held_by_the_thread_is_the_threads() -> None:
         (89.9, "k_off", TID, "throttled", 79_800_000, 0, (0, "swapper/0"), "/q (v1 cpu: 10.0 ms every 100.0 ms)"),
         (90, "in", PID, "m:loop/1", TID)])
     assert b.cause() == (79_800_000, "throttled by the CPU quota of cgroup /q (v1 cpu: 10.0 ms every 100.0 ms)")
+    # The same wait split by a preemption: taken whole, each part its own.
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (10, "out", PID, "m:loop/1", TID),
+        (60, "k_off", TID, "throttled", 49_900_000, 0, (0, "swapper/0"), "/q (v1 cpu: 10.0 ms every 100.0 ms)"),
+        (89.9, "k_off", TID, "preempted", 29_900_000, 0, (4242, "yes"), None),
+        (90, "in", PID, "m:loop/1", TID)])
+    c = components(b)
+    assert c["throttled by the CPU quota of cgroup /q (v1 cpu: 10.0 ms every 100.0 ms)"] == 49.9
+    assert c["preempted by yes (tid 4242)"] == 29.9
     b = span(samples(0, 10) + samples(90, 100) + [
         (10, "out", PID, "timer:sleep/1", TID),
         (89.9, "k_off", TID, "preempted", 5 * MS, 0, (4242, "yes"), None),

@@ -427,6 +427,7 @@ class Threads:
             return []
         lo = woke if woke is not None else o
         out: list[Slice] = []
+        held: list[Slice] = []  # with no message: the waits, to be judged together
         for ts, kind, f in self._events(node, tid, o, i):
             if kind == "k_waited":
                 off, throttled, _cpu, task, where = f
@@ -437,18 +438,34 @@ class Threads:
             else:
                 continue
             a, b = ts - int(off), ts
-            if woke is None and (label[0] != "throttled" or a - o > SPAN_NS or i - b > SPAN_NS):
-                # No message: only a CPU quota's wait that spans the whole
-                # interval (the process yielded; the quota, not the VM,
-                # held it). A preemption is not taken: a process asleep in
-                # a receive with a timeout (timer:sleep/1) sends no message
-                # either, and its thread taken by another task meanwhile
-                # did not delay it (test-sid: a 40 ms sleep read as
-                # "preempted by cc1").
+            if woke is None:
+                if b > o and a < i:
+                    held.append((max(a, o), min(b, i), label[0], label[1]))
                 continue
             if b > lo and a < i:
                 out.append((max(a, lo), min(b, i), label[0], label[1]))
+        if held and _covers(held, o, i) and any(cat == "throttled" for _a, _b, cat, _l in held):
+            # No message: the waits are taken when, with no gap, they span
+            # the whole interval and a CPU quota is among them (the process
+            # yielded; the quota, not the VM, held it; a preemption can
+            # split the wait). Preemptions alone are not taken: a process
+            # asleep in a receive with a timeout (timer:sleep/1) sends no
+            # message either, and its thread taken by another task
+            # meanwhile did not delay it (test-sid: a 40 ms sleep read as
+            # "preempted by cc1").
+            out += held
         return out
+
+
+def _covers(waits: list[Slice], o: int, i: int) -> bool:
+    """Whether the waits, in order, cover [o, i] but for gaps of at most
+    SPAN_NS (at its ends too)."""
+    at = o
+    for a, b, _c, _l in sorted(waits):
+        if a - at > SPAN_NS:
+            return False
+        at = max(at, b)
+    return i - at <= SPAN_NS
 
 
 def _in_calls(s: int, e: int, calls: list[Slice], exact: bool) -> list[Slice]:
