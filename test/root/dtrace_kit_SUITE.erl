@@ -143,15 +143,19 @@ kit(Config, Node, OsPid, #{function := Function, slow_args := SlowArgs, set := S
     Lines1 = dtrace_test_why:collect(Port, Lines0, fun(Ls) -> Mine(Ls) =/= [] end, dtrace_test_tracer:ceiling(60000)),
     Seconds = (erlang:monotonic_time(millisecond) - T0) / 1000,
     %% The process's name comes with its first dtrace_process__name event,
-    %% which can follow its first spans: a later span of it is named.
+    %% which can follow its first spans: a later span of it is named. A
+    %% flood of spans (threshold 0) can lose that event; the tool then
+    %% says it lost events, and the name cannot be asked for.
     Named = fun(Ls) -> [L || L <- Ls, binary:match(L, <<"slow span: ", (list_to_binary(Function))/binary>>) =/= nomatch,
                              binary:match(L, list_to_binary(["> (", Process])) =/= nomatch] end,
-    Lines2 = dtrace_test_why:collect(Port, Lines1, fun(Ls) -> Named(Ls) =/= [] end, dtrace_test_tracer:ceiling(30000)),
+    Lost = fun(Ls) -> lists:any(fun(L) -> binary:match(L, <<"(the tracer lost events">>) =/= nomatch end, Ls) end,
+    Lines2 = dtrace_test_why:collect(Port, Lines1, fun(Ls) -> Named(Ls) =/= [] orelse Lost(Ls) end,
+                                     dtrace_test_tracer:ceiling(30000)),
     _ = Loader =:= none orelse wait_exit(Loader),
     Lines = dtrace_test_why:stop(Port, Lines2),
     ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
     ?assertEqual([], [L || L <- Lines, re:run(L, "WARNING|ERROR|~~") =/= nomatch]),
-    ?assertMatch([_ | _], Named(Lines)),
+    ?assert(Named(Lines) =/= [] orelse Lost(Lines)),
     {0, Detached} = in_root(Root, Attach ++ " --detach"),
     ?assert(has(Detached, ["detached dtrace from ", atom_to_list(Node)])),
     ?assert(has(Detached, [", copy /tmp/dtrace-attach-", OsPid, "-"])),
