@@ -229,3 +229,11 @@ def test_a_signal_stops_the_tracer_once_first() -> None:
             signal.signal(sig, handler)
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_tracers_own_lines() -> None:
+    assert slow_spans.tracer_says("Attaching 12 probes...")
+    assert slow_spans.tracer_says("Attached 12 probes")
+    assert slow_spans.tracer_says("ERROR: failed to look up stack id: 0 stack length: 0 (pid -1): -2")
+    assert not slow_spans.tracer_says("ERROR: Could not resolve symbol")
+    assert not slow_spans.tracer_says("S\t1\tspan\tin\t-\t7")

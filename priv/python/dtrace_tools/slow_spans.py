@@ -207,8 +207,12 @@ def bpftrace_version(tool: str) -> tuple[int, int]:
 def tracer_says(line: str) -> bool:
     """Is `line` the tracer's own, not an event? bpftrace's attach line
     ("Attaching N probes..." on stdout before 0.24, "Attached N probes" on
-    stderr after), which is dropped; anything else goes to our stderr."""
-    return line.startswith("Attaching ") or line.startswith("Attached ")
+    stderr after), and its "failed to look up stack id" (a kernel stack
+    the kernel's stack map no longer held when printed, under a flood of
+    events: that event's stack prints empty, which why_os reads as
+    'kernel'), which are dropped; anything else goes to our stderr."""
+    return (line.startswith("Attaching ") or line.startswith("Attached ")
+            or line.startswith("ERROR: failed to look up stack id"))
 
 
 def mapped_library(os_pid: int) -> Optional[str]:
