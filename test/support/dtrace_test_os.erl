@@ -100,8 +100,8 @@ run(Peer, Args, BeforeReady, Steps) ->
     ok = peer:call(Peer, dtrace_test_workload, stop_ready_loop_and_run, [fun() -> ok end]),
     Result = Steps(),
     %% The planted request printed before the stop, as a user waits for it
-    %% before Ctrl-C (bpftrace 0.27 does not print what is still in its
-    %% buffers when it stops); 5 s at most where none was planted.
+    %% before Ctrl-C (stopped at once, the planted span went missing with
+    %% bpftrace 0.27); 5 s at most where none was planted.
     Lines1 = planted_seen(Port, Lines0, erlang:monotonic_time(millisecond) + dtrace_test_tracer:ceiling(5000)),
     Lines = dtrace_test_why:stop(Port, Lines1),
     ct:log("dtrace-slow-spans printed:~n~ts", [lists:join("\n", Lines)]),
