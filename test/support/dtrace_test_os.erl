@@ -108,16 +108,20 @@ run(Peer, Args, BeforeReady, Steps) ->
     {Result, Lines}.
 
 planted_seen(Port, Acc, Deadline) ->
-    case lists:keymember(<<"planted">>, 1, blocks(Acc)) of
-        true ->
-            Acc;
-        false ->
-            receive
-                {Port, {data, {eol, Line}}} -> planted_seen(Port, Acc ++ [Line], Deadline);
-                {Port, {data, {noeol, Part}}} -> planted_seen(Port, Acc ++ [Part], Deadline)
-            after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-                    Acc
-            end
+    Seen = lists:any(fun(L) -> binary:match(L, <<"tag \"planted\"">>) =/= nomatch end, Acc),
+    planted_seen(Port, Acc, Seen, Deadline).
+
+%% Lines until the planted span's block has ended (a blank line after it),
+%% or Deadline: each line looked at once.
+planted_seen(Port, Acc, Seen, Deadline) ->
+    receive
+        {Port, {data, {eol, <<>>}}} when Seen -> Acc ++ [<<>>];
+        {Port, {data, {eol, Line}}} ->
+            planted_seen(Port, Acc ++ [Line], Seen orelse binary:match(Line, <<"tag \"planted\"">>) =/= nomatch,
+                         Deadline);
+        {Port, {data, {noeol, Part}}} -> planted_seen(Port, Acc ++ [Part], Seen, Deadline)
+    after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+            Acc
     end.
 
 %% The breakdowns printed: [{Tag, {CauseText, CauseMs}, BlockText}].
