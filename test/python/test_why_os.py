@@ -214,8 +214,14 @@ def test_a_yield_held_by_the_thread_is_the_threads() -> None:
         (89.9, "k_off", TID, "preempted", 5 * MS, 0, (4242, "yes"), None),
         (90, "in", PID, "timer:sleep/1", TID)])
     assert b.cause() == (80 * MS, "scheduled out in timer:sleep/1")
-    # A sleep with its thread preempted all along: no message says when
-    # the process could run again, so the sleep keeps its time.
+    # A yield in a CPU loop with its thread preempted all along: preempted.
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (10, "out", PID, "m:spin/2", TID),
+        (89.9, "k_off", TID, "preempted", 79_800_000, 0, (4242, "yes"), None),
+        (90, "in", PID, "m:spin/2", TID)])
+    assert b.cause() == (79_800_000, "preempted by yes (tid 4242)")
+    # A sleep (a known receive, why_os.WAITS) with its thread preempted all
+    # along: no message says when it could run again; the sleep keeps it.
     b = span(samples(0, 10) + samples(90, 100) + [
         (10, "out", PID, "timer:sleep/1", TID),
         (89.9, "k_off", TID, "preempted", 79_800_000, 0, (4242, "cc1"), None),

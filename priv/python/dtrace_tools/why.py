@@ -532,7 +532,8 @@ class Why:
             ent[1] += e - s
         file_spans = [(s, e) for s, e, _c in files]
         b.os = self.threads.split(node, ins, gcs + file_spans,
-                                  [(s, e) + out_ctx.get((s, e), (None, None, None)) for s, e, _m, _w, _o in outs])
+                                  [(s, e) + _ctx(out_ctx.get((s, e), (None, None, None)), m)
+                                   for s, e, m, _w, _o in outs])
         # The waits for the thread (why_os): not scheduled out, but theirs.
         taken = [(max(x, lo), min(y, hi), c, lab) for x, y, c, lab in b.os.out_taken]
         taken = [(x2, y2, c, lab) for x, y, c, lab in taken for x2, y2 in why_os.outside(x, y, gcs + file_spans)]
@@ -570,6 +571,15 @@ def _merge(iv: list[Interval]) -> list[list[int]]:
 
 def _union(iv: list[Interval]) -> int:
     return sum(e - s for s, e in _merge(iv))
+
+
+def _ctx(ctx: tuple[Optional[int], Optional[int], Optional[int]], mfa: str
+         ) -> tuple[Optional[int], Optional[int], Optional[int]]:
+    """An out interval's (thread in, last message, thread out) for why_os:
+    asleep in a known receive with no message (why_os.WAITS), the thread
+    out is left unknown, so that no wait of its thread is taken."""
+    tid, woke, _out = ctx
+    return (tid, woke, None) if woke is None and mfa in why_os.WAITS else ctx
 
 
 def _overlap(s: int, e: int, iv: list[Interval]) -> int:

@@ -93,6 +93,15 @@ MAX_EVENTS = 200_000
 # A wait spans a scheduled-out interval if it begins and ends this close
 # to it (_waited).
 SPAN_NS = 500_000
+# Functions a process waits in, in a receive, that no message may end (a
+# timeout): out in one of these with no message, the process was asleep,
+# not yielded, and its thread taken by another task meanwhile did not
+# delay it (test-sid: a 40 ms timer:sleep/1 read as "preempted by cc1").
+# Elsewhere a wait with no message is taken as a yield's: the VM's events
+# do not say whether the process could run, so this is a heuristic.
+WAITS = frozenset(["timer:sleep/1", "gen:do_call/4", "gen_server:loop/7", "gen_statem:loop_receive/3",
+                   "gen_event:fetch_msg/6", "proc_lib:sync_start/2", "erlang:hibernate/3",
+                   "erlang:hibernate/0", "gen_server:loop/8", "gen:wait_resp_mon/3"])
 # Events kept back, before the oldest open span's begin.
 LONGEST_WAIT_NS = 1_000_000_000
 
@@ -444,15 +453,12 @@ class Threads:
                 continue
             if b > lo and a < i:
                 out.append((max(a, lo), min(b, i), label[0], label[1]))
-        if held and _covers(held, o, i) and any(cat == "throttled" for _a, _b, cat, _l in held):
+        if held and _covers(held, o, i):
             # No message: the waits are taken when, with no gap, they span
-            # the whole interval and a CPU quota is among them (the process
-            # yielded; the quota, not the VM, held it; a preemption can
-            # split the wait). Preemptions alone are not taken: a process
-            # asleep in a receive with a timeout (timer:sleep/1) sends no
-            # message either, and its thread taken by another task
-            # meanwhile did not delay it (test-sid: a 40 ms sleep read as
-            # "preempted by cc1").
+            # the whole interval (the process yielded; a quota or another
+            # task, not the VM, held it; a preemption can split a throttled
+            # wait). The caller leaves out the intervals of a process asleep
+            # in a known receive (WAITS), which sends no message either.
             out += held
         return out
 
