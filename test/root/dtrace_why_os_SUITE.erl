@@ -151,7 +151,7 @@ tracer_attach_detach(Config) ->
     Peer = ?config(peer, Config),
     {_, Lines} = dtrace_test_os:run(Peer, ["--threshold", "3"],
                                     fun() -> ok = peer:call(Peer, dtrace_test_os, start_loop, []) end,
-                                    fun() -> ok end),
+                                    fun() -> ok end, false),
     ok = peer:call(Peer, dtrace_test_os, stop_loop, []),
     [Summary] = [L || L <- Lines, prefix(<<"The tracer attached its probes from ">>, L)],
     {match, Times} = re:run(Summary, <<"from ([0-9:.]+) to ([0-9:.]+)">>, [global, {capture, all_but_first, binary}]),

@@ -58,7 +58,8 @@ STAP and STAPRUN, SystemTap's programs (default: on PATH);
 BPFTRACE_PERF_RB_PAGES, bpftrace's output buffer before 0.25, per CPU
 (default here 1024 pages, 4 MiB: a span prints several lines; 0.25 and
 later size one larger buffer themselves).
-Exit status: 0 done, 2 bad arguments, 3 the tracer failed to start, 5 a
+Exit status: 0 done, 2 bad arguments, 3 the tracer failed to start, 4 the
+tracer died while tracing (a signal; what it printed was read), 5 a
 --trace or --folded file could not be written (the breakdowns were printed).
 """
 
@@ -670,6 +671,14 @@ def trace(args: argparse.Namespace) -> int:
     if not started and rc != 0:
         sys.stderr.write("dtrace-slow-spans: %s exited with status %d before tracing\n" % (args.tracer, rc))
         return 3
+    if rc < 0 and stop["at"] is None:
+        # Killed by a signal nobody here sent (bpftrace 0.27 aborts,
+        # std::bad_alloc, under a flood of events): what it printed is
+        # all there is, and the user is told.
+        sys.stderr.write("dtrace-slow-spans: %s died (signal %d) while tracing; the spans above are those it printed\n"
+                         % (args.tracer, -rc))
+        run.files()
+        return 4
     return run.files()
 
 
