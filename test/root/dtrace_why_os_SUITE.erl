@@ -45,12 +45,22 @@ all() ->
 init_per_testcase(_TC, Config) ->
     case dtrace_test_tracer:require_tracer(bpftrace) of
         ok ->
-            Peer = dtrace_test_peer:start_test_hooks_peer(),
-            {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
-            [{peer, Peer} | Config];
+            case dtrace_test_tracer:bpftrace_version() >= {0, 27} of
+                %% Upstream's, not ours: Debian sid's bpftrace 0.27.1 aborts
+                %% (std::bad_alloc) within seconds under the kernel part on
+                %% this workload, which dtrace-slow-spans reports (exit 4);
+                %% docs/support.md says so.
+                true -> {skip, "bpftrace 0.27 aborts (std::bad_alloc) under the kernel part"};
+                false -> start_peer(Config)
+            end;
         Skip ->
             Skip
     end.
+
+start_peer(Config) ->
+    Peer = dtrace_test_peer:start_test_hooks_peer(),
+    {ok, _} = peer:call(Peer, application, ensure_all_started, [dtrace]),
+    [{peer, Peer} | Config].
 
 end_per_testcase(_TC, Config) ->
     dtrace_test_peer:stop_peer(?config(peer, Config)).

@@ -7,7 +7,7 @@
 %%% sid's DTrace) run through build/2, outside any deadline.
 -module(dtrace_test_tracer).
 
--export([require_tracer/1, with_tracer/2, in_ci/0, slowdown/0, ceiling/1, slowdown_env/0, build/2, process_report/1,
+-export([bpftrace_version/0, require_tracer/1, with_tracer/2, in_ci/0, slowdown/0, ceiling/1, slowdown_env/0, build/2, process_report/1,
          bpftrace_start/2, bpftrace_start/3, bpftrace_stop/1,
          bpftrace_window/5, bpftrace_window/6, bpftrace_window/7, bpftrace_marked/5, bpftrace_marked/6, bpftrace_await/2,
          bpftrace_map/2, bpftrace_map/3,

@@ -676,6 +676,7 @@ def trace(args: argparse.Namespace) -> int:
         # std::bad_alloc, under a flood of events): what it printed is
         # all there is, and the user is told.
         sys.stderr.write("dtrace-slow-spans: %s died (signal %d) while tracing; the spans above are those it printed\n"
+                         "(--no-os runs it without the kernel part)\n"
                          % (args.tracer, -rc))
         run.files()
         return 4
