@@ -35,7 +35,7 @@ check: python-check
 	escript scripts/figures.escript check
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) test --release
-	MIX_ENV=test $(MIX) test
+	MIX_ENV=test $(MIX) test --warnings-as-errors
 	$(REBAR3) dialyzer
 	escript scripts/module-circles.escript $${REBAR_BASE_DIR:-_build}/default/lib/dtrace/ebin
 	REBAR3=$(REBAR3) sh scripts/ct.sh --dir test/no_root

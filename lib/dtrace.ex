@@ -141,12 +141,15 @@ defmodule DTrace do
   time, naming the forms it takes.
 
       iex> require DTrace
-      iex> DTrace.lazy(p(1, raise("never evaluated while disabled")))
+      iex> costly = fn -> send(self(), :evaluated); "costly" end
+      iex> DTrace.lazy(p(1, costly.()))
       false
-      iex> DTrace.lazy(pn(7, 1, raise("nor this")))
+      iex> DTrace.lazy(pn(7, 1, costly.()))
       false
-      iex> DTrace.lazy(DTrace.p(2, raise("nor written with the module")))
+      iex> DTrace.lazy(DTrace.p(2, costly.()))
       false
+      iex> Process.info(self(), :message_queue_len)
+      {:message_queue_len, 0}
   """
   defmacro lazy({:p, _, args} = call) when is_list(args) and length(args) <= 8 do
     lazy_p(call)

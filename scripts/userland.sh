@@ -127,6 +127,6 @@ for tool in $tools; do
 done
 kill "$node"
 make python-check
-MIX_ENV=test mix test
+MIX_ENV=test mix test --warnings-as-errors
 sh scripts/ct.sh $SUITES
 ' "$dist" "$work/dtrace"

@@ -23,7 +23,10 @@ defmodule DTrace.ProviderTest do
 
   test "fire/3 and fire/2 evaluate nothing while the probe is disabled" do
     me = self()
-    costly = fn -> send(me, :evaluated) && "costly" end
+    costly = fn ->
+      send(me, :evaluated)
+      "costly"
+    end
     {:ok, p} = DTrace.Provider.new(:ex_lazy, work: [:int, :string])
     assert DTrace.Provider.fire(p, :work, [1, costly.()]) == false
     assert DTrace.Provider.fire(DTrace.Provider.probe(p, :work), [1, costly.()]) == false
@@ -38,7 +41,10 @@ defmodule DTrace.ProviderTest do
 
   test "fire/3 and fire/2 check the argument count while disabled, evaluating nothing" do
     me = self()
-    costly = fn -> send(me, :evaluated) && "costly" end
+    costly = fn ->
+      send(me, :evaluated)
+      "costly"
+    end
     {:ok, p} = DTrace.Provider.new(:ex_count, work: [:int, :string])
     probe = DTrace.Provider.probe(p, :work)
     assert_raise ArgumentError, fn -> DTrace.Provider.fire(p, :work, [costly.()]) end
@@ -57,8 +63,14 @@ defmodule DTrace.ProviderTest do
   test "fire/3 evaluates its handle and probe name once" do
     me = self()
     {:ok, p} = DTrace.Provider.new(:ex_once, work: [])
-    handle = fn -> send(me, :handle) && p end
-    name = fn -> send(me, :name) && :work end
+    handle = fn ->
+      send(me, :handle)
+      p
+    end
+    name = fn ->
+      send(me, :name)
+      :work
+    end
     assert DTrace.Provider.fire(handle.(), name.(), []) == false
     assert_received :handle
     assert_received :name

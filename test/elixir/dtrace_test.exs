@@ -32,7 +32,10 @@ defmodule DTraceTest do
 
   test "lazy/1 evaluates nothing while the probe is disabled" do
     me = self()
-    costly = fn -> send(me, :evaluated) && "costly" end
+    costly = fn ->
+      send(me, :evaluated)
+      "costly"
+    end
     assert DTrace.lazy(p(1, costly.())) == false
     assert DTrace.lazy(p(costly.(), costly.(), costly.(), costly.())) == false
     assert DTrace.lazy(pn(3, 1, costly.())) == false
@@ -41,7 +44,10 @@ defmodule DTraceTest do
 
   test "lazy/1 evaluates a pn label once, and keeps pn's label checks" do
     me = self()
-    label = fn l -> send(me, {:label, l}) && l end
+    label = fn l ->
+      send(me, {:label, l})
+      l
+    end
     assert DTrace.lazy(pn(label.(2000), 1)) == :badarg
     assert DTrace.lazy(pn(label.(990), 1)) == :error
     assert_received {:label, 2000}
@@ -70,7 +76,10 @@ defmodule DTraceTest do
 
   test "lazy/1 takes DTrace.p(...) and DTrace.pn(...) as written, and :dtrace's too" do
     me = self()
-    costly = fn -> send(me, :evaluated) && "costly" end
+    costly = fn ->
+      send(me, :evaluated)
+      "costly"
+    end
     assert DTrace.lazy(DTrace.p(1, costly.())) == false
     assert DTrace.lazy(DTrace.pn(3, 1, costly.())) == false
     assert DTrace.lazy(:dtrace.p(costly.())) == false

@@ -351,9 +351,34 @@ gdb_run(OsPid, Script, Workload) ->
     Port = open_port({spawn_executable, os:find_executable("gdb")},
                      [{args, ["-q", "-batch", "-nx", "-x", Script, "-p", OsPid]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
-    Result = Workload(),
-    {exit, _Status, Lines} = collect_until(Port, undefined, []),
-    {Result, Lines}.
+    try Workload() of
+        Result ->
+            {exit, _Status, Lines} = collect_until(Port, undefined, []),
+            {Result, Lines}
+    catch
+        Class:Reason:Stack ->
+            %% gdb printed why it stopped listening (an error in a
+            %% breakpoint's commands ends its script, and -batch then
+            %% detaches): report its lines with the failure.
+            {Status, Lines} = drain(Port, erlang:monotonic_time(millisecond) + 5000, []),
+            ct:fail("the workload failed under gdb: ~p:~p ~p~ngdb (~p) printed: ~p",
+                    [Class, Reason, Stack, Status, Lines])
+    end.
+
+%% The lines Port prints until it exits or Deadline passes (then it is
+%% killed): {ExitStatus | running, Lines}.
+drain(Port, Deadline, Acc) ->
+    receive
+        {Port, {data, {_, Line}}} -> drain(Port, Deadline, [Line | Acc]);
+        {Port, {exit_status, Status}} -> {Status, lists:reverse(Acc)}
+    after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+            case erlang:port_info(Port, os_pid) of
+                {os_pid, Pid} -> os:cmd("kill -9 " ++ integer_to_list(Pid));
+                undefined -> ok
+            end,
+            try port_close(Port) catch error:badarg -> true end,
+            {running, lists:reverse(Acc)}
+    end.
 
 %% Runs Fun in the peer while gdb runs test/tracers/i4s4.gdb on it:
 %% before Fun, the peer waits until gdb listens (user_trace__n1 returns
