@@ -4,35 +4,50 @@
 # for a moment: use it for debugging, not on a busy production node.
 #
 # Usage (root): gdb -q -batch -x user-probe.gdb -p <beam OS pid>
-# (Ctrl-C, then `detach` and `quit`, to leave.)
+# Ctrl-C detaches and leaves.
+#
+# The events print from a Python breakpoint that lets the thread go on,
+# and the loop below resumes after any other stop: with `commands ...
+# continue` instead, gdb 18 at times stopped without running them while
+# schedulers hit the probe at once, and -batch then detached silently.
 set pagination off
 set confirm off
-set print elements 0
-define dtrace_str
-  if $arg0 != 0
-    printf "'%s'", (char *) $arg0
-  else
-    printf "''"
-  end
+set print thread-events off
+python
+import gdb
+
+
+def arg(n):
+    return int(gdb.parse_and_eval("$_probe_arg%d" % n))
+
+
+def text(n):
+    if arg(n) == 0:
+        return None
+    return gdb.parse_and_eval("(char *) $_probe_arg%d" % n).string(errors="backslashreplace")
+
+
+class UserProbe(gdb.Breakpoint):
+    def stop(self):
+        words = [w for w in (text(0), text(1)) if w is not None]
+        words += ["%d" % arg(k) for k in range(2, 6)]
+        words += ["'%s'" % (text(k) or "") for k in range(6, 10)]
+        gdb.write(" ".join(words) + "\n")
+        gdb.flush()
+        return False
+
+
+def interrupted(event):
+    return isinstance(event, gdb.SignalEvent) and event.stop_signal == "SIGINT"
+
+
+stops = []
+gdb.events.stop.connect(stops.append)
+UserProbe("-probe-stap erlang:user_trace__i4s4").silent = True
+try:
+    while not any(interrupted(e) for e in stops[-1:]):
+        gdb.execute("continue")
+except gdb.error as e:
+    gdb.write("%s\n" % e)
 end
-break -probe-stap erlang:user_trace__i4s4
-commands
-  silent
-  if $_probe_arg0 != 0
-    printf "%s ", (char *) $_probe_arg0
-  end
-  if $_probe_arg1 != 0
-    printf "%s ", (char *) $_probe_arg1
-  end
-  printf "%ld %ld %ld %ld ", $_probe_arg2, $_probe_arg3, $_probe_arg4, $_probe_arg5
-  dtrace_str $_probe_arg6
-  printf " "
-  dtrace_str $_probe_arg7
-  printf " "
-  dtrace_str $_probe_arg8
-  printf " "
-  dtrace_str $_probe_arg9
-  printf "\n"
-  continue
-end
-continue
+quit
