@@ -18,19 +18,19 @@ import gdb
 
 
 def arg(n):
-    return int(gdb.parse_and_eval("$_probe_arg%d" % n))
+    return int(gdb.parse_and_eval("$_probe_arg" + str(n)))
 
 
 def text(n):
     if arg(n) == 0:
         return None
-    return gdb.parse_and_eval("(char *) $_probe_arg%d" % n).string(errors="backslashreplace")
+    return gdb.parse_and_eval("(char *) $_probe_arg" + str(n)).string(errors="backslashreplace")
 
 
 class UserProbe(gdb.Breakpoint):
     def stop(self):
         words = [w for w in (text(0), text(1)) if w is not None]
-        words += ["%d" % arg(k) for k in range(2, 6)]
+        words += [str(arg(k)) for k in range(2, 6)]
         words += ["'%s'" % (text(k) or "") for k in range(6, 10)]
         gdb.write(" ".join(words) + "\n")
         gdb.flush()
