@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dtrace_tools import slow_spans
+from dtrace_tools import host, slow_spans
 from dtrace_tools.slow_spans import Clock, parse
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "slow-spans.txt")
@@ -237,3 +237,34 @@ def test_the_tracers_own_lines() -> None:
     assert slow_spans.tracer_says("ERROR: failed to look up stack id: 0 stack length: 0 (pid -1): -2")
     assert not slow_spans.tracer_says("ERROR: Could not resolve symbol")
     assert not slow_spans.tracer_says("S\t1\tspan\tin\t-\t7")
+
+
+def test_bpftrace_0_27_is_refused_the_kernel_part_unless_forced() -> None:
+    assert slow_spans.os_part_refused((0, 27), False) is not None
+    assert "--os" in (slow_spans.os_part_refused((0, 27), False) or "")
+    assert slow_spans.os_part_refused((0, 27), True) is None
+    assert slow_spans.os_part_refused((0, 23), False) is None
+    assert slow_spans.os_part_refused((0, 17), False) is None
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_bpftrace_0_27_runs_the_vms_view_unless_os(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, forced: bool) -> None:
+    """With bpftrace 0.27 the program has no kernel part and the user is
+    told why, unless --os; the spans print either way."""
+    seen = tmp_path / "args"
+    fake = tmp_path / "bpftrace"
+    fake.write_text("#!/bin/sh\n"
+                    "[ \"$1\" = --version ] && { echo 'bpftrace v0.27.1'; exit 0; }\n"
+                    "printf '%%s\\n' \"$@\" > '%s'\n"
+                    "cat '%s'\n" % (seen, FIXTURE))
+    fake.chmod(0o755)
+    monkeypatch.setenv("BPFTRACE", str(fake))
+    monkeypatch.setattr(host.Host, "has_event", lambda self, category, name="": True)
+    rc = slow_spans.main(["-p", str(os.getpid()), "--threshold", "5", *(["--os"] if forced else []), *PLANTED])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert "req-2" in out
+    program = seen.read_text()
+    assert ("tracepoint:sched:sched_switch" in program) == forced
+    assert ("aborts (std::bad_alloc) under the kernel part" in err) != forced
