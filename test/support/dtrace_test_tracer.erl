@@ -345,11 +345,12 @@ collect_lines(Port, Wanted, Rev, Deadline) ->
                     [Wanted, ceiling(?TIMEOUT), lists:sublist(lists:reverse(Rev), 200), port_report(Port)])
     end.
 
-%% Runs gdb in batch mode with Script attached to OsPid, while Workload()
+%% Runs gdb in batch mode with the command files Scripts (-x, in order)
+%% attached to OsPid, while Workload()
 %% runs in this process; returns {WorkloadResult, GdbLines}.
-gdb_run(OsPid, Script, Workload) ->
+gdb_run(OsPid, Scripts, Workload) ->
     Port = open_port({spawn_executable, os:find_executable("gdb")},
-                     [{args, ["-q", "-batch", "-nx", "-x", Script, "-p", OsPid]},
+                     [{args, ["-q", "-batch", "-nx"] ++ lists:append([["-x", S] || S <- Scripts]) ++ ["-p", OsPid]},
                       {line, 65536}, stderr_to_stdout, exit_status, binary]),
     try Workload() of
         Result ->
@@ -389,9 +390,10 @@ gdb_events(Peer, Fun) ->
 
 %% The same with another script of test/tracers/ (same protocol).
 gdb_events(Peer, ScriptName, Fun) ->
-    Script = filename:join([filename:dirname(filename:dirname(?FILE)), "tracers", ScriptName]),
+    Test = filename:dirname(filename:dirname(?FILE)),
+    Script = filename:join([Test, "tracers", ScriptName]),
     {Result, Lines} =
-        gdb_run(dtrace_test_peer:os_pid(Peer), Script,
+        gdb_run(dtrace_test_peer:os_pid(Peer), [filename:join([Test, "support", "gdb_probe_events.py"]), Script],
                 fun() ->
                         peer:call(Peer, dtrace_test_workload, gdb_workload, [Fun], ceiling(600000))
                 end),
