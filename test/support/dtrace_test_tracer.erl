@@ -358,9 +358,8 @@ gdb_run(OsPid, Scripts, Workload) ->
             {Result, Lines}
     catch
         Class:Reason:Stack ->
-            %% gdb printed why it stopped listening (an error in a
-            %% breakpoint's commands ends its script, and -batch then
-            %% detaches): report its lines with the failure.
+            %% gdb's lines say where it stopped listening (its script
+            %% ended, and -batch detached): report them with the failure.
             {Status, Lines} = drain(Port, erlang:monotonic_time(millisecond) + 5000, []),
             ct:fail("the workload failed under gdb: ~p:~p ~p~ngdb (~p) printed: ~p",
                     [Class, Reason, Stack, Status, Lines])

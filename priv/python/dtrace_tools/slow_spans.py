@@ -579,6 +579,7 @@ def trace(args: argparse.Namespace) -> int:
         return run.files()
     live = host.Host()
     run = Run(args, sys.stdout, live)
+    version = (0, 0)  # bpftrace's
     if args.tracer == "bpftrace":
         # Through priv/bin/dtrace-bpftrace, which runs $BPFTRACE (or bpftrace)
         # and, before bpftrace 0.24, reads span__end's outcome (arg6); the
@@ -590,12 +591,13 @@ def trace(args: argparse.Namespace) -> int:
         if not args.no_os and not os_part:
             sys.stderr.write("dtrace-slow-spans: no sched:sched_switch tracepoint (is tracefs mounted? "
                              "mount -t tracefs nodev /sys/kernel/tracing): the VM's view only\n")
-        refused = os_part_refused(bpftrace_version(tool), args.os) if os_part else None
+        version = bpftrace_version(tool)
+        refused = os_part_refused(version, args.os) if os_part else None
         if refused is not None:
             sys.stderr.write("dtrace-slow-spans: %s\n" % refused)
             os_part = False
         text = program(os_part, live.has_event("exceptions", "page_fault_user"))
-        lib = mapped_library(args.os_pid) if os_part and bpftrace_version(tool) >= PID_FILTERS_ALL else None
+        lib = mapped_library(args.os_pid) if os_part and version >= PID_FILTERS_ALL else None
         if lib is not None:
             cmd = [priv("bin", "dtrace-bpftrace"), "--no-warnings", "-e", by_path(text, lib), str(args.os_pid)]
         else:
@@ -619,7 +621,7 @@ def trace(args: argparse.Namespace) -> int:
     # default before 0.25 (64 pages per CPU) loses fewer of them on a busy
     # node; from 0.25 the variable sizes one buffer, smaller than its default.
     env = dict(os.environ)
-    if args.tracer == "bpftrace" and bpftrace_version(tool) < (0, 25):
+    if args.tracer == "bpftrace" and version < (0, 25):
         env.setdefault("BPFTRACE_PERF_RB_PAGES", "1024")
     attaching = time.monotonic_ns()
     try:
