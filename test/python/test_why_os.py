@@ -125,6 +125,17 @@ def test_the_tracers_own_processes_and_windows() -> None:
     assert b.gc == 25 * MS
 
 
+def test_a_collection_taken_off_the_cpu_is_the_oss() -> None:
+    # The thread preempted 60 of a collection's 70 ms: preempted; the
+    # collection keeps the rest.
+    b = span(samples(0, 20) + samples(80, 100) + [
+        (20, "gc_start", PID), (85, "k_off", TID, "preempted", 60 * MS, 0, (4242, "yes"), None),
+        (90, "gc_end", PID)])
+    assert b.cause() == (60 * MS, "preempted by yes (tid 4242)")
+    assert b.gc == 10 * MS
+    assert b.gcs == 1
+
+
 def test_a_span_begun_while_the_tracer_attached() -> None:
     w = Why()
     w.threads.window("n", "attach", 0, 50 * MS)
@@ -220,6 +231,30 @@ def test_a_yield_held_by_the_thread_is_the_threads() -> None:
         (89.9, "k_off", TID, "preempted", 79_800_000, 0, (4242, "yes"), None),
         (90, "in", PID, "m:spin/2", TID)])
     assert b.cause() == (79_800_000, "preempted by yes (tid 4242)")
+    # Its thread preempted all along but for a window it spent on other
+    # work (a real-time task leaves the fair server's windows): the waits
+    # are the thread's, the window stays scheduled out.
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (10, "out", PID, "m:spin/2", TID),
+        (50, "k_off", TID, "preempted", 40 * MS, 0, (4242, "yes"), None),
+        (89.9, "k_off", TID, "preempted", 35_900_000, 0, (4242, "yes"), None),
+        (90, "in", PID, "m:spin/2", TID)])
+    assert b.cause() == (75_900_000, "preempted by yes (tid 4242)")
+    assert "    scheduled out           4.10 ms" in b.lines(lambda ns: "T")
+    # Taken by another thread once it ran: the wait is still the thread's
+    # it went out on (its run queue).
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (0, "thread", TID + 1, "2_scheduler"),
+        (10, "out", PID, "m:spin/2", TID),
+        (89.9, "k_off", TID, "preempted", 79_800_000, 0, (4242, "yes"), None),
+        (89.95, "in", PID, "m:spin/2", TID + 1)])
+    assert b.cause() == (79_800_000, "preempted by yes (tid 4242)")
+    # Half the interval uncovered: the VM's, scheduled out.
+    b = span(samples(0, 10) + samples(90, 100) + [
+        (10, "out", PID, "m:spin/2", TID),
+        (89.9, "k_off", TID, "preempted", 40 * MS, 0, (4242, "yes"), None),
+        (90, "in", PID, "m:spin/2", TID)])
+    assert b.cause() == (80 * MS, "scheduled out in m:spin/2")
     # A sleep (a known receive, why_os.WAITS) with its thread preempted all
     # along: no message says when it could run again; the sleep keeps it.
     b = span(samples(0, 10) + samples(90, 100) + [

@@ -36,7 +36,9 @@ process from its begin to its end:
     large heap's collection runs on a dirty CPU scheduler: the process is
     scheduled out to move there (waiting for a free one) and again to come
     back, and those waits are part of what the collection cost the
-    request.
+    request. With the kernel's events, a collection on the process's own
+    thread leaves out the waits of that thread, runnable, off the CPU
+    (preempted, throttled: why_os.Threads.waits): the OS's to name.
   - scheduled out: the time between `out' (or `hibernate') and the next
     `in', other than the above. Each such interval is put under the function the
     process was scheduled in to run again, which is where it waited:
@@ -517,6 +519,10 @@ class Why:
         windows = self.threads.windows(node)
         if windows:
             gcs = [x for s, e in gcs for x in why_os.outside(s, e, windows)]
+        # A collection on the process's thread taken off the CPU (why_os):
+        # the waits are the OS's (test-trixie: 948 ms preempted by a
+        # real-time task read as GC).
+        gcs = [x for s, e in gcs for x in why_os.outside(s, e, self.threads.waits(node, _tid_at(ins, s), s, e))]
         gcs = gcs + gc_outs
         b.intervals = sorted([(s, e, "gc", None) for s, e in gcs]
                              + [(s, e, "out", m) for s, e, m, _w, _o in outs])
@@ -557,6 +563,14 @@ class Why:
         b.file_io = _union(file_spans) - _overlap_sets(file_spans, gcs)
         b.on_cpu = max(0, b.duration - b.gc - b.scheduled_out - b.file_io - _union(taken_iv))
         b.calls.sort(key=lambda c: -c[0])
+
+
+def _tid_at(ins: list[tuple[int, int, Optional[int]]], ts: int) -> Optional[int]:
+    """The thread of the in interval (start, end, tid) that holds ts."""
+    for s, e, tid in ins:
+        if s <= ts <= e:
+            return tid
+    return None
 
 
 def _merge(iv: list[Interval]) -> list[list[int]]:

@@ -69,10 +69,12 @@ file I/O (why's, which come first):
     message came waited for that thread: that part of the wait is taken
     from scheduled out and counted as preempted (by the task that ran
     longest) or throttled. Without a message (a timer, a yield) when the
-    process became runnable is not known: only a wait of the thread it
-    went out and came back in on that spans the whole interval (within
-    SPAN_NS at each end: the process yielded, and the thread, not the VM,
-    kept it from running) is taken.
+    process became runnable is not known: the waits of the thread it went
+    out on (its run queue's, whichever thread came to take it) are taken
+    only when together they span the interval but for at most
+    max(SPAN_NS, COVER_SLACK of it) (the process yielded, and the
+    thread, not the VM, kept it from running; the rest stays scheduled
+    out).
   - a stretch on the CPU that no sample reached (none within
     SAMPLE_REACH_NS) stays `on CPU (no sample)': on a virtual machine,
     most often the hypervisor running another guest on that CPU (steal
@@ -90,9 +92,12 @@ import re
 from typing import Any, Callable, Optional
 
 MAX_EVENTS = 200_000
-# A wait spans a scheduled-out interval if it begins and ends this close
-# to it (_waited).
+# Waits span a scheduled-out interval if they leave at most this much of
+# it, or COVER_SLACK of it, uncovered (_covers): a thread starved by a
+# real-time task gets the CPU back in short windows (the kernel's fair
+# server, 50 ms a second), and the VM's own threads run first in them.
 SPAN_NS = 500_000
+COVER_SLACK = 0.1
 # Functions a process waits in, in a receive, that no message may end (a
 # timeout): out in one of these with no message, the process was asleep,
 # not yielded, and its thread taken by another task meanwhile did not
@@ -318,7 +323,7 @@ class Threads:
         if sp.kernel:
             for o, i, tid, woke, out_tid in outs:
                 if tid is not None:
-                    for a, b, cat, label in self._waited(node, tid, o, i, woke, out_tid == tid):
+                    for a, b, cat, label in self._waited(node, tid, o, i, woke, out_tid):
                         sp.out_taken.append((a, b, cat, label))
         sp.faults = max(faults) - min(faults) if faults else 0
         return sp
@@ -422,18 +427,34 @@ class Threads:
         log = self.log.get((node, tid), [])
         return log[bisect.bisect_left(log, s, key=lambda ev: ev[0]):bisect.bisect_right(log, e, key=lambda ev: ev[0])]
 
+    def waits(self, node: str, tid: Optional[int], s: int, e: int) -> list[tuple[int, int]]:
+        """Thread tid's waits off the CPU, runnable (preempted,
+        throttled), within [s, e]; none for an unknown thread."""
+        if tid is None:
+            return []
+        out: list[tuple[int, int]] = []
+        for ts, kind, f in self._events(node, tid, s, e):
+            if kind == "k_off":
+                a, b = max(s, ts - int(f[1])), min(e, ts)
+                if b > a:
+                    out.append((a, b))
+        return out
+
     def _taker(self, task: Task) -> tuple[str, Optional[str]]:
         """(category, label) of time a task took a thread's CPU."""
         if self.own(task):
             return "tracer", "the tracer's own work: %s" % self.task_name(task)
         return "preempted", self.task_name(task)
 
-    def _waited(self, node: str, tid: int, o: int, i: int, woke: Optional[int], same: bool) -> list[Slice]:
-        """The part of the out interval [o, i] the process waited for
-        thread tid, off the CPU runnable, to come back (the rules); same:
-        it went out on that thread too."""
-        if woke is None and not same:
-            return []
+    def _waited(self, node: str, tid: int, o: int, i: int, woke: Optional[int],
+                out_tid: Optional[int]) -> list[Slice]:
+        """The part of the out interval [o, i] the process waited, off the
+        CPU runnable, for thread tid (it came in on) or, with no message,
+        for out_tid (it went out on) to come back (the rules)."""
+        if woke is None:
+            if out_tid is None:
+                return []
+            tid = out_tid
         lo = woke if woke is not None else o
         out: list[Slice] = []
         held: list[Slice] = []  # with no message: the waits, to be judged together
@@ -454,24 +475,24 @@ class Threads:
             if b > lo and a < i:
                 out.append((max(a, lo), min(b, i), label[0], label[1]))
         if held and _covers(held, o, i):
-            # No message: the waits are taken when, with no gap, they span
-            # the whole interval (the process yielded; a quota or another
-            # task, not the VM, held it; a preemption can split a throttled
-            # wait). The caller leaves out the intervals of a process asleep
-            # in a known receive (WAITS), which sends no message either.
+            # No message: the waits are taken when together they span the
+            # interval (the process yielded; a quota or another task, not
+            # the VM, held it; a preemption can split a throttled wait). The
+            # caller leaves out the intervals of a process asleep in a known
+            # receive (WAITS), which sends no message either.
             out += held
         return out
 
 
 def _covers(waits: list[Slice], o: int, i: int) -> bool:
-    """Whether the waits, in order, cover [o, i] but for gaps of at most
-    SPAN_NS (at its ends too)."""
-    at = o
+    """Whether the waits cover [o, i] but for at most max(SPAN_NS,
+    COVER_SLACK of it) in all (gaps at its ends too)."""
+    at, gaps = o, 0
     for a, b, _c, _l in sorted(waits):
-        if a - at > SPAN_NS:
-            return False
+        gaps += max(0, a - at)
         at = max(at, b)
-    return i - at <= SPAN_NS
+    gaps += max(0, i - at)
+    return gaps <= max(SPAN_NS, COVER_SLACK * (i - o))
 
 
 def _in_calls(s: int, e: int, calls: list[Slice], exact: bool) -> list[Slice]:
