@@ -6,7 +6,8 @@
 %%% and the folded stacks (dtrace_test_why:check_files/3):
 %%%
 %%%   - preempted: the node pinned to CPU 0, `yes' pinned there too in the
-%%%     real-time class during the request: "preempted by yes (pid N)";
+%%%     real-time class, started once the request is sent, until the
+%%%     request has been kept off the CPU: "preempted by yes (pid N)";
 %%%   - throttled: the node moved into a cgroup with a 10% CPU quota
 %%%     during the request (cgroup v1's cpu controller, else v2's
 %%%     cpu.max): "throttled by the CPU quota of cgroup /NAME (...)";
@@ -68,18 +69,30 @@ end_per_testcase(_TC, Config) ->
 
 %%--------------------------------------------------------------------
 
-%% `yes' on the node's CPU, real-time, during a request that runs 60 ms
-%% on the CPU: the request waits for the CPU most of that time.
+%% `yes' on the node's CPU, real-time, while a request runs on the CPU:
+%% the request waits for the CPU most of its time. The request is sent
+%% first and runs until it has been kept off the CPU 100 ms: sent once yes
+%% runs, it began in a window the kernel leaves the node (up to 100 ms:
+%% the fair server's and the real-time quota's) and once ended in it
+%% (CI, a 60 ms request).
 preempted(Config) ->
     Peer = ?config(peer, Config),
     OsPid = dtrace_test_peer:os_pid(Peer),
     "" = os:cmd("taskset -a -p -c 0 " ++ OsPid ++ " > /dev/null"),
-    {{Yes, _}, Lines} =
+    {{Yes, {{gap, _}, _}}, Lines} =
         dtrace_test_os:run(Peer, files(Config), fun() -> ok end,
                            fun() ->
                                    fast(Peer),
+                                   Self = self(),
+                                   Caller = spawn_link(fun() ->
+                                                               R = planted(Peer, until_preempted, [100, 10]),
+                                                               Self ! {planted, self(), R}
+                                                       end),
                                    YesPid = yes(),
-                                   R = try planted(Peer, busy, [60])
+                                   R = try
+                                           receive {planted, Caller, R0} -> R0
+                                           after dtrace_test_tracer:ceiling(60000) -> ct:fail(planted_not_done)
+                                           end
                                        after os:cmd("kill " ++ integer_to_list(YesPid))
                                        end,
                                    fast(Peer),

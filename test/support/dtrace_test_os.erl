@@ -7,7 +7,8 @@
 -include_lib("stdlib/include/assert.hrl").
 
 %% In the peer.
--export([ready/0, busy/1, fast/1, planted/2, block/1, dirty/1, fresh_memory/1, start_loop/0, stop_loop/0]).
+-export([ready/0, busy/1, until_preempted/2, fast/1, planted/2, block/1, dirty/1, fresh_memory/1, start_loop/0,
+         stop_loop/0]).
 %% In the test.
 -export([run/4, run/5, blocks/1, ready_seen/1]).
 
@@ -31,6 +32,28 @@ spin(Until, N) ->
     case N rem 64 =/= 0 orelse erlang:monotonic_time(microsecond) < Until of
         true -> spin(Until, N + 1);
         false -> ok
+    end.
+
+%% On the CPU until the clock has jumped GapMs ms or more between two
+%% looks (the thread was kept off the CPU that long), then AfterMs ms more;
+%% 20 s at most. Returns {gap, Ms} or no_gap. A request planted for a task
+%% that takes the CPU: it begins before the task and outlasts the windows
+%% the kernel leaves the node (50 ms a second beside a real-time task).
+until_preempted(GapMs, AfterMs) ->
+    T0 = erlang:monotonic_time(microsecond),
+    gap(T0, T0 + 20000000, GapMs * 1000, AfterMs, 0).
+
+gap(Last, Deadline, Gap, AfterMs, N) ->
+    case N rem 64 of
+        0 ->
+            Now = erlang:monotonic_time(microsecond),
+            if
+                Now - Last >= Gap -> busy(AfterMs), {gap, (Now - Last) div 1000};
+                Now >= Deadline -> no_gap;
+                true -> gap(Now, Deadline, Gap, AfterMs, N + 1)
+            end;
+        _ ->
+            gap(Last, Deadline, Gap, AfterMs, N + 1)
     end.
 
 %% N fast requests, tagged fast-1..fast-N.
