@@ -568,13 +568,15 @@ apply_flags({WantP, WantO} = Want, #s{flags = {HaveP, HaveO}, tracing = T} = S) 
               false -> WantP;
               true -> WantP -- [garbage_collection]
           end,
-    set(T, existing_processes, HaveP -- WantP, OnP),
-    set(T, existing_ports, HaveO -- WantO, WantO),
+    %% New ones first: a process spawned between the two calls by one that
+    %% has its flags already gets them too.
     New = case {set_new(T, new_processes, HaveP -- WantP, OnP), WantP} of
               {free, [_ | _]} -> ours;
               {N, _} -> N
           end,
     _ = set_new(T, new_ports, HaveO -- WantO, WantO),
+    set(T, existing_processes, HaveP -- WantP, OnP),
+    set(T, existing_ports, HaveO -- WantO, WantO),
     S#s{flags = Want, new = New}.
 
 %% The names the ports already open were opened with, for port__command and
