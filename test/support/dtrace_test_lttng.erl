@@ -134,12 +134,17 @@ wait_listening(Peer, Want, Deadline) ->
 %% One line of babeltrace2's text output:
 %% [08:21:32.630255804] (+0.000009680) host provider:event: { cpu_id = 1 }, { f1 = 1, f2 = "x" }
 %% Plain binary matching: a trace can hold hundreds of thousands of lines.
+%% A line its stderr cut (a warning of discarded events printed inside an
+%% event's line) is a warning too.
 event(<<"[", _/binary>> = Line) ->
     case binary:split(Line, <<": { cpu_id = ">>) of
         [Head, Tail] ->
             [_Time, _Delta, _Host, Event] = binary:split(Head, <<" ">>, [global, trim_all]),
             case binary:split(Tail, <<" }, { ">>) of
-                [_Cpu, Fields] -> {ok, {Event, fields(Fields, #{})}};
+                [_Cpu, Fields] ->
+                    try {ok, {Event, fields(Fields, #{})}}
+                    catch error:_ -> {warning, Line}
+                    end;
                 [_] -> {warning, Line}
             end;
         [_] ->
