@@ -310,7 +310,8 @@ collect_while(Port, Continue, Acc, Deadline) ->
                 {Port, {exit_status, Status}} ->
                     ct:fail("bpftrace exited (~p) while events were awaited: ~p", [Status, Acc])
             after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
-                    ct:log("events awaited for ~b ms; going on with ~b lines", [ceiling(30000), length(Acc)]),
+                    ct:log("events awaited for ~b ms; going on with ~b lines, the last ones:~n~p",
+                           [ceiling(30000), length(Acc), lists:nthtail(max(0, length(Acc) - 40), Acc)]),
                     Acc
             end
     end.
