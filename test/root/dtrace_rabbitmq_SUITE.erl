@@ -174,12 +174,14 @@ trace_broker(Config, Node, Before) ->
 
 %% The channel's casts (each AMQP method the reader passes on) as function
 %% spans: priv/bin/dtrace-slow-spans (threshold 0: every one) breaks them down
-%% and names a cause. Returns the causes.
+%% and names a cause. Returns the causes. The VM's view only (--no-os):
+%% at threshold 0 on the loaded broker, bpftrace 0.23 lost events all
+%% through the kernel part (test-trixie), which dtrace_why_os_SUITE covers.
 function_spans(Config, Node, OsPid) ->
     {0, Set} = attach(Config, ["--function", "rabbit_channel:handle_cast/2"]),
     ?assert(has(Set, [": function spans on rabbit_channel:handle_cast/2"])),
     Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-slow-spans"]),
-    Port = open_port({spawn_executable, Script}, [{args, ["-p", OsPid, "--threshold", "0"]},
+    Port = open_port({spawn_executable, Script}, [{args, ["-p", OsPid, "--threshold", "0", "--no-os"]},
                                                  {line, 65536}, stderr_to_stdout, exit_status, binary]),
     Set_ = fun() -> ok = erpc:call(Node, dtrace_vm, sync, []),
                     maps:get(function_spans_set, erpc:call(Node, dtrace, vm_probes, [])) end,
@@ -189,12 +191,29 @@ function_spans(Config, Node, OsPid) ->
     ?assert(lists:member(<<"published 500 consumed 500">>, Load)),
     Causes = fun(Ls) -> [C || {match, [C]} <- [re:run(L, "^    cause: (.*), [0-9.]+ ms \\([0-9]+%\\)$",
                                                         [{capture, all_but_first, binary}]) || L <- Ls]] end,
-    Lines = dtrace_test_why:stop(Port, dtrace_test_why:collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
-                                                             dtrace_test_tracer:ceiling(30000))),
+    Lines0 = dtrace_test_why:collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
+                                     dtrace_test_tracer:ceiling(30000)),
+    %% The channel by its name. Its one dtrace_process__name event can be
+    %% lost in the flood of spans (threshold 0; the tool says it lost
+    %% events, as in test-trixie): then a small load's new channel is named.
+    Named = fun(Ls) -> [L || L <- Ls, re:run(L, "slow span: rabbit_channel:handle_cast/2 .* pid <0\\.[0-9]+\\.0> "
+                                                  "\\(\\{rabbit_channel,") =/= nomatch] end,
+    Lost = fun(Ls) -> lists:any(fun(L) -> binary:match(L, <<"(the tracer lost events">>) =/= nomatch end, Ls) end,
+    Lines1 = case Named(Lines0) =:= [] andalso Lost(Lines0) of
+                 true ->
+                     {0, Small} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config),
+                                                                 "/usr/bin/python3", load_script(),
+                                                                 ?config(amqp_port, Config), "20", "100"]),
+                     ?assert(lists:member(<<"published 20 consumed 20">>, Small)),
+                     dtrace_test_why:collect(Port, Lines0, fun(Ls) -> Named(Ls) =/= [] end,
+                                             dtrace_test_tracer:ceiling(30000));
+                 false ->
+                     Lines0
+             end,
+    Lines = dtrace_test_why:stop(Port, Lines1),
     ct:log("dtrace-slow-spans on the broker (first 200 lines):~n~ts", [lists:join("\n", lists:sublist(Lines, 200))]),
     ?assert(has(Lines, ["slow span: rabbit_channel:handle_cast/2 "])),
-    %% The channel by its name.
-    ?assertMatch([_ | _], [L || L <- Lines, re:run(L, "slow span: rabbit_channel:handle_cast/2 .* pid <0\\.[0-9]+\\.0> \\(\\{rabbit_channel,") =/= nomatch]),
+    ?assertMatch([_ | _], Named(Lines)),
     ?assert(length(Causes(Lines)) >= 10),
     {0, None} = attach(Config, ["--function", "none"]),
     ?assert(has(None, [": no function spans"])),
