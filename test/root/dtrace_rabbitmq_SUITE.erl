@@ -145,9 +145,7 @@ trace_broker(Config, Node, Before) ->
                         lists:member(send, Flags) andalso lists:member(running, Flags)
                 end,
     ok = dtrace_test_workload:wait_until(Listening, dtrace_test_tracer:ceiling(60000)),
-    {0, Load} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config), "/usr/bin/python3",
-                                               load_script(), ?config(amqp_port, Config), "2000", "10000"]),
-    ?assert(lists:member(<<"published 2000 consumed 2000">>, Load)),
+    ok = amqp_load(Config, 2000, 10000),
     Lines = dtrace_test_tracer:bpftrace_stop(Tracer),
     ct:log("message-latency.bt on the broker:~n~ts", [lists:join("\n", Lines)]),
     %% The histogram of waits, and the longest wait per receiver: pids of
@@ -186,9 +184,7 @@ function_spans(Config, Node, OsPid) ->
     Set_ = fun() -> ok = erpc:call(Node, dtrace_vm, sync, []),
                     maps:get(function_spans_set, erpc:call(Node, dtrace, vm_probes, [])) end,
     ok = dtrace_test_workload:wait_until(Set_, dtrace_test_tracer:ceiling(60000)),
-    {0, Load} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config), "/usr/bin/python3",
-                                               load_script(), ?config(amqp_port, Config), "500", "10000"]),
-    ?assert(lists:member(<<"published 500 consumed 500">>, Load)),
+    ok = amqp_load(Config, 500, 10000),
     Causes = fun(Ls) -> [C || {match, [C]} <- [re:run(L, "^    cause: (.*), [0-9.]+ ms \\([0-9]+%\\)$",
                                                         [{capture, all_but_first, binary}]) || L <- Ls]] end,
     Lines0 = dtrace_test_why:collect(Port, [], fun(Ls) -> length(Causes(Ls)) >= 10 end,
@@ -201,10 +197,7 @@ function_spans(Config, Node, OsPid) ->
     Lost = fun(Ls) -> lists:any(fun(L) -> binary:match(L, <<"(the tracer lost events">>) =/= nomatch end, Ls) end,
     Lines1 = case Named(Lines0) =:= [] andalso Lost(Lines0) of
                  true ->
-                     {0, Small} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config),
-                                                                 "/usr/bin/python3", load_script(),
-                                                                 ?config(amqp_port, Config), "20", "100"]),
-                     ?assert(lists:member(<<"published 20 consumed 20">>, Small)),
+                     ok = amqp_load(Config, 20, 100),
                      dtrace_test_why:collect(Port, Lines0, fun(Ls) -> Named(Ls) =/= [] end,
                                              dtrace_test_tracer:ceiling(30000));
                  false ->
@@ -239,8 +232,15 @@ snapshot(Node) ->
                       {error, _} -> none
                   end}.
 
-load_script() ->
-    filename:join([dtrace_test_catalogue:repo_root(), "test", "loads", "amqp.py"]).
+%% test/loads/amqp.py on the broker: Count messages of Size bytes
+%% published and consumed, or the case fails.
+amqp_load(Config, Count, Size) ->
+    Script = filename:join([dtrace_test_catalogue:repo_root(), "test", "loads", "amqp.py"]),
+    {0, Out} = dtrace_test_tracer:run("env", ["PYTHONPATH=" ++ ?config(pythonpath, Config), "/usr/bin/python3", Script,
+                                              ?config(amqp_port, Config), integer_to_list(Count),
+                                              integer_to_list(Size)]),
+    ?assert(lists:member(iolist_to_binary(io_lib:format("published ~b consumed ~b", [Count, Count])), Out)),
+    ok.
 
 attach(Config, Extra) ->
     Script = filename:join([code:priv_dir(dtrace), "bin", "dtrace-attach"]),
