@@ -239,6 +239,28 @@ def test_the_tracers_own_lines() -> None:
     assert not slow_spans.tracer_says("S\t1\tspan\tin\t-\t7")
 
 
+def test_the_events_a_tracer_says_it_lost() -> None:
+    assert slow_spans.lost_events("Lost 7 events") == 7
+    assert slow_spans.lost_events("dtrace: 3 drops on CPU 1") == 3
+    assert slow_spans.lost_events("dtrace: 1 drop on CPU 0") == 1
+    assert slow_spans.lost_events("dtrace: 2 dynamic variable drops") == 2
+    assert slow_spans.lost_events("dtrace: failed to compile script") is None
+    assert slow_spans.lost_events("S\t1\tspan\tin\t-\t7") is None
+
+
+def test_dtrace_drops_are_counted_as_lost(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    events = tmp_path / "events.txt"
+    with open(FIXTURE, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    half = len(lines) // 2
+    events.write_text("\n".join(lines[:half] + ["dtrace: 3 drops on CPU 1", "dtrace: 2 dynamic variable drops"]
+                                + lines[half:]) + "\n")
+    rc = slow_spans.main(["--events", str(events), "--threshold", "5", "--tracer", "dtrace"])
+    out, _err = capsys.readouterr()
+    assert rc == 0
+    assert "; DTrace lost 5 events: some breakdowns are short" in out
+
+
 def test_bpftrace_0_27_is_refused_the_kernel_part_unless_forced() -> None:
     assert slow_spans.os_part_refused((0, 27), False) is not None
     assert "--os" in (slow_spans.os_part_refused((0, 27), False) or "")

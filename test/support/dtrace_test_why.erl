@@ -113,7 +113,9 @@ check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
                      FailedOk = (Cause =:= sleep) =:= has(Block, <<"FAILED: throw">>),
                      case CauseOk andalso TimeOk andalso FailedOk of
                          true -> ok;
-                         false -> {Tag, Cause, PlantedMs, Text, Ms}
+                         %% The whole breakdown: CI keeps only the
+                         %% failure's reason.
+                         false -> {Tag, Cause, PlantedMs, Text, Ms, Block}
                      end
              end
          end || {Tag, Cause, PlantedNs, Extra} <- Planted],

@@ -43,8 +43,8 @@ their bounds: timeline's docstring.
 
 While it runs, each outermost span's process is traced for the span's time
 (dtrace:span/2 sets and removes its trace flags: about 2 us more per span);
-no other process is. Events bpftrace lost (it says "Lost N events") leave breakdowns short;
-the summary says how many were lost.
+no other process is. Events the tracer lost (bpftrace says "Lost N events", DTrace
+"dtrace: N drops on CPU M") leave breakdowns short; the summary says how many were lost.
 
 For code with no spans: --node (the node's name, on this host) with
 --function (repeatable; Erlang's M:F/A or Elixir's Mod.fun/arity) runs
@@ -233,6 +233,27 @@ def tracer_says(line: str) -> bool:
             or line.startswith("ERROR: failed to look up stack id"))
 
 
+# The tracers' names as the summary gives them (--tracer's values).
+TRACERS = {"bpftrace": "bpftrace", "dtrace": "DTrace", "stap": "SystemTap"}
+
+# DTrace's drop lines: "dtrace: 3 drops on CPU 1" (its principal buffer
+# full) and "dtrace: 2 dynamic variable drops" (slow-spans.d's span depth
+# not kept: a span's events not printed), libdtrace's dt_handle.c.
+DTRACE_DROPS = re.compile(r"dtrace: (\d+) (?:dynamic variable |aggregation )?drops?\b")
+
+
+def lost_events(line: str) -> Optional[int]:
+    """How many events the tracer says `line` lost (bpftrace's "Lost N
+    events", DTrace's drops), or None for any other line."""
+    if line.startswith("Lost ") and "events" in line:
+        try:
+            return int(line.split()[1])
+        except (ValueError, IndexError):
+            return 0
+    m = DTRACE_DROPS.match(line)
+    return int(m.group(1)) if m else None
+
+
 def mapped_library(os_pid: int) -> Optional[str]:
     """The path of the dtrace_nif.so that os_pid maps (as the host sees it:
     through /proc/PID/root when the node is in a container), or None."""
@@ -355,13 +376,11 @@ class Run:
             self.stacked = None
             if not line.strip():
                 return
-        if line.startswith("Lost ") and "events" in line:
-            try:
-                self.lost += int(line.split()[1])
-            except (ValueError, IndexError):
-                pass
-            # Lost about the newest event read (bpftrace reads its buffers
-            # in turn: within the reorder window of it).
+        lost = lost_events(line)
+        if lost is not None:
+            self.lost += lost
+            # Lost about the newest event read (the tracer reads its
+            # buffers in turn: within the reorder window of it).
             self.lost_at.append(self.newest)
             del self.lost_at[:-1000]
             return
@@ -480,7 +499,8 @@ class Run:
         w = self.out.write
         w("%d spans ended, %d over %g ms%s.\n" % (
             self.spans, self.slow_count, self.args.threshold,
-            "; bpftrace lost %d events: some breakdowns are short" % self.lost if self.lost else ""))
+            "; %s lost %d events: some breakdowns are short" % (TRACERS.get(self.args.tracer, self.args.tracer),
+                                                                self.lost) if self.lost else ""))
         windows = sorted((a, b, what) for _n, what, a, b in self.why.threads.tracer)
         if windows:
             w("The tracer %s; the node may stall then, and spans then say so.\n" % ", ".join(
@@ -673,7 +693,7 @@ def trace(args: argparse.Namespace) -> int:
                     # bpftrace printing a map its END cleared, filled again
                     # by probes not yet detached.
                     continue
-                if parse(line) is None and not (line.startswith("Lost ") and "events" in line):
+                if parse(line) is None and lost_events(line) is None:
                     sys.stderr.write(line + "\n")
                     continue
                 if line.startswith("T\t") and not started:
