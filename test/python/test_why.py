@@ -84,6 +84,18 @@ def test_the_time_on_the_dirty_scheduler_around_the_collection_is_gc() -> None:
                                               (43 * MS, 45 * MS, "gc")]
 
 
+def test_a_loop_running_around_a_minor_collection_stays_on_cpu() -> None:
+    # Yields, a minor collection 0.1 ms long while it runs its own code
+    # for 3 ms, then yields again in the same function: the running time
+    # is not the collection's.
+    b = span([(10, "out", PID, "m:loop/1"), (10.5, "in", PID, "m:loop/1"),
+              (11, "gc_start", PID), (11.1, "gc_end", PID),
+              (13.5, "out", PID, "m:loop/1"), (14, "in", PID, "m:loop/1")], end_ms=20)
+    assert b.gcs == 1
+    assert b.gc == pytest.approx(1.1 * MS)
+    assert b.on_cpu == pytest.approx(18.9 * MS)
+
+
 def test_a_collection_inside_a_scheduled_out_interval_makes_it_gc() -> None:
     b = span([(10, "out", PID, "m:f/1"), (20, "gc_start", PID), (30, "gc_end", PID), (50, "in", PID, "m:f/1")])
     assert (b.gc, b.scheduled_out, b.on_cpu) == (40 * MS, 0, 60 * MS)

@@ -33,14 +33,18 @@ process from its begin to its end:
     falls in, and the two around a collection the process came into
     straight from being out and left straight into being out again, in
     the same function (the one that asked for the collection), and its
-    time on the scheduler between them. A large heap's collection runs
-    on a dirty CPU scheduler: the process is scheduled out to move there
-    (waiting for a free one) and again to come back, and runs there for
-    the collection only, before its start event and after its end (a
-    32 MB heap's, under load: up to 2.7 ms after its end, seen on OTP 25):
-    all of it is what the collection cost the request. With the kernel's events, a collection on the process's own
-    thread leaves out the waits of that thread, runnable, off the CPU
-    (preempted, throttled: why_os.Threads.waits): the OS's to name.
+    time on the scheduler between them when the collection took at least
+    half of it. A large heap's collection runs on a dirty CPU scheduler:
+    the process is scheduled out to move there (waiting for a free one)
+    and again to come back, and runs there for the collection only,
+    before its start event and after its end (a 32 MB heap's, under
+    load: up to 2.7 ms after its end, seen on OTP 25): all of it is what
+    the collection cost the request. A process that ran code of its own
+    around a minor collection between two yields ran far longer than the
+    collection: that time stays on CPU. With the kernel's events, a
+    collection on the process's own thread leaves out the waits of that
+    thread, runnable, off the CPU (preempted, throttled:
+    why_os.Threads.waits): the OS's to name.
   - scheduled out: the time between `out' (or `hibernate') and the next
     `in', other than the above. Each such interval is put under the function the
     process was scheduled in to run again, which is where it waited:
@@ -473,10 +477,12 @@ class Why:
                     out_after_gc = (prev == "gc_end" and before is not None and bool(outs)
                                     and outs[-1] is before and arg == before[2])
                     if out_after_gc:
-                        # The wait to go there, and the time there.
+                        # The wait to go there, and the time there when
+                        # the collection took most of it (see the rules).
                         moved = outs.pop()
                         gc_outs.append(moved[:2])
-                        gc_ins.append((moved[1], ts))
+                        if gcs and 2 * (gcs[-1][1] - gcs[-1][0]) >= ts - moved[1]:
+                            gc_ins.append((moved[1], ts))
             elif kind == "in":
                 closed_out = False
                 if out_start is not None:
