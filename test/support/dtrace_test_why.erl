@@ -101,10 +101,6 @@ check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
                                                andalso has(Text, iolist_to_binary(["waiting on ", Extra]));
                                    file -> prefix(<<"file I/O">>, Text)
                                end,
-                     %% A file request's planted time also holds the
-                     %% Erlang work between its four operations, which is
-                     %% not file I/O: its cause may fall short by twice the
-                     %% tolerance (seen: 17.3 ms of I/O in 19.3 planted).
                      %% With the kernel's events, a collection's thread
                      %% kept off the CPU is the OS's (why.py's rules): a
                      %% GC may fall short by the block's preempted,
@@ -116,6 +112,10 @@ check(Planted, Blocks, #{requests := N, every := Every} = Service) ->
                                                                          <<"the tracer">>])]);
                                   _ -> 0
                               end,
+                     %% A file request's planted time also holds the
+                     %% Erlang work between its four operations, which is
+                     %% not file I/O: its cause may fall short by twice the
+                     %% tolerance (seen: 17.3 ms of I/O in 19.3 planted).
                      TimeOk = Tolerance =:= infinity orelse
                          (Ms =< PlantedMs * (1 + Tolerance) andalso
                           Ms + OffCpu >= PlantedMs * (1 - case Cause of file -> 2 * Tolerance; _ -> Tolerance end)),
